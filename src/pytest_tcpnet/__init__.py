@@ -1,0 +1,20 @@
+"""pytest-tcpnet: TCP performance claims as reproducible property tests in network namespaces."""
+
+from . import model
+from .assertions import assert_throughput_within
+from .errors import LabError, MissingCapability, TcpnetError
+from .model import Host, Link
+
+__all__ = ["Host", "Link", "model", "assert_throughput_within", "Lab", "Pair", "TransferResult",
+           "LabError", "MissingCapability", "TcpnetError"]
+
+
+def __getattr__(name):
+    # The lab pulls in pyroute2; import it only when used, so `import pytest_tcpnet` stays cheap.
+    if name in ("Lab", "Pair"):
+        from . import lab
+        return getattr(lab, name)
+    if name == "TransferResult":
+        from .results import TransferResult
+        return TransferResult
+    raise AttributeError(f"module 'pytest_tcpnet' has no attribute {name!r}")

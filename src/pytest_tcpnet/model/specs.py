@@ -1,0 +1,326 @@
+"""Value types for what a test asks for: a Link (the path) and a Host (an endpoint).
+
+Everything is validated when the object is built, so a bad spec fails before any
+namespace exists, with a message naming the field and what is allowed.
+"""
+
+import math
+import re
+from dataclasses import dataclass
+
+from .units import format_rate, format_time, parse_fraction, parse_rate, parse_size, parse_time
+
+__all__ = ["OneWay", "Link", "Host", "KNOWN_CONGESTION_CONTROLS", "HOST_GLOBAL_SYSCTLS", "MTU_FRAME_BYTES"]
+
+#: Bytes one full-size packet occupies on the veth (1500 MTU + Ethernet header); used to
+#: turn byte sizes and BDPs into the packet counts qdisc limits are expressed in.
+MTU_FRAME_BYTES = 1514
+
+#: Congestion controls Linux has shipped; a name outside this set is a typo, not a missing module.
+KNOWN_CONGESTION_CONTROLS = frozenset({
+    "reno", "cubic", "bbr", "bic", "cdg", "dctcp", "highspeed", "htcp", "hybla",
+    "illinois", "lp", "nv", "scalable", "vegas", "veno", "westwood", "yeah",
+})
+
+#: Sysctls under net.* that belong to the initial namespace only: a namespace cannot set
+#: them (absent or read-only there; measured on 6.18), so a per-host value would be a lie.
+HOST_GLOBAL_SYSCTLS = frozenset({
+    "net.core.rmem_max", "net.core.wmem_max", "net.core.rmem_default", "net.core.wmem_default",
+    "net.core.default_qdisc", "net.core.netdev_max_backlog", "net.core.netdev_budget",
+    "net.core.netdev_budget_usecs", "net.core.dev_weight", "net.core.busy_poll", "net.core.busy_read",
+    "net.core.bpf_jit_enable", "net.core.max_skb_frags", "net.core.gro_normal_batch",
+    "net.core.rps_sock_flow_entries", "net.core.flow_limit_table_len",
+    "net.ipv4.tcp_mem", "net.ipv4.udp_mem", "net.ipv4.tcp_max_orphans", "net.ipv4.tcp_low_latency",
+})
+
+_SYSCTL_NAME = re.compile(r"^net(\.[A-Za-z0-9_\-]+)+$")
+_TRIPLE_SYSCTLS = {"net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"}
+_CC_SYSCTL = "net.ipv4.tcp_congestion_control"
+
+
+@dataclass(frozen=True)
+class OneWay:
+    """What the router does to packets travelling in one direction (SI units)."""
+
+    rate_bps: "float | None" = None
+    delay_s: float = 0.0
+    jitter_s: float = 0.0
+    loss: float = 0.0
+    reorder: float = 0.0
+    duplicate: float = 0.0
+    corrupt: float = 0.0
+    queue_packets: "int | None" = None
+
+    @property
+    def needs_netem(self):
+        """True when only netem can produce this (delay, jitter, loss, reorder, ...)."""
+        return any((self.delay_s, self.jitter_s, self.loss, self.reorder, self.duplicate, self.corrupt))
+
+    @property
+    def is_unimpaired(self):
+        """True when the router forwards this direction untouched."""
+        return self.rate_bps is None and not self.needs_netem and self.queue_packets is None
+
+    def in_flight_packets(self, assumed_rate_bps=10e9):
+        """Packets that sit in the delay line at full rate: the one-way BDP in packets."""
+        rate = self.rate_bps or assumed_rate_bps
+        return math.ceil(rate / 8 * (self.delay_s + self.jitter_s) / MTU_FRAME_BYTES)
+
+    def queue_limit_packets(self):
+        """The bottleneck queue the spec asked for, or 1000 packets (Linux's txqueuelen)."""
+        return self.queue_packets if self.queue_packets is not None else 1000
+
+    def netem_limit_packets(self):
+        """netem's limit: the packets in the delay line plus the queue, so netem never drops on its own."""
+        return self.in_flight_packets() + self.queue_limit_packets()
+
+    def describe(self):
+        """Short text: '100 Mbit/s, 10 ms, 1% loss'."""
+        parts = [format_rate(self.rate_bps) if self.rate_bps else "no rate limit"]
+        if self.delay_s:
+            parts.append(format_time(self.delay_s) + (f" ± {format_time(self.jitter_s)}" if self.jitter_s else ""))
+        for name in ("loss", "reorder", "duplicate", "corrupt"):
+            value = getattr(self, name)
+            if value:
+                parts.append(f"{value * 100:.3g}% {name}")
+        if self.queue_packets is not None:
+            parts.append(f"queue {self.queue_packets} pkts")
+        return ", ".join(parts)
+
+
+_DIRECTION_KEYS = ("rate", "delay", "jitter", "loss", "reorder", "duplicate", "corrupt", "limit")
+
+
+def _check_nonnegative_time(field, value):
+    seconds = parse_time(value, field)
+    if seconds < 0:
+        raise ValueError(f"{field}: must be >= 0, got {value!r}")
+    if seconds > 3600:
+        raise ValueError(f"{field}: must be at most 1 hour, got {value!r}")
+    return seconds
+
+
+def _check_probability(field, value):
+    fraction = parse_fraction(value, field)
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"{field}: must be a fraction in 0..1 (or a percentage '0%'..'100%'), got {value!r}")
+    return fraction
+
+
+def _check_rate(field, value):
+    rate = parse_rate(value, field)
+    if rate <= 0:
+        raise ValueError(f"{field}: must be > 0 bit/s (omit it for an unlimited link), got {value!r}")
+    if rate > 400e9:
+        raise ValueError(f"{field}: at most 400 Gbit/s can be shaped, got {value!r}")
+    return rate
+
+
+def _check_limit(field, value):
+    # An int is packets (tc's netem/pfifo unit); a size string ("64kb") is bytes, rounded up to packets.
+    if isinstance(value, str):
+        nbytes = parse_size(value, field)
+        if nbytes <= 0:
+            raise ValueError(f"{field}: must be > 0, got {value!r}")
+        return max(1, math.ceil(nbytes / MTU_FRAME_BYTES))
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{field}: expected a packet count (int) or a size string like '64kb', got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{field}: must be >= 1 packet, got {value!r}")
+    return value
+
+
+def _one_way(where, rate, delay, jitter, loss, reorder, duplicate, corrupt, limit):
+    """Validate one direction's fields and build its OneWay."""
+    way = OneWay(
+        rate_bps=None if rate is None else _check_rate(f"{where}rate", rate),
+        delay_s=0.0 if delay is None else _check_nonnegative_time(f"{where}delay", delay),
+        jitter_s=0.0 if jitter is None else _check_nonnegative_time(f"{where}jitter", jitter),
+        loss=0.0 if loss is None else _check_probability(f"{where}loss", loss),
+        reorder=0.0 if reorder is None else _check_probability(f"{where}reorder", reorder),
+        duplicate=0.0 if duplicate is None else _check_probability(f"{where}duplicate", duplicate),
+        corrupt=0.0 if corrupt is None else _check_probability(f"{where}corrupt", corrupt),
+        queue_packets=None if limit is None else _check_limit(f"{where}limit", limit),
+    )
+    if way.jitter_s and not way.delay_s:
+        raise ValueError(f"{where}jitter: needs a delay (netem varies the delay around it); set rtt= or delay=")
+    if way.reorder and not way.delay_s:
+        raise ValueError(f"{where}reorder: needs a delay (netem reorders by letting some packets skip it); "
+                         "set rtt= or delay=")
+    if way.jitter_s > way.delay_s:
+        raise ValueError(f"{where}jitter: must not exceed the one-way delay "
+                         f"({format_time(way.jitter_s)} > {format_time(way.delay_s)}), or delays would go negative")
+    return way
+
+
+class Link:
+    """The path between client and server, shaped on the router; keyword-only, validated at once.
+
+    ``rtt`` is split evenly between the two directions; ``delay`` is one-way and applies to
+    both. ``to_client`` / ``to_server`` are dicts overriding fields for one direction
+    (keys: rate, delay, jitter, loss, reorder, duplicate, corrupt, limit). ``limit`` is the
+    bottleneck queue: packets (int) or bytes ("64kb").
+    """
+
+    __slots__ = ("_kwargs", "toward_client", "toward_server")
+
+    def __init__(self, *, rate=None, rtt=None, delay=None, jitter=None, loss=None, reorder=None,
+                 duplicate=None, corrupt=None, limit=None, to_client=None, to_server=None):
+        if rtt is not None and delay is not None:
+            raise ValueError("rtt/delay: give either rtt (split evenly per direction) or delay (one-way), not both")
+        one_way_delay = None
+        if rtt is not None:
+            one_way_delay = _check_nonnegative_time("rtt", rtt) / 2
+        elif delay is not None:
+            one_way_delay = _check_nonnegative_time("delay", delay)
+        common = dict(rate=rate, delay=one_way_delay, jitter=jitter, loss=loss, reorder=reorder,
+                      duplicate=duplicate, corrupt=corrupt, limit=limit)
+        kwargs = {k: v for k, v in dict(common, rtt=rtt, delay=delay, to_client=to_client,
+                                        to_server=to_server).items() if v is not None}
+        if rtt is not None:
+            kwargs.pop("delay", None)
+        object.__setattr__(self, "_kwargs", kwargs)
+        # The prefix makes a message say which direction was wrong when an override is involved.
+        object.__setattr__(self, "toward_client", _one_way(
+            "to_client." if to_client else "", **self._merge("to_client", common, to_client)))
+        object.__setattr__(self, "toward_server", _one_way(
+            "to_server." if to_server else "", **self._merge("to_server", common, to_server)))
+
+    @staticmethod
+    def _merge(name, common, override):
+        if override is None:
+            return common
+        if not isinstance(override, dict):
+            raise TypeError(f"{name}: expected a dict of per-direction fields {_DIRECTION_KEYS}, got {override!r}")
+        unknown = set(override) - set(_DIRECTION_KEYS)
+        if unknown:
+            raise ValueError(f"{name}: unknown field(s) {sorted(unknown)}; allowed: {', '.join(_DIRECTION_KEYS)} "
+                             "(delay is one-way here)")
+        merged = dict(common)
+        merged.update(override)
+        return merged
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Link is immutable; build a new one (or use .replace(...))")
+
+    def replace(self, **changes):
+        """A new Link with some constructor arguments changed."""
+        kwargs = dict(self._kwargs)
+        if "rtt" in changes:
+            kwargs.pop("delay", None)
+        if "delay" in changes:
+            kwargs.pop("rtt", None)
+        kwargs.update(changes)
+        return Link(**kwargs)
+
+    @property
+    def rtt_s(self):
+        """The base round-trip time the router adds (both one-way delays)."""
+        return self.toward_client.delay_s + self.toward_server.delay_s
+
+    @property
+    def rate_bps(self):
+        """The data-direction bottleneck for a download (toward the client); None if unlimited."""
+        return self.toward_client.rate_bps
+
+    @property
+    def needs_netem(self):
+        """True when either direction needs the netem qdisc."""
+        return self.toward_client.needs_netem or self.toward_server.needs_netem
+
+    def __eq__(self, other):
+        return isinstance(other, Link) and (self.toward_client, self.toward_server) == (
+            other.toward_client, other.toward_server)
+
+    def __hash__(self):
+        return hash((self.toward_client, self.toward_server))
+
+    def __repr__(self):
+        return "Link(" + ", ".join(f"{k}={v!r}" for k, v in self._kwargs.items()) + ")"
+
+    def describe(self):
+        """One line per direction, as a failure report shows it."""
+        if self.toward_client == self.toward_server:
+            return f"both ways: {self.toward_client.describe()} (RTT {format_time(self.rtt_s)})"
+        return (f"to client: {self.toward_client.describe()}; to server: {self.toward_server.describe()} "
+                f"(RTT {format_time(self.rtt_s)})")
+
+
+def _normalize_sysctl_value(name, value):
+    if isinstance(value, bool):
+        raise TypeError(f"sysctls[{name!r}]: expected a string, int or tuple of ints, got {value!r}")
+    if isinstance(value, (list, tuple)):
+        if not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise TypeError(f"sysctls[{name!r}]: a sequence must hold ints, got {value!r}")
+        return " ".join(str(v) for v in value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str) and value.strip():
+        return " ".join(value.split())
+    raise TypeError(f"sysctls[{name!r}]: expected a non-empty string, an int or a tuple of ints, got {value!r}")
+
+
+def _check_triple(name, text):
+    try:
+        triple = [int(v) for v in text.split()]
+    except ValueError:
+        triple = []
+    if len(triple) != 3:
+        raise ValueError(f"sysctls[{name!r}]: expected three integers 'min default max', got {text!r}")
+    low, default, high = triple
+    if low <= 0:
+        raise ValueError(f"sysctls[{name!r}]: min must be > 0 bytes, got {low}")
+    if not low <= default <= high:
+        raise ValueError(f"sysctls[{name!r}]: need min <= default <= max, got {text!r}")
+
+
+def check_congestion_control(field, name):
+    """Reject a congestion control Linux never had (a typo), naming the known ones."""
+    if not isinstance(name, str) or name not in KNOWN_CONGESTION_CONTROLS:
+        raise ValueError(f"{field}: unknown congestion control {name!r}; known: "
+                         f"{', '.join(sorted(KNOWN_CONGESTION_CONTROLS))}")
+    return name
+
+
+@dataclass(frozen=True)
+class Host:
+    """An endpoint: per-namespace sysctls and a default congestion control."""
+
+    sysctls: "dict | None" = None
+    cc: "str | None" = None
+
+    def __post_init__(self):
+        raw = self.sysctls or {}
+        if not isinstance(raw, dict):
+            raise TypeError(f"sysctls: expected a dict of 'net.*' names to values, got {raw!r}")
+        clean = {}
+        for name, value in raw.items():
+            if not isinstance(name, str) or not _SYSCTL_NAME.match(name):
+                raise ValueError(f"sysctls: {name!r} is not a network sysctl name; expected dotted 'net.…' "
+                                 "(e.g. 'net.ipv4.tcp_rmem'); other sysctls are host-wide and not per namespace")
+            if name in HOST_GLOBAL_SYSCTLS:
+                raise ValueError(f"sysctls: {name} is host-global (a network namespace cannot set it); "
+                                 "pytest-tcpnet never changes the host's sysctls. For socket buffers, set "
+                                 "net.ipv4.tcp_rmem/tcp_wmem per host or SO_RCVBUF/SO_SNDBUF on the transfer")
+            text = _normalize_sysctl_value(name, value)
+            if name in _TRIPLE_SYSCTLS:
+                _check_triple(name, text)
+            if name == _CC_SYSCTL:
+                check_congestion_control(f"sysctls[{name!r}]", text)
+            clean[name] = text
+        if self.cc is not None:
+            check_congestion_control("cc", self.cc)
+            if _CC_SYSCTL in clean and clean[_CC_SYSCTL] != self.cc:
+                raise ValueError(f"cc: {self.cc!r} conflicts with sysctls[{_CC_SYSCTL!r}] = {clean[_CC_SYSCTL]!r}")
+            clean[_CC_SYSCTL] = self.cc
+        object.__setattr__(self, "sysctls", clean)
+        object.__setattr__(self, "cc", clean.get(_CC_SYSCTL))
+
+    def __hash__(self):
+        return hash(tuple(sorted(self.sysctls.items())))
+
+    def describe(self):
+        """'tcp_rmem=4096 4096 4096, cc=bbr' or 'defaults'."""
+        if not self.sysctls:
+            return "defaults"
+        return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in sorted(self.sysctls.items()))

@@ -1,0 +1,73 @@
+"""TCP formulas the assertions compare measurements with (pure, SI units)."""
+
+import math
+
+__all__ = [
+    "bdp", "window_limited_throughput", "window_for_throughput", "effective_socket_buffer",
+    "advertised_window_adv_win_scale", "mathis_throughput", "transfer_time",
+]
+
+
+def bdp(rate_bps, rtt_s):
+    """Bandwidth-delay product in bytes: what must be in flight to fill the link."""
+    _positive("rate_bps", rate_bps)
+    _nonnegative("rtt_s", rtt_s)
+    return rate_bps * rtt_s / 8
+
+
+def window_limited_throughput(window_bytes, rtt_s):
+    """Throughput in bit/s of a flow that sends one window per round trip (C1: window / RTT)."""
+    _positive("window_bytes", window_bytes)
+    _positive("rtt_s", rtt_s)
+    return window_bytes * 8 / rtt_s
+
+
+def window_for_throughput(rate_bps, rtt_s):
+    """The window in bytes needed to reach rate_bps at rtt_s (the BDP, by another name)."""
+    return bdp(rate_bps, rtt_s)
+
+
+def effective_socket_buffer(requested_bytes, cap_bytes):
+    """What SO_SNDBUF/SO_RCVBUF really give: min(request, net.core.*mem_max) doubled (C12)."""
+    _positive("requested_bytes", requested_bytes)
+    _positive("cap_bytes", cap_bytes)
+    return 2 * min(requested_bytes, cap_bytes)
+
+
+def advertised_window_adv_win_scale(rcvbuf_bytes, adv_win_scale=1):
+    """Usable receive window for kernels before 6.6, where tcp_adv_win_scale reserves overhead (C8).
+
+    With scale > 0 the window is space - space/2^scale (scale 1: half the buffer);
+    with scale <= 0 it is space/2^-scale.
+    """
+    _positive("rcvbuf_bytes", rcvbuf_bytes)
+    if adv_win_scale > 0:
+        return rcvbuf_bytes - (rcvbuf_bytes >> adv_win_scale if isinstance(rcvbuf_bytes, int)
+                               else rcvbuf_bytes / 2 ** adv_win_scale)
+    return rcvbuf_bytes / 2 ** (-adv_win_scale)
+
+
+def mathis_throughput(mss_bytes, rtt_s, loss, constant=math.sqrt(1.5)):
+    """Upper bound in bit/s of a Reno-style flow under random loss: MSS/RTT * C/sqrt(p) (Mathis 1997)."""
+    _positive("mss_bytes", mss_bytes)
+    _positive("rtt_s", rtt_s)
+    if not 0 < loss <= 1:
+        raise ValueError(f"loss: must be in (0, 1], got {loss!r}")
+    return mss_bytes * 8 / rtt_s * constant / math.sqrt(loss)
+
+
+def transfer_time(nbytes, rate_bps):
+    """Seconds to move nbytes at rate_bps."""
+    _positive("rate_bps", rate_bps)
+    _nonnegative("nbytes", nbytes)
+    return nbytes * 8 / rate_bps
+
+
+def _positive(name, value):
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name}: must be a finite number > 0, got {value!r}")
+
+
+def _nonnegative(name, value):
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 and math.isfinite(value)):
+        raise ValueError(f"{name}: must be a finite number >= 0, got {value!r}")

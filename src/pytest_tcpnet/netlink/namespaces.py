@@ -1,0 +1,188 @@
+"""Named network namespaces: create, enter from a thread, remove, sweep what dead owners left."""
+
+import errno
+import os
+import signal
+import threading
+
+from pyroute2 import netns as _netns
+
+from ..errors import LabError
+
+__all__ = [
+    "NETNS_DIR", "PREFIX", "create_namespace", "remove_namespace", "namespace_path", "run_in_namespace",
+    "owner_tag", "lab_namespaces", "sweep_stale_namespaces", "pids_in_namespace", "write_sysctls",
+    "read_sysctls", "sysctl_exists",
+]
+
+NETNS_DIR = "/var/run/netns"
+#: Every namespace the plugin creates starts with this, so the sweeper never touches anyone else's.
+PREFIX = "tcpnet-"
+
+
+def _process_start_ticks(pid):
+    """Start time of a process in clock ticks (field 22 of /proc/PID/stat), to tell a reused pid apart."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[19])
+
+
+def owner_tag(pid=None):
+    """'PID.START': identifies the owning process across pid reuse; goes into every namespace name."""
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}.{_process_start_ticks(pid)}"
+
+
+def namespace_path(name):
+    """The bind-mount path of a named namespace (what nsenter --net= and setns take)."""
+    return os.path.join(NETNS_DIR, name)
+
+
+def create_namespace(name):
+    """Create a named network namespace (like `ip netns add`); fail if the name exists."""
+    if os.path.exists(namespace_path(name)):
+        raise LabError(f"network namespace {name!r} already exists")
+    try:
+        _netns.create(name)
+    except OSError as exc:
+        raise LabError(f"cannot create network namespace {name!r}: {exc}") from exc
+
+
+def remove_namespace(name):
+    """Remove a named namespace; a namespace already gone is not an error."""
+    try:
+        _netns.remove(name)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.EINVAL):
+            raise
+
+
+def run_in_namespace(name, function, *args):
+    """Call function(*args) in a short-lived thread that has entered the namespace; return its result.
+
+    setns(CLONE_NEWNET) changes only the calling thread, so the caller's own sockets and
+    /proc/sys view stay in the namespace they were in.
+    """
+    outcome = {}
+
+    def body():
+        try:
+            fd = os.open(namespace_path(name), os.O_RDONLY)
+            try:
+                _setns(fd)
+            finally:
+                os.close(fd)
+            outcome["value"] = function(*args)
+        except BaseException as exc:  # re-raised in the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=body, name=f"tcpnet-in-{name}", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def _setns(fd):
+    libc = _netns._get_libc()
+    if libc.syscall(_netns.__NR_setns, fd, _netns.CLONE_NEWNET) != 0:
+        err = __import__("ctypes").get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+def _sysctl_path(name):
+    return "/proc/sys/" + name.replace(".", "/")
+
+
+def sysctl_exists(name):
+    """True if this kernel has the sysctl (checked in the caller's namespace, read-only)."""
+    return os.path.exists(_sysctl_path(name))
+
+
+def write_sysctls(name, values):
+    """Write sysctls inside namespace `name`; raise LabError naming the one the kernel refused."""
+
+    def write_all():
+        for key, value in values.items():
+            try:
+                with open(_sysctl_path(key), "w") as f:
+                    f.write(value)
+            except OSError as exc:
+                raise LabError(f"sysctl {key} = {value!r} refused in namespace {name}: "
+                               f"{exc.strerror or exc}") from exc
+
+    run_in_namespace(name, write_all)
+
+
+def read_sysctls(name, keys):
+    """Read sysctls inside namespace `name` as {key: text}; a missing one reads as None."""
+
+    def read_all():
+        result = {}
+        for key in keys:
+            try:
+                with open(_sysctl_path(key)) as f:
+                    result[key] = " ".join(f.read().split())
+            except OSError:
+                result[key] = None
+        return result
+
+    return run_in_namespace(name, read_all)
+
+
+def lab_namespaces():
+    """Names of every namespace a pytest-tcpnet process created (any owner)."""
+    try:
+        return sorted(n for n in os.listdir(NETNS_DIR) if n.startswith(PREFIX))
+    except FileNotFoundError:
+        return []
+
+
+def _owner_alive(tag):
+    try:
+        pid, ticks = (int(x) for x in tag.split("."))
+        return _process_start_ticks(pid) == ticks
+    except (ValueError, OSError, IndexError):
+        return False
+
+
+def pids_in_namespace(name):
+    """Pids of processes whose network namespace is `name` (found via the nsfs inode)."""
+    try:
+        target = os.stat(namespace_path(name))
+    except FileNotFoundError:
+        return []
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            st = os.stat(f"/proc/{entry}/ns/net")
+        except OSError:
+            continue
+        if (st.st_ino, st.st_dev) == (target.st_ino, target.st_dev):
+            pids.append(int(entry))
+    return pids
+
+
+def sweep_stale_namespaces():
+    """Remove namespaces whose owner process is dead, first killing what still runs inside them.
+
+    Processes inside a plugin namespace were started by the plugin (nothing else can enter
+    it), so ending them is ending our own leftovers. Returns the names removed.
+    """
+    removed = []
+    for name in lab_namespaces():
+        tag = name[len(PREFIX):].split("-", 1)[0]
+        if _owner_alive(tag):
+            continue
+        for pid in pids_in_namespace(name):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        remove_namespace(name)
+        removed.append(name)
+    return removed

@@ -1,0 +1,92 @@
+"""What this kernel and process can do: privilege, qdisc kinds, congestion controls."""
+
+import ctypes
+import functools
+import os
+import threading
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+__all__ = ["has_net_admin", "qdisc_supported", "available_congestion_controls", "kernel_release"]
+
+_CLONE_NEWNET = 0x40000000
+_CAP_NET_ADMIN = 12
+
+
+def has_net_admin():
+    """True if this process holds CAP_NET_ADMIN and CAP_SYS_ADMIN (namespaces need both)."""
+    try:
+        with open("/proc/self/status") as f:
+            caps = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
+    except (OSError, StopIteration, ValueError):
+        return False
+    return bool(caps & (1 << _CAP_NET_ADMIN)) and bool(caps & (1 << 21))
+
+
+def _in_private_namespace(function):
+    """Run function in a thread that unshared a fresh, anonymous network namespace.
+
+    The namespace has no name and dies with the thread, so a probe leaves nothing behind
+    even if the process is killed mid-way.
+    """
+    outcome = {}
+
+    def body():
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(_CLONE_NEWNET) != 0:
+            outcome["error"] = OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed")
+            return
+        try:
+            outcome["value"] = function()
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+@functools.lru_cache(maxsize=None)
+def qdisc_supported(kind):
+    """True if the kernel accepts a qdisc of this kind (probed on lo of a throwaway namespace)."""
+
+    def probe():
+        with IPRoute() as ipr:
+            try:
+                ipr.tc("add", kind, index=1, handle=0x10000)
+                return True
+            except NetlinkError:
+                return False
+
+    try:
+        return _in_private_namespace(probe)
+    except OSError:
+        return False
+
+
+def available_congestion_controls():
+    """Congestion controls usable now: loaded ones plus modules present for this kernel."""
+    names = set()
+    try:
+        with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+            names.update(f.read().split())
+    except OSError:
+        pass
+    moddir = f"/lib/modules/{kernel_release()}/kernel/net/ipv4"
+    try:
+        for entry in os.listdir(moddir):
+            if entry.startswith("tcp_") and ".ko" in entry:
+                names.add(entry[4:].split(".ko")[0])
+    except OSError:
+        pass
+    return names
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_release():
+    """uname -r."""
+    return os.uname().release

@@ -1,0 +1,86 @@
+"""Shaping one direction on the router's egress: htb for rate, netem for delay and loss."""
+
+import math
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from ..errors import LabError
+from ..model import MTU_FRAME_BYTES
+
+__all__ = ["shape_egress", "qdisc_stats", "htb_burst_bytes"]
+
+_ROOT = 0x10000        # 1:
+_RATE_CLASS = 0x10001  # 1:1
+_LEAF = 0x100000       # 10:
+
+
+def htb_burst_bytes(rate_bps):
+    """HTB burst: about 1 ms worth of the rate, never under two frames (DESIGN pitfall 4)."""
+    return max(2 * MTU_FRAME_BYTES, math.ceil(rate_bps / 8 * 1e-3))
+
+
+def _netem_kwargs(way):
+    # pyroute2 takes delays in microseconds and probabilities in percent.
+    kwargs = {"delay": round(way.delay_s * 1e6), "limit": way.netem_limit_packets()}
+    if way.jitter_s:
+        kwargs["jitter"] = round(way.jitter_s * 1e6)
+    if way.loss:
+        kwargs["loss"] = way.loss * 100
+    if way.duplicate:
+        kwargs["duplicate"] = way.duplicate * 100
+    if way.reorder:
+        kwargs["prob_reorder"] = way.reorder * 100
+    if way.corrupt:
+        kwargs["prob_corrupt"] = way.corrupt * 100
+    return kwargs
+
+
+def shape_egress(namespace, ifname, way):
+    """Install the qdiscs for one direction (a model.OneWay) on an interface; unimpaired adds nothing."""
+    if way.is_unimpaired:
+        return []
+    try:
+        with IPRoute(netns=namespace) as ipr:
+            index = ipr.link_lookup(ifname=ifname)[0]
+            installed = []
+            leaf_parent = None
+            if way.rate_bps is not None:
+                burst = htb_burst_bytes(way.rate_bps)
+                ipr.tc("add", "htb", index=index, handle=_ROOT, default=1)
+                # quantum: a few frames; the default (rate/r2q) overflows at Gbit rates.
+                ipr.tc("add-class", "htb", index=index, handle=_RATE_CLASS, parent=_ROOT,
+                       rate=f"{int(way.rate_bps)}bit", ceil=f"{int(way.rate_bps)}bit",
+                       burst=burst, cburst=burst, quantum=min(200000, max(MTU_FRAME_BYTES, burst)))
+                installed.append(f"htb rate {int(way.rate_bps)}bit burst {burst}b")
+                leaf_parent = _RATE_CLASS
+            if way.needs_netem:
+                kwargs = _netem_kwargs(way)
+                if leaf_parent is None:
+                    ipr.tc("add", "netem", index=index, handle=_LEAF, **kwargs)
+                else:
+                    ipr.tc("add", "netem", index=index, handle=_LEAF, parent=leaf_parent, **kwargs)
+                installed.append("netem " + " ".join(f"{k}={v}" for k, v in kwargs.items()))
+            elif leaf_parent is not None:
+                ipr.tc("add", "pfifo", index=index, handle=_LEAF, parent=leaf_parent,
+                       limit=way.queue_limit_packets())
+                installed.append(f"pfifo limit {way.queue_limit_packets()}")
+            return installed
+    except NetlinkError as exc:
+        raise LabError(f"installing qdiscs on {ifname} in {namespace} ({way.describe()}) failed: {exc}") from exc
+
+
+def qdisc_stats(namespace, ifname):
+    """[{kind, handle, parent, packets, bytes, drops, overlimits, backlog}] of an interface's qdiscs."""
+    with IPRoute(netns=namespace) as ipr:
+        index = ipr.link_lookup(ifname=ifname)[0]
+        result = []
+        for msg in ipr.get_qdiscs(index=index):
+            stats = msg.get_attr("TCA_STATS") or {}
+            result.append({
+                "kind": msg.get_attr("TCA_KIND"), "handle": msg["handle"], "parent": msg["parent"],
+                "packets": stats.get("packets", 0), "bytes": stats.get("bytes", 0),
+                "drops": stats.get("drops", 0), "overlimits": stats.get("overlimits", 0),
+                "backlog": stats.get("backlog", 0),
+            })
+        return result

@@ -1,0 +1,124 @@
+"""Veth wiring, addresses, routes and offloads of a client – router – server path."""
+
+from dataclasses import dataclass
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from ..errors import LabError
+from .namespaces import run_in_namespace, write_sysctls
+
+__all__ = ["PathAddresses", "PATH_ADDRESSES", "wire_path", "set_offloads", "get_offloads", "OFFLOAD_FEATURES",
+           "TSO_FEATURES"]
+
+
+@dataclass(frozen=True)
+class PathAddresses:
+    """Interface names and addresses of one path; the same in every lab (namespaces isolate them)."""
+
+    client_if: str = "veth-rtr"
+    router_client_if: str = "veth-cli"
+    router_server_if: str = "veth-srv"
+    server_if: str = "veth-rtr"
+    # RFC 2544 benchmarking range: never routed on the internet, never used by the host.
+    client: str = "198.18.0.2"
+    router_client_side: str = "198.18.0.1"
+    router_server_side: str = "198.19.0.1"
+    server: str = "198.19.0.2"
+    prefixlen: int = 24
+
+
+PATH_ADDRESSES = PathAddresses()
+
+#: ethtool features that let a veth carry 64 KB super-packets (DESIGN pitfall 3). The TSO ones
+#: decide whether a super-packet leaves the device whole; GSO and GRO build them in software.
+TSO_FEATURES = ("tx-tcp-segmentation", "tx-tcp6-segmentation", "tx-tcp-ecn-segmentation",
+                "tx-tcp-mangleid-segmentation")
+OFFLOAD_FEATURES = TSO_FEATURES + ("tx-generic-segmentation", "rx-gro")
+
+
+def _ipr_call(namespace, what, function):
+    try:
+        with IPRoute(netns=namespace) as ipr:
+            return function(ipr)
+    except NetlinkError as exc:
+        raise LabError(f"{what} in namespace {namespace} failed: {exc}") from exc
+
+
+def _index(ipr, ifname):
+    found = ipr.link_lookup(ifname=ifname)
+    if not found:
+        raise LabError(f"interface {ifname} not found")
+    return found[0]
+
+
+def _configure(ipr, ifname, address, prefixlen, routes):
+    index = _index(ipr, ifname)
+    ipr.addr("add", index=index, address=address, prefixlen=prefixlen)
+    ipr.link("set", index=index, state="up")
+    for dst, gateway in routes:
+        ipr.route("add", dst=dst, gateway=gateway)
+
+
+def wire_path(client_ns, router_ns, server_ns, addresses=PATH_ADDRESSES):
+    """Create both veth pairs from inside the router, address them and route client <-> server.
+
+    The veths are created in the router namespace with their peers placed straight into the
+    endpoint namespaces, so no interface ever appears in the host namespace, even briefly.
+    """
+    a = addresses
+
+    def router_side(ipr):
+        ipr.link("add", ifname=a.router_client_if, kind="veth", peer={"ifname": a.client_if, "net_ns_fd": client_ns})
+        ipr.link("add", ifname=a.router_server_if, kind="veth", peer={"ifname": a.server_if, "net_ns_fd": server_ns})
+        _configure(ipr, a.router_client_if, a.router_client_side, a.prefixlen, [])
+        _configure(ipr, a.router_server_if, a.router_server_side, a.prefixlen, [])
+        ipr.link("set", index=_index(ipr, "lo"), state="up")
+
+    _ipr_call(router_ns, "creating veth pairs", router_side)
+    write_sysctls(router_ns, {"net.ipv4.ip_forward": "1"})
+    # Each endpoint reaches only the other endpoint's subnet through the router: no default route.
+    _ipr_call(client_ns, "addressing the client", lambda ipr: (
+        _configure(ipr, a.client_if, a.client, a.prefixlen, [(f"{_subnet(a.server)}/{a.prefixlen}",
+                                                              a.router_client_side)]),
+        ipr.link("set", index=_index(ipr, "lo"), state="up")))
+    _ipr_call(server_ns, "addressing the server", lambda ipr: (
+        _configure(ipr, a.server_if, a.server, a.prefixlen, [(f"{_subnet(a.client)}/{a.prefixlen}",
+                                                              a.router_server_side)]),
+        ipr.link("set", index=_index(ipr, "lo"), state="up")))
+
+
+def _subnet(address):
+    return ".".join(address.split(".")[:3]) + ".0"
+
+
+def set_offloads(namespace, ifname, enabled, names=OFFLOAD_FEATURES):
+    """Turn the named offloads on or off on one interface; return what the kernel kept (all of OFFLOAD_FEATURES)."""
+    from pyroute2.ethtool import Ethtool
+
+    def apply():
+        with Ethtool() as eth:
+            features = eth.get_features(ifname)
+            for name in names:
+                if name in features.features and features.features[name].available:
+                    features.features[name].enable = enabled
+            eth.set_features(ifname, features)
+            return _read_offloads(eth, ifname)
+
+    return run_in_namespace(namespace, apply)
+
+
+def get_offloads(namespace, ifname):
+    """{feature: enabled} for the segmentation/GRO offloads of one interface."""
+    from pyroute2.ethtool import Ethtool
+
+    def read():
+        with Ethtool() as eth:
+            return _read_offloads(eth, ifname)
+
+    return run_in_namespace(namespace, read)
+
+
+def _read_offloads(eth, ifname):
+    features = eth.get_features(ifname).features
+    return {name: features[name].enable for name in OFFLOAD_FEATURES if name in features}

@@ -1,0 +1,120 @@
+"""pytest adapter: options, markers, the `tcpnet` fixture, skip/fail policy for missing capabilities.
+
+Thin on purpose: everything here delegates to objects that work without pytest.
+"""
+
+import os
+
+import pytest
+
+from .errors import MissingCapability
+
+_STRICT_CHOICES = ("off", "undeclared", "all")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("tcpnet", "TCP labs in network namespaces (pytest-tcpnet)")
+    group.addoption(
+        "--tcpnet-strict", dest="tcpnet_strict", choices=_STRICT_CHOICES,
+        default=os.environ.get("TCPNET_STRICT", "off"),
+        help="turn 'skipped: capability missing' into a failure: 'all' for every test (use where the "
+             "capability must be present, e.g. in the VM run of CI), 'undeclared' only for tests that "
+             "hit a missing capability without declaring it with @pytest.mark.tcpnet_needs "
+             "(default: $TCPNET_STRICT or off)")
+    from . import vm
+    vm.add_options(group)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "tcpnet_needs(*needs): the test needs these from the machine: 'privilege', a qdisc "
+        "('netem', 'htb', 'tbf'), a congestion control ('bbr'), a tool ('tshark', 'iperf3', 'curl') or "
+        "'kernel>=X.Y'. Missing -> skipped with the reason (failed under --tcpnet-strict=all). Each need N "
+        "also marks the test needs_N, so `-m needs_netem` selects what must run under a netem kernel.")
+    for need in ("netem", "bbr", "tshark", "iperf3", "curl", "privilege"):
+        config.addinivalue_line("markers", f"needs_{need}: added automatically from tcpnet_needs('{need}')")
+    config.addinivalue_line("markers", "tcpnet_vm_boot: boots a real VM (slow: about a minute each)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    from . import vm
+    return vm.maybe_run_in_vm(config)
+
+
+def pytest_report_header(config):
+    from .requirements import describe_machine
+    return describe_machine()
+
+
+def pytest_sessionstart(session):
+    from . import netlink
+    # Remove what killed sessions left behind (their owner pid is dead), once per process.
+    if netlink.has_net_admin():
+        removed = netlink.sweep_stale_namespaces()
+        if removed:
+            session.config.get_terminal_writer().line(
+                f"tcpnet: removed {len(removed)} namespace(s) left by dead sessions")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for mark in item.iter_markers("tcpnet_needs"):
+            for need in mark.args:
+                if isinstance(need, str) and need.isidentifier():
+                    item.add_marker(f"needs_{need}")
+
+
+def _strictness(config):
+    return config.getoption("tcpnet_strict")
+
+
+def _declared_needs(item):
+    return {need for mark in item.iter_markers("tcpnet_needs") for need in mark.args}
+
+
+def _missing(item, exc, declared):
+    """Skip, or fail when the strictness option says this missing capability must not be skipped."""
+    strict = _strictness(item.config)
+    if strict == "all" or (strict == "undeclared" and not declared):
+        pytest.fail(f"capability missing (--tcpnet-strict={strict}): {exc}", pytrace=False)
+    hint = "" if declared else f" (declare it: @pytest.mark.tcpnet_needs({exc.capability!r}))"
+    pytest.skip(f"{exc}{hint}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    from .requirements import check_needs
+    needs = _declared_needs(item)
+    try:
+        check_needs(sorted(needs))
+    except MissingCapability as exc:
+        _missing(item, exc, declared=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    try:
+        return (yield)
+    except MissingCapability as exc:
+        _missing(pyfuncitem, exc, declared=exc.capability in _declared_needs(pyfuncitem))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    try:
+        return (yield)
+    except MissingCapability as exc:
+        item = request.node
+        _missing(item, exc, declared=exc.capability in _declared_needs(item))
+
+
+@pytest.fixture
+def tcpnet():
+    """A Lab for this test: ``tcpnet.pair(link=, client=, server=)`` builds paths; all torn down after."""
+    from .lab import Lab
+    lab = Lab(sweep=False)
+    try:
+        yield lab
+    finally:
+        lab.close()

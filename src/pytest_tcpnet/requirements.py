@@ -1,0 +1,69 @@
+"""What a test needs from the machine ("netem", "bbr", "tshark", "kernel>=6.6") and whether it is here."""
+
+import re
+import shutil
+
+from .errors import MissingCapability
+from .model import KNOWN_CONGESTION_CONTROLS, KernelVersion
+
+__all__ = ["check_need", "check_needs", "describe_machine", "QDISC_NEEDS", "TOOL_NEEDS"]
+
+QDISC_NEEDS = frozenset({"netem", "htb", "tbf", "pfifo", "bfifo", "ingress", "clsact"})
+TOOL_NEEDS = {"tshark": "tshark", "iperf3": "iperf3", "curl": "curl", "nsenter": "util-linux"}
+_KERNEL_NEED = re.compile(r"^kernel\s*(>=|<=|==|>|<)\s*(\d+\.\d+(?:\.\d+)?)$")
+_OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "==": lambda a, b: a == b,
+        ">": lambda a, b: a > b, "<": lambda a, b: a < b}
+
+
+def check_need(need):
+    """Raise MissingCapability if `need` is not met here; ValueError if it is not a need we know."""
+    from . import netlink  # lazy: pyroute2 only when a lab-ish need is checked
+
+    if not isinstance(need, str):
+        raise TypeError(f"need: expected a string like 'netem' or 'kernel>=6.6', got {need!r}")
+    release = netlink.kernel_release()
+    if need in ("root", "privilege"):
+        if not netlink.has_net_admin():
+            raise MissingCapability(need, "needs CAP_NET_ADMIN and CAP_SYS_ADMIN (run as root)")
+        return
+    if need in QDISC_NEEDS:
+        if not netlink.has_net_admin():
+            raise MissingCapability(need, f"cannot probe for sch_{need} without CAP_NET_ADMIN (run as root)")
+        if not netlink.qdisc_supported(need):
+            hint = " ; run the session in a VM with `pytest --tcpnet-vm`" if need == "netem" else ""
+            raise MissingCapability(need, f"kernel {release} has no sch_{need}{hint}")
+        return
+    if need in KNOWN_CONGESTION_CONTROLS:
+        if need not in netlink.available_congestion_controls():
+            raise MissingCapability(need, f"congestion control {need} is not available on kernel {release}")
+        return
+    if need in TOOL_NEEDS:
+        if shutil.which(need) is None:
+            raise MissingCapability(need, f"{need} is not on PATH (apt-get install {TOOL_NEEDS[need]})")
+        return
+    match = _KERNEL_NEED.match(need.replace(" ", ""))
+    if match:
+        op, wanted = match.groups()
+        if not _OPS[op](KernelVersion.parse(release), KernelVersion.parse(wanted)):
+            raise MissingCapability(need, f"kernel {release} does not satisfy {op}{wanted}; "
+                                    f"run under another kernel with `pytest --tcpnet-vm --tcpnet-kernel=...`")
+        return
+    raise ValueError(f"unknown need {need!r}; known: privilege, {', '.join(sorted(QDISC_NEEDS))}, "
+                     f"a congestion control name, {', '.join(TOOL_NEEDS)}, or 'kernel>=X.Y' (>=, <=, ==, >, <)")
+
+
+def check_needs(needs):
+    """check_need for each; the first missing one raises."""
+    for need in needs:
+        check_need(need)
+
+
+def describe_machine():
+    """One line for pytest's report header: kernel, privilege, netem, congestion controls."""
+    from . import netlink
+
+    if not netlink.has_net_admin():
+        return f"tcpnet: kernel {netlink.kernel_release()}, no CAP_NET_ADMIN (lab tests will skip)"
+    qdiscs = " ".join(f"{q}={'yes' if netlink.qdisc_supported(q) else 'NO'}" for q in ("netem", "htb", "tbf"))
+    ccs = " ".join(sorted(netlink.available_congestion_controls()))
+    return f"tcpnet: kernel {netlink.kernel_release()}, {qdiscs}, cc: {ccs}"

@@ -1,0 +1,81 @@
+"""Start and stop processes inside a lab namespace, tracking each by pid."""
+
+import os
+import shutil
+import signal
+import subprocess
+
+from ..errors import LabError, MissingCapability
+
+__all__ = ["NamespaceProcesses", "nsenter_path"]
+
+
+def nsenter_path():
+    """Path of util-linux's nsenter, which enters the namespace and execs (no extra process)."""
+    path = shutil.which("nsenter")
+    if path is None:
+        raise MissingCapability("nsenter", "util-linux's nsenter is not on PATH (apt-get install util-linux)")
+    return path
+
+
+class NamespaceProcesses:
+    """The processes one node started; stops them (and only them) by pid on close."""
+
+    def __init__(self, namespace_path):
+        self._netns = namespace_path
+        self._running = []
+
+    def popen(self, argv, **kwargs):
+        """subprocess.Popen of argv inside the namespace, in its own process group."""
+        if isinstance(argv, str):
+            raise TypeError("argv: pass a list of arguments (use ['sh', '-c', '...'] for a shell command)")
+        kwargs.setdefault("start_new_session", True)  # so stop() can end its children too
+        try:
+            proc = subprocess.Popen([nsenter_path(), f"--net={self._netns}", "--", *argv], **kwargs)
+        except OSError as exc:
+            raise LabError(f"cannot start {argv[0]!r} in {self._netns}: {exc}") from exc
+        self._running.append(proc)
+        return proc
+
+    def run(self, argv, *, timeout=60, check=False, **kwargs):
+        """Run argv to completion inside the namespace; a timeout stops it and raises LabError."""
+        kwargs.setdefault("stdout", subprocess.PIPE)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        kwargs.setdefault("text", True)
+        proc = self.popen(argv, **kwargs)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop(proc)
+            raise LabError(f"{argv!r} did not finish within {timeout} s in {self._netns}; stopped it") from None
+        finally:
+            if proc.returncode is not None and proc in self._running:
+                self._running.remove(proc)
+        result = subprocess.CompletedProcess(argv, proc.returncode, out, err)
+        if check:
+            result.check_returncode()
+        return result
+
+    def stop(self, proc, grace=1.0):
+        """Stop one process we started: SIGTERM to its group, SIGKILL after a grace period."""
+        if proc.poll() is None:
+            for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+                try:
+                    os.killpg(proc.pid, sig)  # the group we created with start_new_session
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream:
+                stream.close()
+        if proc in self._running:
+            self._running.remove(proc)
+
+    def stop_all(self):
+        """Stop every process this node started that still runs."""
+        for proc in list(self._running):
+            self.stop(proc, grace=0.2)

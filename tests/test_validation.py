@@ -1,0 +1,119 @@
+"""Bad input is refused before anything is created, with a message naming the field and what is allowed."""
+
+import pytest
+
+from pytest_tcpnet import Host, Link
+from pytest_tcpnet import netlink
+
+# (constructor kwargs, exception type, words the message must contain)
+BAD_LINKS = [
+    (dict(loss=1.2), ValueError, ["loss", "0..1"]),
+    (dict(loss="120%"), ValueError, ["loss", "0..1"]),
+    (dict(loss=-0.1), ValueError, ["loss", "0..1"]),
+    (dict(rtt="-5ms"), ValueError, ["rtt", ">= 0"]),
+    (dict(delay=-0.001), ValueError, ["delay", ">= 0"]),
+    (dict(rate=0), ValueError, ["rate", "> 0"]),
+    (dict(rate="-10mbit"), ValueError, ["rate", "> 0"]),
+    (dict(rate="100 furlongs"), ValueError, ["rate", "unknown unit", "mbit"]),
+    (dict(rtt="20 parsecs"), ValueError, ["rtt", "unknown unit", "ms"]),
+    (dict(rtt="fast"), ValueError, ["rtt", "cannot parse"]),
+    (dict(jitter="1ms"), ValueError, ["jitter", "needs a delay"]),
+    (dict(reorder="25%"), ValueError, ["reorder", "needs a delay"]),
+    (dict(rtt="10ms", jitter="6ms"), ValueError, ["jitter", "must not exceed"]),
+    (dict(rtt="20ms", delay="10ms"), ValueError, ["rtt/delay", "not both"]),
+    (dict(duplicate=2), ValueError, ["duplicate", "0..1"]),
+    (dict(corrupt="150%"), ValueError, ["corrupt", "0..1"]),
+    (dict(limit=0), ValueError, ["limit", ">= 1"]),
+    (dict(limit=-5), ValueError, ["limit", ">= 1"]),
+    (dict(limit=2.5), TypeError, ["limit", "packet count"]),
+    (dict(loss=True), TypeError, ["loss", "number"]),
+    (dict(rate=float("nan")), ValueError, ["rate", "finite"]),
+    (dict(rtt=float("inf")), ValueError, ["rtt", "finite"]),
+    (dict(rtt="2h"), ValueError, ["rtt", "unknown unit"]),
+    (dict(delay=7200), ValueError, ["delay", "at most 1 hour"]),
+    (dict(rate="500gbit"), ValueError, ["rate", "400 Gbit/s"]),
+    (dict(to_client={"lost": 0.1}), ValueError, ["to_client", "unknown field", "loss"]),
+    (dict(to_server={"loss": 3}), ValueError, ["to_server.loss", "0..1"]),
+    (dict(to_client="fast"), TypeError, ["to_client", "dict"]),
+    (dict(rtt=[20]), TypeError, ["rtt", "number"]),
+]
+
+BAD_HOSTS = [
+    (dict(sysctls={"net.ipv4.tcp_rmem": "8192 4096 16384"}), ValueError, ["tcp_rmem", "min <= default <= max"]),
+    (dict(sysctls={"net.ipv4.tcp_wmem": "4096 4096"}), ValueError, ["tcp_wmem", "three integers"]),
+    (dict(sysctls={"net.ipv4.tcp_rmem": "0 4096 4096"}), ValueError, ["tcp_rmem", "min must be > 0"]),
+    (dict(sysctls={"net.ipv4.tcp_rmem": "a b c"}), ValueError, ["tcp_rmem", "three integers"]),
+    (dict(sysctls={"net.core.rmem_max": 1 << 24}), ValueError, ["net.core.rmem_max", "host-global"]),
+    (dict(sysctls={"net.core.wmem_max": 1 << 24}), ValueError, ["net.core.wmem_max", "host-global"]),
+    (dict(sysctls={"net.ipv4.tcp_mem": "1 2 3"}), ValueError, ["tcp_mem", "host-global"]),
+    (dict(sysctls={"vm.swappiness": 10}), ValueError, ["vm.swappiness", "net."]),
+    (dict(sysctls={"tcp_rmem": "4096 4096 4096"}), ValueError, ["tcp_rmem", "net."]),
+    (dict(sysctls={"net.ipv4.tcp_sack": True}), TypeError, ["tcp_sack", "string"]),
+    (dict(sysctls={"net.ipv4.tcp_sack": ""}), TypeError, ["tcp_sack", "non-empty"]),
+    (dict(sysctls=["net.ipv4.tcp_sack"]), TypeError, ["sysctls", "dict"]),
+    (dict(cc="bbrv9"), ValueError, ["cc", "unknown congestion control", "cubic"]),
+    (dict(cc="CUBIC"), ValueError, ["cc", "unknown congestion control"]),
+    (dict(sysctls={"net.ipv4.tcp_congestion_control": "turbo"}), ValueError, ["unknown congestion control"]),
+    (dict(cc="bbr", sysctls={"net.ipv4.tcp_congestion_control": "cubic"}), ValueError, ["cc", "conflicts"]),
+]
+
+
+@pytest.mark.parametrize("kwargs, error, words", BAD_LINKS, ids=[repr(c[0]) for c in BAD_LINKS])
+def test_bad_link_is_refused_with_a_helpful_message(kwargs, error, words):
+    with pytest.raises(error) as info:
+        Link(**kwargs)
+    for word in words:
+        assert word in str(info.value), f"{word!r} missing from: {info.value}"
+
+
+@pytest.mark.parametrize("kwargs, error, words", BAD_HOSTS, ids=[repr(c[0]) for c in BAD_HOSTS])
+def test_bad_host_is_refused_with_a_helpful_message(kwargs, error, words):
+    with pytest.raises(error) as info:
+        Host(**kwargs)
+    for word in words:
+        assert word in str(info.value), f"{word!r} missing from: {info.value}"
+
+
+def test_link_rejects_positional_and_unknown_arguments():
+    with pytest.raises(TypeError):
+        Link("100mbit")
+    with pytest.raises(TypeError):
+        Link(bandwidth="100mbit")
+
+
+def test_the_table_is_big_enough():
+    assert len(BAD_LINKS) + len(BAD_HOSTS) >= 25
+
+
+@pytest.mark.tcpnet_needs("privilege")
+@pytest.mark.parametrize("make_pair, error, words", [
+    (lambda lab: lab.pair(client=Host(sysctls={"net.ipv4.tcp_no_such_knob": 1})), ValueError,
+     ["client.sysctls", "unknown sysctl", "tcp_no_such_knob"]),
+    (lambda lab: lab.pair(link="100mbit"), TypeError, ["link", "Link"]),
+    (lambda lab: lab.pair(server={"cc": "bbr"}), TypeError, ["server", "Host"]),
+], ids=["unknown-sysctl", "link-not-a-Link", "server-not-a-Host"])
+def test_lab_refuses_before_creating_anything(tcpnet, make_pair, error, words):
+    before = netlink.lab_namespaces()
+    with pytest.raises(error) as info:
+        make_pair(tcpnet)
+    for word in words:
+        assert word in str(info.value)
+    assert netlink.lab_namespaces() == before
+
+
+@pytest.mark.tcpnet_needs("privilege")
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(nbytes=0), ["nbytes", "positive"]),
+    (dict(nbytes=-1), ["nbytes", "positive"]),
+    (dict(nbytes=1000, direction="sideways"), ["direction", "download"]),
+    (dict(nbytes=1000, sndbuf=-16384), ["sndbuf", "1..2^31-1"]),
+    (dict(nbytes=1000, rcvbuf="lots"), ["rcvbuf", "cannot parse"]),
+    (dict(nbytes=1000, cc="warp"), ["cc", "unknown congestion control"]),
+])
+def test_transfer_refuses_bad_arguments_without_starting_processes(tcpnet, kwargs, words):
+    pair = tcpnet.pair()
+    with pytest.raises(ValueError) as info:
+        pair.transfer(**kwargs)
+    for word in words:
+        assert word in str(info.value)
+    assert netlink.pids_in_namespace(pair.server.namespace) == []
