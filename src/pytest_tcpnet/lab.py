@@ -33,6 +33,7 @@ TCP_SYSCTLS = (
     "net.core.rmem_max", "net.core.wmem_max", "net.core.rmem_default", "net.core.wmem_default",
 )
 
+_CC_SYSCTL = "net.ipv4.tcp_congestion_control"
 _sequence = itertools.count()
 _open_labs = weakref.WeakSet()
 
@@ -121,9 +122,13 @@ class Pair:
             netlink.create_namespace(node.namespace)
             self._created.append(node.namespace)
         netlink.wire_path(self.client.namespace, self.router.namespace, self.server.namespace)
+        self.socket_cc = {}
         for node, host in ((self.client, self.client_host), (self.server, self.server_host)):
-            if host.sysctls:
-                netlink.write_sysctls(node.namespace, host.sysctls)
+            plain = {k: v for k, v in host.sysctls.items() if k != _CC_SYSCTL}
+            if plain:
+                netlink.write_sysctls(node.namespace, plain)
+            if host.cc:
+                self._set_default_cc(node, host.cc)
         # Router hops carry real packets, not 64 KB super-packets, so qdiscs and captures count right.
         for ifname in (a.router_client_if, a.router_server_if):
             self.offloads[f"router/{ifname}"] = netlink.set_offloads(self.router.namespace, ifname, False)
@@ -143,6 +148,20 @@ class Pair:
             a.router_client_if: netlink.shape_egress(self.router.namespace, a.router_client_if, self.link.toward_client),
             a.router_server_if: netlink.shape_egress(self.router.namespace, a.router_server_if, self.link.toward_server),
         }
+
+    def _set_default_cc(self, node, cc):
+        """Make cc the namespace's default, or, where the host forbids it, the cc of every socket we open.
+
+        Linux lets a non-initial namespace default only to algorithms in the host's
+        net.ipv4.tcp_allowed_congestion_control (EPERM otherwise); a root process may still pick
+        any algorithm per socket, which is what our workloads then do (recorded as socket_cc).
+        """
+        try:
+            netlink.write_sysctls(node.namespace, {_CC_SYSCTL: cc})
+        except LabError as exc:
+            if "not permitted" not in str(exc):
+                raise
+            self.socket_cc[node.role] = cc
 
     def router_qdisc_stats(self):
         """{ifname: [qdisc stats]} of the router's two shaped interfaces."""
@@ -174,6 +193,7 @@ class Pair:
         sender, receiver = (self.server, self.client) if direction == "download" else (self.client, self.server)
         listener_role = "sender" if sender is self.server else "receiver"
         common = [f"--nbytes={nbytes}", f"--timeout={timeout}"]
+        cc = cc or self.socket_cc.get(sender.role)
         sender_opts = common + ([f"--sndbuf={sndbuf}"] if sndbuf else []) + ([f"--cc={cc}"] if cc else [])
         receiver_opts = common + ([f"--rcvbuf={rcvbuf}"] if rcvbuf else [])
         server_opts = sender_opts if listener_role == "sender" else receiver_opts

@@ -30,7 +30,7 @@ def check_need(need):
         if not netlink.has_net_admin():
             raise MissingCapability(need, f"cannot probe for sch_{need} without CAP_NET_ADMIN (run as root)")
         if not netlink.qdisc_supported(need):
-            hint = " ; run the session in a VM with `pytest --tcpnet-vm`" if need == "netem" else ""
+            hint = "; run the session in a VM with `pytest --tcpnet-vm`" if need == "netem" else ""
             raise MissingCapability(need, f"kernel {release} has no sch_{need}{hint}")
         return
     if need in KNOWN_CONGESTION_CONTROLS:

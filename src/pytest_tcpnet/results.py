@@ -48,6 +48,12 @@ class TransferResult:
         return None if rtt is None else rtt / 1e6
 
     @property
+    def min_rtt_s(self):
+        """The lowest RTT the sender saw (TCP_INFO min_rtt): the path's base RTT plus stack time."""
+        rtt = self.sender_tcp_info.get("min_rtt")
+        return None if rtt is None else rtt / 1e6
+
+    @property
     def retransmits(self):
         """Segments the sender retransmitted."""
         return self.sender_tcp_info.get("total_retrans")

@@ -1,0 +1,183 @@
+"""The lab core against the real kernel: namespaces, veths, htb, sysctls, transfers, teardown."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from pyroute2 import IPRoute
+
+from pytest_tcpnet import Host, Lab, LabError, Link, assert_throughput_within, model, netlink
+
+pytestmark = pytest.mark.tcpnet_needs("privilege")
+
+
+def _addresses(namespace):
+    with IPRoute(netns=namespace) as ipr:
+        return sorted(a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=2) if a.get_attr("IFA_ADDRESS") != "127.0.0.1")
+
+
+def _routes(namespace):
+    with IPRoute(netns=namespace) as ipr:
+        return sorted((r.get_attr("RTA_DST"), r.get_attr("RTA_GATEWAY")) for r in ipr.get_routes(family=2, table=254))
+
+
+def test_pair_builds_three_addressed_namespaces(tcpnet):
+    pair = tcpnet.pair()
+    assert _addresses(pair.client.namespace) == ["198.18.0.2"]
+    assert _addresses(pair.router.namespace) == ["198.18.0.1", "198.19.0.1"]
+    assert _addresses(pair.server.namespace) == ["198.19.0.2"]
+    # No default route anywhere: the endpoints can reach each other and nothing else.
+    assert (None, None) not in _routes(pair.client.namespace)
+    assert ("198.19.0.0", "198.18.0.1") in _routes(pair.client.namespace)
+    assert netlink.read_sysctls(pair.router.namespace, ["net.ipv4.ip_forward"]) == {"net.ipv4.ip_forward": "1"}
+
+
+def test_nodes_run_commands_in_their_namespace(tcpnet):
+    pair = tcpnet.pair()
+    out = pair.client.run([sys.executable, "-c", "import socket; s = socket.create_connection(('198.19.0.2', 9), 2)"],
+                          timeout=10)
+    # Port 9 is closed on the server: the router forwarded the SYN and the server's RST came back.
+    assert "ConnectionRefusedError" in out.stderr
+    listing = pair.server.run(["cat", "/proc/net/dev"]).stdout
+    assert "veth-rtr" in listing and "veth-cli" not in listing
+
+
+def test_sysctls_are_set_per_namespace_and_host_is_untouched(tcpnet):
+    with open("/proc/sys/net/ipv4/tcp_rmem") as f:
+        host_rmem = " ".join(f.read().split())
+    pair = tcpnet.pair(client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"}), server=Host(cc="reno"))
+    assert pair.client.sysctls()["net.ipv4.tcp_rmem"] == "4096 4096 4096"
+    assert pair.server.sysctls()["net.ipv4.tcp_congestion_control"] == "reno"
+    assert pair.server.sysctls()["net.ipv4.tcp_rmem"] == host_rmem
+    with open("/proc/sys/net/ipv4/tcp_rmem") as f:
+        assert " ".join(f.read().split()) == host_rmem
+
+
+def test_rate_is_installed_as_htb_with_a_burst_sized_from_the_rate(tcpnet):
+    pair = tcpnet.pair(link=Link(rate="50mbit", to_server={"rate": "5mbit"}))
+    stats = pair.router_qdisc_stats()
+    assert [q["kind"] for q in stats["veth-cli"]] == ["htb", "pfifo"]
+    assert [q["kind"] for q in stats["veth-srv"]] == ["htb", "pfifo"]
+    assert any("htb rate 50000000bit" in line for line in pair.qdisc_plan["veth-cli"])
+    assert any("htb rate 5000000bit" in line for line in pair.qdisc_plan["veth-srv"])
+    assert netlink.htb_burst_bytes(1e9) == 125_000  # 1 ms worth at 1 Gbit/s
+    assert netlink.htb_burst_bytes(1e6) == 2 * 1514  # never under two frames
+
+
+def test_router_sees_wire_sized_packets_only(tcpnet):
+    pair = tcpnet.pair()
+    offloads = pair.offloads
+    assert not any(offloads["router/veth-cli"].values()) and not any(offloads["router/veth-srv"].values())
+    assert offloads["server/veth-rtr"]["tx-tcp-segmentation"] is False  # TSO off: no super-packets on the wire
+    assert "tx-generic-segmentation" in offloads["server/veth-rtr"]  # GSO recorded as the kernel set it
+
+
+def test_link_rate_is_delivered(tcpnet):
+    # Acceptance: 85-105% of 50 Mbit/s. Measured here: 47.7 Mbit/s (95%): htb counts
+    # Ethernet+IP+TCP headers, goodput does not (1448/1514 = 95.6%).
+    result = tcpnet.pair(link=Link(rate="50mbit")).transfer(nbytes=20_000_000)
+    assert 0.85 * 50e6 <= result.throughput_bps <= 1.05 * 50e6, result.describe()
+    assert_throughput_within(result, 50e6 * 1448 / 1514, rel=0.06)
+    assert result.emulator_drops == 0 or result.retransmits > 0
+
+
+def test_upload_is_shaped_by_the_other_direction(tcpnet):
+    pair = tcpnet.pair(link=Link(rate="200mbit", to_server={"rate": "20mbit"}))
+    up = pair.transfer(nbytes=3_000_000, direction="upload")
+    # Same header overhead bound as above (goodput 95.6% of the shaped rate, minus start-up).
+    assert 0.80 * 20e6 <= up.throughput_bps <= 1.05 * 20e6, up.describe()
+
+
+def test_c3_small_client_rmem_hurts_far_more_than_small_server_wmem(tcpnet):
+    """C3: receive space frees one RTT later at the sender; send space frees at memory speed."""
+    small_rmem = tcpnet.pair(client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"}))
+    small_wmem = tcpnet.pair(server=Host(sysctls={"net.ipv4.tcp_wmem": "4096 4096 4096"}))
+    r = small_rmem.transfer(nbytes=20_000_000)
+    w = small_wmem.transfer(nbytes=100_000_000)
+    # Measured on 6.18 (2 cores): 0.32 vs 4.7 Gbit/s (15x); DESIGN.md: 0.32 vs 3.6 (11x).
+    # "Several times" = at least 3x, far under what we see even on a busy machine.
+    assert w.throughput_bps > 3 * r.throughput_bps, f"{r.describe()}\n---\n{w.describe()}"
+    assert r.sysctls["client"]["net.ipv4.tcp_rmem"] == "4096 4096 4096"
+    assert w.sysctls["server"]["net.ipv4.tcp_wmem"] == "4096 4096 4096"
+
+
+def test_result_records_conditions(tcpnet):
+    link = Link(rate="100mbit")
+    result = tcpnet.pair(link=link, server=Host(cc="reno")).transfer(nbytes=1_000_000, sndbuf=65536, rcvbuf="64kb")
+    assert result.kernel == os.uname().release
+    assert result.link is link and result.nbytes == 1_000_000 and result.duration_s > 0
+    assert result.cc == "reno"
+    # C12: the kernel doubles SO_SNDBUF/SO_RCVBUF requests (below net.core.*mem_max).
+    assert result.sender["buffers"]["sndbuf"] == model.effective_socket_buffer(65536, _core_max("wmem_max"))
+    assert result.receiver["buffers"]["rcvbuf"] == model.effective_socket_buffer(65536, _core_max("rmem_max"))
+    assert {"net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.ipv4.tcp_congestion_control"} <= set(
+        result.sysctls["client"])
+    assert result.sender_tcp_info["bytes_acked"] >= 1_000_000
+    assert "100 Mbit/s" in result.describe()
+
+
+def _core_max(name):
+    with open(f"/proc/sys/net/core/{name}") as f:
+        return int(f.read())
+
+
+def test_per_socket_cc_overrides_the_host_default(tcpnet):
+    result = tcpnet.pair(server=Host(cc="cubic")).transfer(nbytes=100_000, cc="reno")
+    assert result.cc == "reno"
+
+
+def test_several_pairs_in_one_test_are_isolated(tcpnet):
+    pairs = [tcpnet.pair(link=Link(rate=f"{10 * (i + 1)}mbit")) for i in range(3)]
+    assert len({p.client.namespace for p in pairs}) == 3
+    assert all(p.client.address == "198.18.0.2" for p in pairs)  # same addresses, separate namespaces
+    results = [p.transfer(nbytes=1_000_000) for p in pairs]
+    assert results[0].throughput_bps < results[2].throughput_bps
+
+
+def test_closing_a_pair_removes_everything_it_made():
+    with Lab() as lab:
+        pair = lab.pair(link=Link(rate="10mbit"))
+        sleeper = pair.server.popen(["sleep", "300"])
+        names = [n.namespace for n in pair.nodes]
+        assert all(n in netlink.lab_namespaces() for n in names)
+    assert not any(n in netlink.lab_namespaces() for n in names)
+    assert sleeper.poll() is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(sleeper.pid, 0)
+
+
+def test_a_failed_build_leaves_nothing(monkeypatch):
+    # Break the last step of the build (shaping) and check the first steps were undone.
+    from pytest_tcpnet import lab as lab_module
+    before = netlink.lab_namespaces()
+
+    def broken(*args, **kwargs):
+        raise LabError("injected failure")
+
+    monkeypatch.setattr(lab_module.netlink, "shape_egress", broken)
+    with Lab() as lab, pytest.raises(Exception, match="injected failure"):
+        lab.pair(link=Link(rate="10mbit"))
+    assert netlink.lab_namespaces() == before
+
+
+def test_lab_works_from_a_plain_script(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(
+        "from pytest_tcpnet import Lab, Link\n"
+        "with Lab() as lab:\n"
+        "    r = lab.pair(link=Link(rate='20mbit')).transfer(nbytes=1_000_000)\n"
+        "    print(round(r.throughput_bps / 1e6))\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert 15 <= int(out.stdout) <= 21
+
+
+def test_missing_netem_is_a_clear_skip_reason():
+    if netlink.qdisc_supported("netem"):
+        pytest.skip("this kernel has netem; the message is for kernels without it")
+    from pytest_tcpnet import MissingCapability
+    with Lab() as lab, pytest.raises(MissingCapability) as info:
+        lab.pair(link=Link(rtt="20ms"))
+    assert info.value.capability == "netem"
+    assert "--tcpnet-vm" in str(info.value)
