@@ -190,34 +190,13 @@ class Pair:
             raise LabError("this pair is closed")
         if timeout is None:
             timeout = _default_timeout(nbytes, self.link)
-        sender, receiver = (self.server, self.client) if direction == "download" else (self.client, self.server)
-        listener_role = "sender" if sender is self.server else "receiver"
-        common = [f"--nbytes={nbytes}", f"--timeout={timeout}"]
+        sender = self.server if direction == "download" else self.client
         cc = cc or self.socket_cc.get(sender.role)
+        common = [f"--nbytes={nbytes}", f"--timeout={timeout}"]
         sender_opts = common + ([f"--sndbuf={sndbuf}"] if sndbuf else []) + ([f"--cc={cc}"] if cc else [])
         receiver_opts = common + ([f"--rcvbuf={rcvbuf}"] if rcvbuf else [])
-        server_opts = sender_opts if listener_role == "sender" else receiver_opts
-        client_opts = receiver_opts if listener_role == "sender" else sender_opts
-        client_role = "receiver" if listener_role == "sender" else "sender"
         stats_before = self.router_qdisc_stats()
-        with measurement_slot(timeout):
-            server_proc = self.server.popen(
-                [sys.executable, BULK_SCRIPT, "serve", f"--role={listener_role}", f"--bind={self.server.address}",
-                 *server_opts], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            try:
-                port = _await_listening(server_proc, timeout)
-                client_proc = self.client.popen(
-                    [sys.executable, BULK_SCRIPT, "connect", f"--role={client_role}", f"--to={self.server.address}",
-                     f"--port={port}", *client_opts], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                deadline = time.monotonic() + timeout
-                client_record = _await_result(client_proc, deadline, "client")
-                server_record = _await_result(server_proc, deadline, "server")
-            finally:
-                for node in (self.server, self.client):
-                    node.processes.stop_all()
-        records = {"client": client_record, "server": server_record}
-        sender_record = records["server" if sender is self.server else "client"]
-        receiver_record = records["client" if sender is self.server else "server"]
+        sender_record, receiver_record = self._run_flow(direction, sender_opts, receiver_opts, timeout)
         if receiver_record["nbytes"] != nbytes:
             raise LabError(f"receiver got {receiver_record['nbytes']} of {nbytes} bytes")
         stats_after = self.router_qdisc_stats()
@@ -237,6 +216,59 @@ class Pair:
             offloads=dict(self.offloads),
             qdiscs=_stats_delta(stats_before, stats_after),
         )
+
+    def measure_receive_window(self, *, rcvbuf=None, direction="download", settle_s=0.3, timeout=60):
+        """Fill the receiver's buffer with a reader that never reads; return the bytes it accepted.
+
+        That is the whole window the receiving socket advertised for this SO_RCVBUF (None:
+        autotuning from tcp_rmem), the quantity C8 is about. Returns a dict with
+        ``window_bytes``, ``rcvbuf_requested``, ``rcvbuf_effective``, ``kernel`` and both
+        sockets' TCP_INFO.
+        """
+        if direction not in ("download", "upload"):
+            raise ValueError(f"direction: must be 'download' or 'upload', got {direction!r}")
+        rcvbuf = None if rcvbuf is None else _buffer_bytes("rcvbuf", rcvbuf)
+        if self.closed:
+            raise LabError("this pair is closed")
+        common = [f"--timeout={timeout}"]
+        sender_opts = common + ["--until-peer-closes"]
+        receiver_opts = common + ["--hold", f"--settle={settle_s}"] + ([f"--rcvbuf={rcvbuf}"] if rcvbuf else [])
+        sender_record, receiver_record = self._run_flow(direction, sender_opts, receiver_opts, timeout)
+        return {
+            "window_bytes": receiver_record["queued_bytes"],
+            "rcvbuf_requested": rcvbuf,
+            "rcvbuf_effective": receiver_record["buffers"]["rcvbuf"],
+            "kernel": netlink.kernel_release(),
+            "receiver_tcp_info": receiver_record["tcp_info"],
+            "sender_tcp_info": sender_record["tcp_info"],
+            "sysctls": (self.client if direction == "download" else self.server).sysctls(),
+        }
+
+    def _run_flow(self, direction, sender_opts, receiver_opts, timeout):
+        """Start the bulk workload (server listens, client connects); return (sender, receiver) records."""
+        sender = self.server if direction == "download" else self.client
+        listener_role = "sender" if sender is self.server else "receiver"
+        client_role = "receiver" if listener_role == "sender" else "sender"
+        server_opts = sender_opts if listener_role == "sender" else receiver_opts
+        client_opts = receiver_opts if listener_role == "sender" else sender_opts
+        with measurement_slot(timeout):
+            server_proc = self.server.popen(
+                [sys.executable, BULK_SCRIPT, "serve", f"--role={listener_role}", f"--bind={self.server.address}",
+                 *server_opts], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                port = _await_listening(server_proc, timeout)
+                client_proc = self.client.popen(
+                    [sys.executable, BULK_SCRIPT, "connect", f"--role={client_role}", f"--to={self.server.address}",
+                     f"--port={port}", *client_opts], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                deadline = time.monotonic() + timeout
+                client_record = _await_result(client_proc, deadline, "client")
+                server_record = _await_result(server_proc, deadline, "server")
+            finally:
+                for node in (self.server, self.client):
+                    node.processes.stop_all()
+        if listener_role == "sender":
+            return server_record, client_record
+        return client_record, server_record
 
     def close(self):
         """Stop our processes, then remove the namespaces (which removes the veths and qdiscs)."""

@@ -87,8 +87,54 @@ def receive_all(sock, connected_at):
             "tcp_info": read_tcp_info(sock)}
 
 
+def hold_unread(sock, connected_at, settle):
+    """Never read: let the sender fill our receive buffer, report how much it took once it stops growing.
+
+    What the receive queue holds when the sender is stalled is all the window this socket ever
+    offered: the measure of the advertised window for a given SO_RCVBUF (C8, C14).
+    """
+    import fcntl
+    import struct
+    queued, stable_since = -1, time.monotonic()
+    first_data_at = None
+    while True:
+        now_queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), 0x541B, b"\0\0\0\0"))[0]  # SIOCINQ
+        now = time.monotonic()
+        if now_queued and first_data_at is None:
+            first_data_at = now
+        if now_queued != queued:
+            queued, stable_since = now_queued, now
+        elif queued > 0 and now - stable_since >= settle:
+            break
+        if now - connected_at > 60:
+            break
+        time.sleep(0.002)
+    return {"event": "result", "role": "receiver", "mode": "hold", "queued_bytes": queued,
+            "connected_at": connected_at, "first_byte_at": first_data_at, "stalled_at": stable_since,
+            "buffers": _buffers(sock), "tcp_info": read_tcp_info(sock)}
+
+
+def send_until_peer_closes(sock, connected_at):
+    """Send until the peer goes away (a holding receiver); report the sender's view at that point."""
+    payload = memoryview(b"\x5a" * CHUNK)
+    sent_total = 0
+    info = None
+    try:
+        while True:
+            sent_total += sock.send(payload)
+            info = read_tcp_info(sock)
+    except OSError:
+        pass
+    return {"event": "result", "role": "sender", "mode": "until-closed", "nbytes": sent_total,
+            "connected_at": connected_at, "buffers": _buffers(sock), "tcp_info": info or {}}
+
+
 def _run(sock, args, connected_at):
-    if args.role == "sender":
+    if args.role == "sender" and args.until_peer_closes:
+        record = send_until_peer_closes(sock, connected_at)
+    elif args.role == "receiver" and args.hold:
+        record = hold_unread(sock, connected_at, args.settle)
+    elif args.role == "sender":
         record = send_all(sock, args.nbytes, connected_at)
     else:
         record = receive_all(sock, connected_at)
@@ -133,6 +179,9 @@ def main(argv=None):
     parser.add_argument("--sndbuf", type=int)
     parser.add_argument("--rcvbuf", type=int)
     parser.add_argument("--cc")
+    parser.add_argument("--hold", action="store_true", help="receiver: never read, report the queue once stalled")
+    parser.add_argument("--settle", type=float, default=0.3, help="seconds the queue must stay unchanged (--hold)")
+    parser.add_argument("--until-peer-closes", action="store_true", help="sender: send until the peer closes")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the peer to connect")
     args = parser.parse_args(argv)
     (serve if args.mode == "serve" else connect)(args)
