@@ -1,0 +1,39 @@
+"""Run a pytest session inside a VM that boots a chosen kernel (virtme-ng).
+
+Interface used by ``plugin.py`` (the only pytest-aware caller):
+
+- ``add_options(group)``: register the ``--tcpnet-vm*`` options on a pytest option group.
+- ``maybe_run_in_vm(config) -> int | None``: when ``--tcpnet-vm`` is set and we are not
+  already inside the VM, re-run the invocation in a VM and return its exit code;
+  otherwise return None.
+- ``inside_vm() -> bool``: True in a session started by ``maybe_run_in_vm``.
+
+Importing this package is cheap: the runner (subprocess, selectors, ...) is imported
+only when a VM is actually started, and virtme-ng is only ever run as the ``vng``
+executable.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .options import add_options
+
+__all__ = ["add_options", "maybe_run_in_vm", "inside_vm", "IN_VM_ENV"]
+
+#: Set to "1" in the guest's environment; also what stops the guest from recursing.
+IN_VM_ENV = "TCPNET_IN_VM"
+
+
+def inside_vm() -> bool:
+    """Return True when this process runs in a session started by ``maybe_run_in_vm``."""
+    return os.environ.get(IN_VM_ENV) == "1"
+
+
+def maybe_run_in_vm(config) -> "int | None":
+    """Re-run the session in a VM if ``--tcpnet-vm`` asks for it; return its exit code or None."""
+    if not config.getoption("tcpnet_vm", default=False) or inside_vm():
+        return None
+    from .runner import run_config_in_vm  # deferred: only VM sessions pay for it
+
+    return run_config_in_vm(config)

@@ -1,0 +1,49 @@
+"""Run a command and kill its whole process group when the launching process dies.
+
+Usage: python _watchdog.py LIFELINE_FD COMMAND [ARGS...]
+
+The launcher keeps the write end of a pipe whose read end is LIFELINE_FD. If the launcher
+dies without stopping the VM (SIGKILL, a crash), the read end sees EOF and this process
+stops its own process group (vng, virtme-run, qemu): an orphaned qemu would otherwise
+spin forever on its closed output pipe. Exits with the command's status. Stdlib only.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+_orphaned = threading.Event()
+
+
+def _lifeline(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except OSError:
+        pass
+    _orphaned.set()
+    # The launcher is gone: stop vng and qemu, politely first so vng removes its temp files.
+    os.killpg(0, signal.SIGTERM)
+    time.sleep(3)
+    os.killpg(0, signal.SIGKILL)  # includes this process
+
+
+def main() -> int:
+    fd = int(sys.argv[1])
+    # Outlive the launcher's SIGTERM to the group so we can report the command's status.
+    # A Python handler (unlike SIG_IGN) is reset by exec, so the command still gets it.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    proc = subprocess.Popen(sys.argv[2:])
+    lifeline = threading.Thread(target=_lifeline, args=(fd,), daemon=True)
+    lifeline.start()
+    code = proc.wait()
+    if _orphaned.is_set():
+        lifeline.join()  # finish the SIGKILL sweep for qemu, which may outlive vng
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

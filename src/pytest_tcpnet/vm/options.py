@@ -1,0 +1,90 @@
+"""The ``--tcpnet-vm*`` command line options and their environment defaults."""
+
+from __future__ import annotations
+
+import os
+
+#: Options that take no value.
+FLAG_OPTIONS = ("--tcpnet-vm",)
+#: Options that take a value (``--opt=value`` or ``--opt value``).
+VALUE_OPTIONS = (
+    "--tcpnet-kernel",
+    "--tcpnet-vm-accel",
+    "--tcpnet-vm-cpus",
+    "--tcpnet-vm-memory",
+    "--tcpnet-vm-boot-timeout",
+)
+
+ACCEL_CHOICES = ("auto", "kvm", "tcg")
+DEFAULT_CPUS = 2
+DEFAULT_MEMORY = "2G"
+# Software emulation reaches our command in ~20-30 s on the project's 2-core machines;
+# 120 s leaves room for a loaded CI host without letting a hung guest block for long.
+DEFAULT_BOOT_TIMEOUT = 120.0
+
+
+def _env(name: str, default: str) -> str:
+    """Return environment variable ``name`` if set and non-empty, else ``default``."""
+    return os.environ.get(name) or default
+
+
+def add_options(group) -> None:
+    """Register the VM options on a pytest ``OptionGroup`` (the "tcpnet" group)."""
+    group.addoption(
+        "--tcpnet-vm",
+        action="store_true",
+        default=False,
+        dest="tcpnet_vm",
+        help="re-run this pytest session inside a VM (virtme-ng + qemu) booting "
+        "--tcpnet-kernel, e.g. to get sch_netem when the host kernel lacks it.",
+    )
+    group.addoption(
+        "--tcpnet-kernel",
+        action="store",
+        default=None,
+        dest="tcpnet_vm_kernel",
+        metavar="PATH|RELEASE",
+        help="kernel for --tcpnet-vm: a vmlinuz path or a release such as "
+        "6.1.0-56-amd64 (looked up as /boot/vmlinuz-RELEASE). Default: the newest "
+        "kernel in /boot with modules in /lib/modules that is not the running one.",
+    )
+    group.addoption(
+        "--tcpnet-vm-accel",
+        action="store",
+        default=_env("TCPNET_VM_ACCEL", "auto"),
+        choices=ACCEL_CHOICES,
+        dest="tcpnet_vm_accel",
+        help="acceleration for --tcpnet-vm: kvm, tcg (software emulation) or auto "
+        "(probe KVM once, cache the result, fall back to tcg). Env: TCPNET_VM_ACCEL. "
+        "Default: %(default)s.",
+    )
+    group.addoption(
+        "--tcpnet-vm-cpus",
+        action="store",
+        type=int,
+        # A string default goes through ``type`` too, so a bad env value is a usage error.
+        default=_env("TCPNET_VM_CPUS", str(DEFAULT_CPUS)),
+        dest="tcpnet_vm_cpus",
+        metavar="N",
+        help="virtual CPUs of the VM (env TCPNET_VM_CPUS). Default: %(default)s.",
+    )
+    group.addoption(
+        "--tcpnet-vm-memory",
+        action="store",
+        default=_env("TCPNET_VM_MEMORY", DEFAULT_MEMORY),
+        dest="tcpnet_vm_memory",
+        metavar="SIZE",
+        help="memory of the VM, qemu syntax such as 2G or 1536M "
+        "(env TCPNET_VM_MEMORY). Default: %(default)s.",
+    )
+    group.addoption(
+        "--tcpnet-vm-boot-timeout",
+        action="store",
+        type=float,
+        default=_env("TCPNET_VM_BOOT_TIMEOUT", str(DEFAULT_BOOT_TIMEOUT)),
+        dest="tcpnet_vm_boot_timeout",
+        metavar="SECONDS",
+        help="seconds the guest may take to start the session before the VM is "
+        "killed (env TCPNET_VM_BOOT_TIMEOUT); the session itself is not limited. "
+        "Default: %(default)s.",
+    )

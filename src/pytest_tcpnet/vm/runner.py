@@ -1,0 +1,311 @@
+"""Re-running a pytest invocation inside a virtme-ng VM and returning its exit code."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import secrets
+import shlex
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+
+from . import IN_VM_ENV
+from .accel import choose_accel
+from .args import artifact_dirs, check_shareable, guest_environment, share_dirs, strip_vm_args
+from .errors import EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED, VMError, VMUsageError
+from .kernel import Kernel, has_module, resolve_kernel
+from .launch import LaunchResult, launch
+from .options import ACCEL_CHOICES
+
+# Loaded in the guest before pytest starts; the labs need them and the Debian kernel has
+# them as modules. A failure is reported, not fatal: a test that needs one fails clearly.
+GUEST_MODULES = (
+    "sch_netem", "sch_htb", "sch_tbf", "sch_fq", "sch_fq_codel", "sch_prio", "sch_sfq",
+    "sch_ingress", "cls_u32", "cls_bpf", "cls_matchall", "act_mirred", "ifb", "veth",
+    "tcp_bbr",
+)
+# Kernel console verbosity in the guest once our command runs: errors and worse, like the
+# kernel's own "quiet". The boot log before it is kept for error messages only.
+GUEST_PRINTK_LEVEL = 4
+QEMU_PACKAGE = {"x86_64": "qemu-system-x86", "aarch64": "qemu-system-arm"}
+_MEMORY = re.compile(r"^[0-9]+[KMGT]?$", re.IGNORECASE)
+
+
+def say(message: str) -> None:
+    """Print one ``tcpnet-vm:`` line to the host's stderr."""
+    sys.stderr.write(f"tcpnet-vm: {message}\n")
+    sys.stderr.flush()
+
+
+@dataclass
+class Plan:
+    """Everything needed to run the session in a VM, resolved and checked on the host."""
+
+    vng: str
+    qemu: str
+    kernel: Kernel
+    accel: str  # requested: auto | kvm | tcg
+    cpus: int
+    memory: str
+    boot_timeout: float
+    cwd: str
+    python: str
+    pytest_args: list
+    env: dict
+    shares: list  # host dirs shared read-write (cwd first)
+    modules: tuple = GUEST_MODULES
+    echo_boot: bool = False
+    warnings: list = field(default_factory=list)
+
+
+def find_tools() -> "tuple[str, str]":
+    """Return the paths of ``vng`` and the qemu binary it will use, or explain what to install."""
+    vng = shutil.which("vng")
+    if not vng:
+        raise VMUsageError(
+            "--tcpnet-vm needs virtme-ng's `vng` on PATH: pip install virtme-ng "
+            "(or pip install 'pytest-tcpnet[vm]')"
+        )
+    machine = platform.machine()
+    qemu_name = f"qemu-system-{'x86_64' if machine == 'x86_64' else machine}"
+    qemu = shutil.which(qemu_name)
+    if not qemu:
+        package = QEMU_PACKAGE.get(machine, "qemu-system")
+        raise VMUsageError(f"--tcpnet-vm needs {qemu_name}: apt-get install {package}")
+    return vng, qemu
+
+
+def _number_option(config, name: str, flag: str, minimum: float):
+    value = config.getoption(name)
+    if value is None or value < minimum:
+        raise VMUsageError(f"{flag} must be at least {minimum}, not {value!r}")
+    return value
+
+
+def plan_from_config(config) -> Plan:
+    """Resolve the options of a pytest ``config`` into a checked ``Plan`` (no VM started)."""
+    vng, qemu = find_tools()
+    kernel = resolve_kernel(config.getoption("tcpnet_vm_kernel"))
+    check_shareable(kernel.path, "the kernel image")
+    accel = config.getoption("tcpnet_vm_accel")
+    if accel not in ACCEL_CHOICES:
+        raise VMUsageError(f"--tcpnet-vm-accel must be one of {', '.join(ACCEL_CHOICES)}, not {accel!r}")
+    memory = str(config.getoption("tcpnet_vm_memory"))
+    if not _MEMORY.match(memory):
+        raise VMUsageError(f"--tcpnet-vm-memory must look like 2G or 1536M, not {memory!r}")
+
+    params = config.invocation_params
+    cwd = os.path.realpath(str(params.dir))
+    wanted = artifact_dirs(
+        cwd,
+        xmlpath=config.getoption("xmlpath", default=None),
+        basetemp=config.getoption("basetemp", default=None),
+        artifacts=config.getoption("tcpnet_artifacts", default=None),
+        # Other plugins' report files, when those plugins are installed.
+        report_files=[
+            f for f in (config.getoption("report_log", default=None),
+                        config.getoption("htmlpath", default=None)) if f
+        ],
+    )
+    for d in wanted:
+        os.makedirs(d, exist_ok=True)  # a share must exist on the host before boot
+    shares = [check_shareable(d, "directory") for d in share_dirs(cwd, wanted)]
+
+    warnings = []
+    if not has_module(kernel, "sch_netem"):
+        warnings.append(f"kernel {kernel.release} has no sch_netem in {kernel.modules}")
+    extra_env = {IN_VM_ENV: "1", "TCPNET_VM_KERNEL": kernel.release}
+    if sys.stdout.isatty():
+        # The guest's stdout is a virtio port, not a terminal: keep colours and width.
+        if not any(k in os.environ for k in ("PY_COLORS", "NO_COLOR")):
+            extra_env["PY_COLORS"] = "1"
+        if "COLUMNS" not in os.environ:
+            extra_env["COLUMNS"] = str(shutil.get_terminal_size().columns)
+    extra_modules = (os.environ.get("TCPNET_VM_MODULES") or "").replace(",", " ").split()
+    return Plan(
+        vng=vng,
+        qemu=qemu,
+        kernel=kernel,
+        accel=accel,
+        cpus=_number_option(config, "tcpnet_vm_cpus", "--tcpnet-vm-cpus", 1),
+        memory=memory,
+        boot_timeout=_number_option(config, "tcpnet_vm_boot_timeout", "--tcpnet-vm-boot-timeout", 0.1),
+        cwd=cwd,
+        python=sys.executable,
+        pytest_args=strip_vm_args(list(params.args)),
+        env=guest_environment(os.environ, extra_env),
+        shares=shares,
+        modules=GUEST_MODULES + tuple(m for m in extra_modules if m not in GUEST_MODULES),
+        echo_boot=os.environ.get("TCPNET_VM_DEBUG") == "1",
+        warnings=warnings,
+    )
+
+
+def guest_script(plan: Plan, sentinel: str, exit_file: str) -> str:
+    """Return the sh script the guest runs: sentinel, modules, environment, pytest, exit code."""
+    q = shlex.quote
+    lines = [
+        "# Written by pytest-tcpnet (vm/runner.py); the VM runs it as its only command.",
+        f"echo {GUEST_PRINTK_LEVEL} > /proc/sys/kernel/printk 2>/dev/null",
+        f"echo {q(sentinel)}",
+        "missing=''",
+        f"for m in {' '.join(q(m) for m in plan.modules)}; do",
+        '  modprobe -q "$m" 2>/dev/null || missing="$missing $m"',
+        "done",
+        '[ -z "$missing" ] || echo "tcpnet-vm: could not load kernel modules:$missing" >&2',
+        "mkdir -p /run/netns",  # /run is the guest's own tmpfs; ip/pyroute2 keep netns here
+    ]
+    lines += [f"export {k}={q(v)}" for k, v in sorted(plan.env.items())]
+    lines += [
+        f"cd {q(plan.cwd)} || {{ echo 4 > {q(exit_file)}; exit 4; }}",
+        " ".join([q(plan.python), "-m", "pytest", *map(q, plan.pytest_args)]),
+        "rc=$?",
+        f'echo "$rc" > {q(exit_file)}',
+        'exit "$rc"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def vng_command(plan: Plan, accel: str, script: str, shares: list) -> list:
+    """Return the vng command line (no network device: vng adds none unless --network)."""
+    cmd = [plan.vng, "--run", plan.kernel.path, "--verbose",
+           "--cpus", str(plan.cpus), "--memory", plan.memory]
+    if accel == "tcg":
+        cmd.append("--disable-kvm")
+    if os.environ.get("TCPNET_VM_VIRTIOFS") != "1":
+        # vng first tries virtiofsd for the root and each share and, where that daemon is
+        # unusable (Debian 12's), waits ~3 s for each before falling back to 9p: measured
+        # 22 s -> 14 s to first command under TCG. Opt back in with TCPNET_VM_VIRTIOFS=1.
+        cmd.append("--force-9p")
+    for d in shares:
+        cmd += ["--rwdir", d]
+    cmd += ["--exec", f"sh {script}"]
+    return cmd
+
+
+def kvm_probe(plan: Plan, timeout: float) -> "tuple[bool, str]":
+    """Boot a trivial guest under KVM; return (reached its command within ``timeout``, detail)."""
+    sentinel = f"TCPNET-KVM-PROBE-{secrets.token_hex(8)}"
+    cmd = [plan.vng, "--run", plan.kernel.path, "--cpus", "1", "--memory", "512M",
+           "--force-9p", "--exec", f"echo {sentinel}"]
+    result = launch(cmd, cwd=tempfile.gettempdir(), sentinel=sentinel.encode(),
+                    boot_timeout=timeout, echo=False, after_start_timeout=15)
+    if result.interrupted:
+        raise KeyboardInterrupt
+    if result.started:
+        return True, "ok"
+    if result.timed_out:
+        return False, f"no start within {timeout:.0f} s"
+    last = result.tail[-1] if result.tail else "no output"
+    return False, f"vng exited with {result.returncode}: {last}"
+
+
+def _boot_hints(plan: Plan, tail: list) -> list:
+    text = "\n".join(tail)
+    hints = []
+    if re.search(r"too old to load a ram disk|Error loading|could not load (PVH|kernel)|"
+                 r"invalid kernel|not a valid", text, re.IGNORECASE):
+        hints.append(f"{plan.kernel.path} does not look like a bootable kernel image")
+    if "Unable to mount root" in text or "Kernel panic" in text:
+        hints.append(f"the guest kernel could not mount the host root over 9p/virtiofs: "
+                     f"are its modules complete in {plan.kernel.modules}?")
+    if "busybox" in text.lower() and not any(
+        shutil.which(b) for b in ("busybox", "busybox-static", "busybox.static")
+    ):
+        hints.append("virtme-ng needs busybox for its initramfs: apt-get install busybox-static")
+    hints.append("TCPNET_VM_DEBUG=1 shows the whole boot log live")
+    return hints
+
+
+def _explain(plan: Plan, accel: str, result: LaunchResult) -> VMError:
+    """Turn a VM that never started our command into an error that names the cause."""
+    shown = "\n".join("    " + ln for ln in result.tail[-25:]) or "    (no output)"
+    if result.timed_out:
+        if accel == "kvm":
+            advice = "try --tcpnet-vm-accel=tcg (KVM guests hang at boot on some hosts)"
+        else:
+            advice = ("software emulation usually starts in 20-40 s; raise "
+                      "--tcpnet-vm-boot-timeout if this host is slow or busy")
+        return VMError(
+            f"guest did not start within {plan.boot_timeout:g} s under {accel.upper()}; "
+            f"VM killed; {advice}. Last lines of its boot log:\n{shown}"
+        )
+    hints = "".join(f"\n  hint: {h}" for h in _boot_hints(plan, result.tail))
+    return VMError(
+        f"the VM exited (vng status {result.returncode}) before the guest started the "
+        f"session, booting {plan.kernel.path} under {accel.upper()}. Last lines of its "
+        f"output:\n{shown}{hints}"
+    )
+
+
+def run_plan(plan: Plan) -> int:
+    """Boot the VM, run pytest there with live output, and return pytest's exit code."""
+    for w in plan.warnings:
+        say(f"warning: {w}")
+
+    def probe(timeout: float):
+        say(f"probing KVM with a trivial boot (at most {timeout:g} s, result cached)...")
+        return kvm_probe(plan, timeout)
+
+    try:
+        accel, why = choose_accel(plan.accel, plan.kernel, plan.qemu, probe)
+    except KeyboardInterrupt:
+        say("interrupted during the KVM probe; VM stopped")
+        return EXIT_INTERRUPTED
+    say(f"accel={accel} ({why})")
+
+    workdir = tempfile.mkdtemp(prefix="tcpnet-vm-")
+    try:
+        check_shareable(workdir, "the runner's temporary directory")
+        script = os.path.join(workdir, "run.sh")
+        exit_file = os.path.join(workdir, "exitcode")
+        sentinel = f"TCPNET-VM-STARTED-{secrets.token_hex(8)}"
+        with open(script, "w", encoding="utf-8") as f:
+            f.write(guest_script(plan, sentinel, exit_file))
+        shares = plan.shares + [workdir]
+        say(f"booting {plan.kernel.release} ({plan.kernel.path}), {plan.cpus} CPUs, "
+            f"{plan.memory}, no network device; the guest must start within "
+            f"{plan.boot_timeout:g} s; shared read-write: {', '.join(plan.shares)}")
+        result = launch(
+            vng_command(plan, accel, script, shares),
+            cwd=plan.cwd,
+            sentinel=sentinel.encode(),
+            boot_timeout=plan.boot_timeout,
+            echo_boot=plan.echo_boot,
+            on_start=lambda s: say(f"guest started after {s:.1f} s; running pytest in it"),
+        )
+        if result.interrupted:
+            say("interrupted; VM stopped")
+            return EXIT_INTERRUPTED
+        if not result.started:
+            raise _explain(plan, accel, result)
+        try:
+            with open(exit_file, encoding="utf-8") as f:
+                code = int(f.read().strip())
+        except (OSError, ValueError):
+            last = "\n".join("    " + ln for ln in result.tail[-15:])
+            raise VMError(
+                f"the guest ended without reporting pytest's exit code (vng status "
+                f"{result.returncode}): a kernel panic, out of memory (--tcpnet-vm-memory) "
+                f"or a killed guest?" + (f" Last kernel/stderr lines:\n{last}" if last else "")
+            ) from None
+        say(f"pytest in the VM exited with {code} ({result.total_seconds:.1f} s in all, "
+            f"{result.start_seconds:.1f} s of it booting)")
+        return code
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_config_in_vm(config) -> int:
+    """Entry point for ``maybe_run_in_vm``: plan, boot, run; errors become exit codes."""
+    try:
+        return run_plan(plan_from_config(config))
+    except VMError as err:
+        say(f"error: {err}")
+        return err.exit_code
+    except OSError as err:
+        say(f"error: could not run the VM: {err}")
+        return EXIT_INTERNAL_ERROR
