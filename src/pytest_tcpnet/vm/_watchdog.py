@@ -1,14 +1,16 @@
 """Run a command and kill its whole process group when the launching process dies.
 
-Usage: python _watchdog.py LIFELINE_FD COMMAND [ARGS...]
+Usage: python _watchdog.py LIFELINE_FD CLEANUP_DIR|- COMMAND [ARGS...]
 
 The launcher keeps the write end of a pipe whose read end is LIFELINE_FD. If the launcher
 dies without stopping the VM (SIGKILL, a crash), the read end sees EOF and this process
 stops its own process group (vng, virtme-run, qemu): an orphaned qemu would otherwise
-spin forever on its closed output pipe. Exits with the command's status. Stdlib only.
+spin forever on its closed output pipe, and removes CLEANUP_DIR (the launcher's temporary
+directory, which it had no chance to remove). Exits with the command's status. Stdlib only.
 """
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +20,7 @@ import time
 _orphaned = threading.Event()
 
 
-def _lifeline(fd: int) -> None:
+def _lifeline(fd: int, cleanup: str) -> None:
     try:
         while os.read(fd, 4096):
             pass
@@ -28,16 +30,18 @@ def _lifeline(fd: int) -> None:
     # The launcher is gone: stop vng and qemu, politely first so vng removes its temp files.
     os.killpg(0, signal.SIGTERM)
     time.sleep(3)
+    if cleanup != "-":
+        shutil.rmtree(cleanup, ignore_errors=True)
     os.killpg(0, signal.SIGKILL)  # includes this process
 
 
 def main() -> int:
-    fd = int(sys.argv[1])
+    fd, cleanup = int(sys.argv[1]), sys.argv[2]
     # Outlive the launcher's SIGTERM to the group so we can report the command's status.
     # A Python handler (unlike SIG_IGN) is reset by exec, so the command still gets it.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    proc = subprocess.Popen(sys.argv[2:])
-    lifeline = threading.Thread(target=_lifeline, args=(fd,), daemon=True)
+    proc = subprocess.Popen(sys.argv[3:])
+    lifeline = threading.Thread(target=_lifeline, args=(fd, cleanup), daemon=True)
     lifeline.start()
     code = proc.wait()
     if _orphaned.is_set():

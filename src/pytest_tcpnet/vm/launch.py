@@ -22,7 +22,7 @@ _WATCHDOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_watchdog.
 _TERM_GRACE = 5.0
 # The kernel's last words on a normal shutdown (an EMERG-level line, so printk levels cannot
 # hide it): noise after a session's summary line.
-_POWER_DOWN = re.compile(rb"\[\s*\d+\.\d+\] reboot: Power down\r?\n?")
+_POWER_DOWN = re.compile(rb"(?m)^\[\s*\d+\.\d+\] reboot: Power down\r?(\n|$)")
 # How long pipes may stay open after vng exited before we assume a stray child holds them.
 _EXIT_GRACE = 3.0
 
@@ -126,6 +126,30 @@ class _Tail:
         return [ln for ln in self.lines if ln] + rest
 
 
+class _ConsoleFilter:
+    """Drop the kernel's "Power down" line from the guest's stderr, passing the rest on at once.
+
+    The serial console delivers it a few bytes at a time, so a line that may be a kernel
+    line (it starts with "[") is held until complete; anything else is passed on as it comes.
+    """
+
+    def __init__(self) -> None:
+        self.held = b""
+
+    def feed(self, data: bytes) -> bytes:
+        data = self.held + data
+        cut = data.rfind(b"\n") + 1
+        done, rest = data[:cut], data[cut:]
+        self.held = rest if rest.startswith(b"[") else b""
+        if not self.held:
+            done += rest
+        return _POWER_DOWN.sub(b"", done)
+
+    def flush(self) -> bytes:
+        held, self.held = self.held, b""
+        return _POWER_DOWN.sub(b"", held)
+
+
 def launch(
     cmd: list,
     *,
@@ -139,12 +163,14 @@ def launch(
     tail_lines: int = 40,
     stdout=None,
     stderr=None,
+    cleanup: "str | None" = None,
 ) -> LaunchResult:
     """Run ``cmd`` (a vng command), stream its output, enforce the boot deadline, never leak it.
 
     Output before ``sentinel`` (a line the guest prints first) is the boot log: it is kept for
     error messages and shown only if ``echo_boot``. After it, guest stdout/stderr go live to
     ``stdout``/``stderr`` if ``echo``. ``on_start(seconds)`` is called when the sentinel arrives.
+    ``cleanup`` is a directory the watchdog removes if this process dies without stopping the VM.
     """
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
@@ -156,7 +182,7 @@ def launch(
     lifeline_r, lifeline_w = os.pipe()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-I", _WATCHDOG, str(lifeline_r), *cmd],
+            [sys.executable, "-I", _WATCHDOG, str(lifeline_r), cleanup or "-", *cmd],
             cwd=cwd,
             stdin=subprocess.DEVNULL,  # qemu would otherwise put a terminal in raw mode
             stdout=subprocess.PIPE,
@@ -176,6 +202,7 @@ def launch(
             old_handlers[sig] = signal.signal(sig, _raise_terminated)
     sel = selectors.DefaultSelector()
     pending = b""  # stdout before the sentinel
+    err_filter = _ConsoleFilter()
     exited_at = None
     try:
         for f in (proc.stdout, proc.stderr):
@@ -206,11 +233,10 @@ def launch(
                 is_out = key.fileobj is proc.stdout
                 if result.started:
                     if not is_out:
-                        data = _POWER_DOWN.sub(b"", data)
+                        tail.feed(data)  # guest errors (e.g. a panic) for the post-mortem
+                        data = err_filter.feed(data)
                     if echo and data:
                         _write(stdout if is_out else stderr, data)
-                    if not is_out:
-                        tail.feed(data)  # guest errors (e.g. a panic) for the post-mortem
                     continue
                 if echo_boot:
                     _write(stderr, data)
@@ -257,6 +283,9 @@ def launch(
         os.close(lifeline_w)
     if pending:
         tail.feed(pending)
+    rest = err_filter.flush()
+    if echo and rest and result.started:
+        _write(stderr, rest)
     result.returncode = proc.returncode if not (result.timed_out or result.interrupted) else None
     result.tail = tail.get()
     result.total_seconds = time.monotonic() - t0

@@ -276,6 +276,7 @@ def run_plan(plan: Plan) -> int:
             boot_timeout=plan.boot_timeout,
             echo_boot=plan.echo_boot,
             on_start=lambda s: say(f"guest started after {s:.1f} s; running pytest in it"),
+            cleanup=workdir,
         )
         if result.interrupted:
             say("interrupted; VM stopped")

@@ -1,0 +1,531 @@
+"""Tests of the VM runner (pytest_tcpnet.vm).
+
+Fast tests cover the pure logic. Tests marked ``tcpnet_vm_boot`` start real VMs with vng
+and qemu (no mocks): one full boot checks forwarding, netem, exit code and artifacts
+together; the others stop the VM during boot (deadline, bogus kernel, Ctrl-C, SIGKILL),
+which costs seconds, not a boot. They run a tiny pytest project in a subprocess that
+loads the VM wiring from tests/vm_fixtures/tcpnet_vm_shim.py instead of plugin.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+from pytest_tcpnet import vm
+from pytest_tcpnet.vm import accel, args, kernel, runner
+from pytest_tcpnet.vm.errors import VMUsageError
+
+FIXTURES = Path(__file__).parent / "vm_fixtures"
+
+
+# ---------------------------------------------------------------- pure logic
+
+
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        (["--tcpnet-vm", "-q"], ["-q"]),
+        (["--tcpnet-kernel", "6.1.0-56-amd64", "tests"], ["tests"]),
+        (["--tcpnet-kernel=/boot/vmlinuz-x", "-k", "a or b"], ["-k", "a or b"]),
+        (
+            ["-x", "--tcpnet-vm-accel", "tcg", "--tcpnet-vm-cpus=4", "--tcpnet-vm-memory", "1G",
+             "--tcpnet-vm-boot-timeout=30", "--tcpnet-vm", "t.py::test_a"],
+            ["-x", "t.py::test_a"],
+        ),
+        # A value that looks like an option is still the option's value.
+        (["--tcpnet-kernel", "--weird", "-v"], ["-v"]),
+        # Similar names and everything after "--" are not ours.
+        (["--tcpnet-vmx", "--tcpnet-artifacts=out"], ["--tcpnet-vmx", "--tcpnet-artifacts=out"]),
+        (["--", "--tcpnet-vm"], ["--", "--tcpnet-vm"]),
+        # A value option at the very end (pytest would reject it; we must not crash).
+        (["-q", "--tcpnet-kernel"], ["-q"]),
+    ],
+)
+def test_strip_vm_args(given, expected):
+    assert args.strip_vm_args(given) == expected
+
+
+def test_guest_environment_selects_and_overrides():
+    host = {
+        "PATH": "/usr/bin", "HOME": "/root", "CI": "true", "TCPNET_X": "1",
+        "PYTEST_ADDOPTS": "-q", "PYTEST_CURRENT_TEST": "t.py::a (call)",
+        "HYPOTHESIS_PROFILE": "ci", "SSH_AUTH_SOCK": "/tmp/s", "TMPDIR": "/var/tmp",
+    }
+    env = args.guest_environment(host, {"TCPNET_IN_VM": "1"})
+    assert env == {
+        "PATH": "/usr/bin", "HOME": "/root", "CI": "true", "TCPNET_X": "1",
+        "PYTEST_ADDOPTS": "-q", "HYPOTHESIS_PROFILE": "ci", "TCPNET_IN_VM": "1",
+    }
+
+
+@pytest.mark.parametrize("bad", ["/tmp/a b", "/tmp/a,b", "/tmp/a=b", "/tmp/$x", "rel/path", "/"])
+def test_check_shareable_rejects_paths_vng_would_mangle(bad):
+    with pytest.raises(VMUsageError):
+        args.check_shareable(bad, "directory")
+
+
+def test_share_dirs_keeps_cwd_first_and_drops_nested(tmp_path):
+    cwd, out = tmp_path / "proj", tmp_path / "out"
+    for d in (cwd, cwd / "reports", out, out / "sub"):
+        d.mkdir(parents=True, exist_ok=True)
+    got = args.share_dirs(str(cwd), [str(cwd / "reports"), str(out / "sub"), str(out)])
+    assert got == [str(cwd), str(out)]
+
+
+def test_artifact_dirs(tmp_path):
+    cwd = str(tmp_path)
+    got = args.artifact_dirs(
+        cwd, xmlpath="reports/j.xml", basetemp="/var/tmp/bt/run", artifacts="arts",
+        report_files=["/srv/log.jsonl"],
+    )
+    # basetemp's parent: pytest deletes and re-creates basetemp, impossible on a mount point.
+    assert got == [f"{cwd}/reports", "/srv", "/var/tmp/bt", f"{cwd}/arts"]
+
+
+def test_release_from_name_and_version_order():
+    assert kernel.release_from_name("/boot/vmlinuz-6.1.0-56-amd64") == "6.1.0-56-amd64"
+    assert kernel.release_from_name("/boot/initrd.img-6.1.0") is None
+    releases = ["6.1.0-9-amd64", "6.10.0-1-amd64", "6.1.0-56-amd64", "5.19.0-1-amd64"]
+    assert max(releases, key=kernel.version_key) == "6.10.0-1-amd64"
+    assert sorted(releases, key=kernel.version_key)[1:3] == ["6.1.0-9-amd64", "6.1.0-56-amd64"]
+
+
+def test_release_from_image_reads_the_bzimage_header(tmp_path):
+    images = sorted(Path("/boot").glob("vmlinuz-*"))
+    readable = [p for p in images if os.access(p, os.R_OK)]
+    if not readable:
+        pytest.skip("no readable /boot/vmlinuz-* on this machine")
+    image = readable[-1]
+    assert kernel.release_from_image(image) == kernel.release_from_name(image)
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"\0" * 4096)
+    assert kernel.release_from_image(junk) is None
+
+
+def _fake_boot(tmp_path, images, modules):
+    boot, mods = tmp_path / "boot", tmp_path / "modules"
+    boot.mkdir()
+    mods.mkdir()
+    for rel in images:
+        (boot / f"vmlinuz-{rel}").write_bytes(b"not a kernel")
+    for rel in modules:
+        (mods / rel).mkdir()
+    return str(boot), str(mods)
+
+
+def test_default_kernel_is_newest_with_modules_not_running(tmp_path):
+    boot, mods = _fake_boot(
+        tmp_path,
+        images=["6.1.0-9-amd64", "6.1.0-56-amd64", "6.18.4", "6.12.0-1-amd64"],
+        modules=["6.1.0-9-amd64", "6.1.0-56-amd64", "6.18.4"],  # 6.12 has no modules
+    )
+    chosen = kernel.default_kernel(boot, mods, running="6.18.4")
+    assert (chosen.release, chosen.path) == ("6.1.0-56-amd64", f"{boot}/vmlinuz-6.1.0-56-amd64")
+
+
+def test_default_kernel_says_what_is_missing(tmp_path):
+    boot, mods = _fake_boot(tmp_path, images=["6.18.4", "6.1.0-1"], modules=["6.18.4"])
+    with pytest.raises(VMUsageError) as err:
+        kernel.default_kernel(boot, mods, running="6.18.4")
+    msg = str(err.value)
+    assert "the running kernel" in msg and f"no {mods}/6.1.0-1" in msg
+    assert "apt-get install linux-image-amd64" in msg and "--tcpnet-kernel" in msg
+
+
+def test_resolve_kernel_errors(tmp_path):
+    boot, mods = _fake_boot(tmp_path, images=["6.1.0-1"], modules=[])
+    with pytest.raises(VMUsageError, match="does not exist"):
+        kernel.resolve_kernel(str(tmp_path / "nope" / "vmlinuz"), boot, mods)
+    with pytest.raises(VMUsageError, match="releases in .*: 6.1.0-1"):
+        kernel.resolve_kernel("5.10.0-1", boot, mods)
+    with pytest.raises(VMUsageError, match="has no modules"):
+        kernel.resolve_kernel("6.1.0-1", boot, mods)
+    odd = tmp_path / "kernel.img"
+    odd.write_bytes(b"x")
+    with pytest.raises(VMUsageError, match="cannot tell the release"):
+        kernel.resolve_kernel(str(odd), boot, mods)
+
+
+def test_accel_cache_and_choice(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    k = kernel.Kernel("/boot/vmlinuz-x", "x", "/lib/modules/x")
+    calls = []
+
+    def failing_probe(timeout):
+        calls.append(timeout)
+        return False, f"no start within {timeout:g} s"
+
+    assert accel.choose_accel("tcg", k, "qemu-nope", failing_probe) == (
+        "tcg", "forced by --tcpnet-vm-accel=tcg")
+    with pytest.raises(VMUsageError):
+        accel.choose_accel("fast", k, "qemu-nope", failing_probe)
+    usable, why = accel.kvm_usable()
+    got, reason = accel.choose_accel("auto", k, "qemu-nope", failing_probe, probe_timeout=7)
+    assert got == "tcg"
+    if not usable:
+        assert why in reason and calls == []
+        return
+    assert calls == [7] and "no start within 7 s" in reason
+    key = accel.cache_key(k, accel.qemu_version("qemu-nope"))
+    assert accel.read_cache(key)["accel"] == "tcg"
+    # The second time the cached answer is used, without a probe.
+    got, reason = accel.choose_accel("auto", k, "qemu-nope", failing_probe)
+    assert got == "tcg" and "cached" in reason and calls == [7]
+
+
+def test_cache_key_depends_on_kernel_qemu_and_host():
+    k1 = kernel.Kernel("/boot/vmlinuz-a", "a", "/lib/modules/a")
+    k2 = kernel.Kernel("/boot/vmlinuz-b", "b", "/lib/modules/b")
+    keys = {
+        accel.cache_key(k1, "QEMU 7.2", "6.18"), accel.cache_key(k2, "QEMU 7.2", "6.18"),
+        accel.cache_key(k1, "QEMU 8.0", "6.18"), accel.cache_key(k1, "QEMU 7.2", "6.19"),
+    }
+    assert len(keys) == 4
+
+
+def _plan(tmp_path, **over):
+    fields = dict(
+        vng="/usr/bin/vng", qemu="/usr/bin/qemu-system-x86_64",
+        kernel=kernel.Kernel("/boot/vmlinuz-r", "r", "/lib/modules/r"),
+        accel="tcg", cpus=2, memory="2G", boot_timeout=60.0, cwd=str(tmp_path),
+        python="/usr/bin/python3", pytest_args=["-k", "a and not 'b c'", "it's.py", "$HOME"],
+        env={"TCPNET_IN_VM": "1", "TCPNET_Q": "x'y \"z\" $PATH"}, shares=[str(tmp_path)],
+    )
+    fields.update(over)
+    return runner.Plan(**fields)
+
+
+def test_guest_script_quotes_everything(tmp_path):
+    plan = _plan(tmp_path)
+    text = runner.guest_script(plan, "SENTINEL-1", "/tmp/w/exitcode")
+    # Syntax only: running it here would load modules and set printk on the host.
+    subprocess.run(["sh", "-n"], input=text, text=True, check=True)
+    lines = text.splitlines()
+    sentinel_at = lines.index("echo SENTINEL-1")
+    assert all(not ln.startswith(("modprobe", "for m", "export")) for ln in lines[:sentinel_at])
+    (pytest_line,) = [ln for ln in lines if " -m pytest" in ln]
+    assert shlex.split(pytest_line) == ["/usr/bin/python3", "-m", "pytest", *plan.pytest_args]
+    (q_line,) = [ln for ln in lines if ln.startswith("export TCPNET_Q=")]
+    assert shlex.split(q_line[len("export "):]) == ["TCPNET_Q=x'y \"z\" $PATH"]
+    assert "sch_netem" in text and "/tmp/w/exitcode" in text
+
+
+def test_vng_command_has_no_network_and_no_rw_root(tmp_path):
+    cmd = runner.vng_command(_plan(tmp_path), "tcg", "/tmp/w/run.sh", [str(tmp_path), "/tmp/w"])
+    assert "--disable-kvm" in cmd
+    assert not any(a.startswith(("--network", "-n", "--rw=")) or a == "--rw" for a in cmd)
+    assert cmd[cmd.index("--exec") + 1] == "sh /tmp/w/run.sh"
+    assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--rwdir"] == [str(tmp_path), "/tmp/w"]
+    assert "--disable-kvm" not in runner.vng_command(_plan(tmp_path), "kvm", "/x", [])
+
+
+def test_missing_tools_name_the_package(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(VMUsageError, match="pip install virtme-ng"):
+        runner.find_tools()
+    fake_vng = tmp_path / "vng"
+    fake_vng.write_text("#!/bin/sh\n")
+    fake_vng.chmod(0o755)
+    with pytest.raises(VMUsageError, match="apt-get install qemu-system"):
+        runner.find_tools()
+
+
+class _Group:
+    """Just enough of pytest's OptionGroup to check option defaults."""
+
+    def __init__(self):
+        self.parser = argparse.ArgumentParser()
+
+    def addoption(self, *names, **kw):
+        self.parser.add_argument(*names, **kw)
+
+
+def test_add_options_defaults_and_env(monkeypatch):
+    g = _Group()
+    vm.add_options(g)
+    ns = g.parser.parse_args([])
+    assert (ns.tcpnet_vm, ns.tcpnet_vm_kernel, ns.tcpnet_vm_accel) == (False, None, "auto")
+    assert (ns.tcpnet_vm_cpus, ns.tcpnet_vm_memory, ns.tcpnet_vm_boot_timeout) == (2, "2G", 120.0)
+    monkeypatch.setenv("TCPNET_VM_ACCEL", "tcg")
+    monkeypatch.setenv("TCPNET_VM_BOOT_TIMEOUT", "300")
+    g = _Group()
+    vm.add_options(g)
+    ns = g.parser.parse_args(["--tcpnet-vm", "--tcpnet-kernel", "6.1.0-56-amd64"])
+    assert (ns.tcpnet_vm, ns.tcpnet_vm_kernel) == (True, "6.1.0-56-amd64")
+    assert (ns.tcpnet_vm_accel, ns.tcpnet_vm_boot_timeout) == ("tcg", 300.0)
+
+
+class _Config:
+    def __init__(self, **opts):
+        self.opts = opts
+
+    def getoption(self, name, default=None):
+        return self.opts.get(name, default)
+
+
+def test_maybe_run_in_vm_is_a_no_op_unless_asked_or_inside(monkeypatch):
+    monkeypatch.delenv("TCPNET_IN_VM", raising=False)
+    assert not vm.inside_vm()
+    assert vm.maybe_run_in_vm(_Config(tcpnet_vm=False)) is None
+    monkeypatch.setenv("TCPNET_IN_VM", "1")
+    assert vm.inside_vm()
+    assert vm.maybe_run_in_vm(_Config(tcpnet_vm=True)) is None  # no recursion in the guest
+
+
+def test_importing_vm_is_cheap():
+    code = ("import sys; import pytest_tcpnet.vm; "
+            "heavy = {'subprocess', 'selectors', 'virtme', 'virtme_ng', 'pytest_tcpnet.vm.runner'}; "
+            "print(sorted(heavy & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_options_are_registered_on_pytest(tmp_path):
+    proj = _project(tmp_path, "def test_nothing():\n    pass\n")
+    out = _pytest(proj, ["--help"], timeout=120)
+    assert out.returncode == 0, out.stderr
+    for opt in ("--tcpnet-vm ", "--tcpnet-kernel", "--tcpnet-vm-accel", "--tcpnet-vm-cpus",
+                "--tcpnet-vm-memory", "--tcpnet-vm-boot-timeout"):
+        assert opt in out.stdout
+
+
+# ---------------------------------------------------------------- real VMs
+
+
+def _project(tmp_path, test_source: str) -> Path:
+    """Write a tiny pytest project that loads the VM wiring from the shim."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    shutil.copy(FIXTURES / "tcpnet_vm_shim.py", proj)
+    (proj / "pytest.ini").write_text("[pytest]\n")
+    (proj / "test_guest.py").write_text(test_source)
+    return proj
+
+
+def _base_args():
+    return ["-p", "no:cacheprovider", "-p", "no:tcpnet", "-p", "tcpnet_vm_shim"]
+
+
+def _env(**extra):
+    env = dict(os.environ)
+    env.pop("TCPNET_IN_VM", None)
+    env.update(extra)
+    return env
+
+
+def _pytest(proj, extra, timeout, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *_base_args(), *extra],
+        cwd=proj, env=env or _env(), capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def _popen(proj, extra, env=None):
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", *_base_args(), *extra],
+        cwd=proj, env=env or _env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _qemus_in(directory: Path) -> list:
+    """Return the pids of qemu processes whose cwd is ``directory`` (ours: vng runs there)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().startswith("qemu-system") and \
+                    os.readlink(entry / "cwd") == str(directory):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _workdirs_for(proj: Path) -> list:
+    """Return the runner's temporary directories whose guest script runs in ``proj``."""
+    found = []
+    for d in Path(tempfile.gettempdir()).glob("tcpnet-vm-*"):
+        try:
+            if f"cd {proj} " in (d / "run.sh").read_text():
+                found.append(d)
+        except OSError:
+            continue
+    return found
+
+
+def _wait_for(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return predicate()
+
+
+@pytest.fixture(scope="module")
+def vm_kernel():
+    """The kernel the boot tests use; skip them where a VM cannot be started at all."""
+    try:
+        runner.find_tools()
+        return kernel.resolve_kernel(os.environ.get("TCPNET_VM_TEST_KERNEL"))
+    except VMUsageError as err:
+        pytest.skip(f"cannot start a VM here: {err}")
+
+
+# Software emulation unless told otherwise: KVM guests hang at boot on the project's hosts.
+ACCEL = os.environ.get("TCPNET_VM_TEST_ACCEL", "tcg")
+
+GUEST_TESTS = '''
+import json, os, subprocess, sys
+
+def test_forwarded():
+    with open("guest.json", "w") as f:  # the cwd is shared read-write with the host
+        json.dump({"argv": sys.argv[1:], "release": os.uname().release,
+                   "in_vm": os.environ.get("TCPNET_IN_VM"),
+                   "token": os.environ.get("TCPNET_VMTEST_TOKEN"),
+                   "ifaces": sorted(os.listdir("/sys/class/net"))}, f)
+
+def test_netem_is_real():
+    from pyroute2 import IPRoute, netns
+    name = "tcpnet-vmtest"
+    netns.create(name)
+    try:
+        with IPRoute(netns=name) as ipr:
+            ipr.link("add", ifname="vmt0", kind="veth", peer="vmt1")
+            idx = ipr.link_lookup(ifname="vmt0")[0]
+            ipr.tc("add", "netem", idx, delay=20000, loss=1)
+            kinds = [q.get_attr("TCA_KIND") for q in ipr.get_qdiscs(idx)]
+        assert "netem" in kinds
+    finally:
+        netns.remove(name)
+
+def test_fails():
+    assert 1 + 1 == 3, "deliberate failure"
+'''
+
+
+@pytest.mark.tcpnet_vm_boot
+def test_session_runs_in_vm(tmp_path, vm_kernel):
+    """One boot: arguments and env forwarded, chosen kernel, real netem, exit code, junitxml."""
+    proj = _project(tmp_path, GUEST_TESTS)
+    junit = tmp_path / "reports" / "junit.xml"  # outside the cwd: needs its own share
+    out = _pytest(proj, [
+        "--tcpnet-vm", "--tcpnet-kernel", vm_kernel.release, f"--tcpnet-vm-accel={ACCEL}",
+        "--tcpnet-vm-cpus", "2", "--tcpnet-vm-memory=1G", "--tcpnet-vm-boot-timeout", "240",
+        f"--junitxml={junit}", "-v", "-k", "forwarded or netem or fails",
+    ], timeout=900, env=_env(TCPNET_VMTEST_TOKEN="tok en'1"))
+    log = f"--- stdout\n{out.stdout}\n--- stderr\n{out.stderr}"
+    assert out.returncode == 1, log  # one deliberate failure, propagated from the guest
+    assert f"accel={ACCEL}" in out.stderr and "guest started after" in out.stderr, log
+    assert "test_forwarded PASSED" in out.stdout, log
+    assert "test_netem_is_real PASSED" in out.stdout, log
+    assert "test_fails FAILED" in out.stdout and "deliberate failure" in out.stdout, log
+    assert "could not load kernel modules" not in out.stderr, log
+    assert "Power down" not in out.stderr, log
+
+    guest = json.loads((proj / "guest.json").read_text())
+    assert guest["release"] == vm_kernel.release != os.uname().release
+    assert guest["in_vm"] == "1" and guest["token"] == "tok en'1"
+    assert guest["ifaces"] == ["lo"]  # no network device in the VM
+    assert not [a for a in guest["argv"] if a.startswith("--tcpnet-")], guest["argv"]
+    assert guest["argv"][-2:] == ["-k", "forwarded or netem or fails"]
+
+    cases = {c.get("name"): c for c in ElementTree.parse(junit).getroot().iter("testcase")}
+    assert set(cases) == {"test_forwarded", "test_netem_is_real", "test_fails"}
+    assert cases["test_fails"].find("failure") is not None
+    assert not _qemus_in(proj)
+
+
+@pytest.mark.tcpnet_vm_boot
+def test_boot_deadline_kills_the_vm(tmp_path, vm_kernel):
+    proj = _project(tmp_path, "def test_never_runs():\n    pass\n")
+    t0 = time.monotonic()
+    out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-accel=tcg", "--tcpnet-vm-boot-timeout=3"],
+                  timeout=120)
+    assert out.returncode == 3, out.stderr
+    assert "guest did not start within 3 s under TCG" in out.stderr
+    assert "VM killed" in out.stderr and "--tcpnet-vm-boot-timeout" in out.stderr
+    assert time.monotonic() - t0 < 60
+    assert not _qemus_in(proj)
+
+
+@pytest.mark.tcpnet_vm_boot
+def test_boot_failure_shows_qemu_output(tmp_path, vm_kernel):
+    bogus = tmp_path / f"vmlinuz-{vm_kernel.release}"  # the release's modules exist
+    bogus.write_bytes(os.urandom(4096))
+    proj = _project(tmp_path, "def test_never_runs():\n    pass\n")
+    out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-accel=tcg", f"--tcpnet-kernel={bogus}"],
+                  timeout=120)
+    assert out.returncode == 3, out.stderr
+    assert "exited" in out.stderr and "before the guest started" in out.stderr
+    assert "Last lines of its output" in out.stderr and "qemu" in out.stderr
+    assert "does not look like a bootable kernel image" in out.stderr
+    assert not _qemus_in(proj)
+
+
+@pytest.mark.tcpnet_vm_boot
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
+def test_killing_the_host_session_stops_the_vm(tmp_path, vm_kernel, sig):
+    """Ctrl-C stops the VM and exits 2; even SIGKILL of pytest leaves no qemu behind."""
+    proj = _project(tmp_path, "def test_slow():\n    import time; time.sleep(600)\n")
+    proc = _popen(proj, ["--tcpnet-vm", "--tcpnet-vm-accel=tcg"])
+    try:
+        assert _wait_for(lambda: _qemus_in(proj), 60), "qemu never started"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    if sig == signal.SIGINT:
+        assert proc.returncode == 2 and "interrupted; VM stopped" in err, err
+        assert not _qemus_in(proj)
+    else:
+        # The watchdog notices its launcher is gone: SIGTERM, then SIGKILL 3 s later.
+        assert _wait_for(lambda: not _qemus_in(proj), 20), "orphaned qemu still running"
+    # The runner's temporary directory (guest script, exit code) is removed either way.
+    assert _wait_for(lambda: not _workdirs_for(proj), 10), _workdirs_for(proj)
+
+
+@pytest.mark.tcpnet_vm_boot
+def test_auto_accel_probes_once_then_uses_the_cache(tmp_path, vm_kernel):
+    proj = _project(tmp_path, "def test_quick():\n    pass\n")
+    env = _env(XDG_CACHE_HOME=str(tmp_path / "cache"), TCPNET_VM_KVM_PROBE_TIMEOUT="10")
+    # A boot timeout this short stops the session right after the accel choice.
+    opts = ["--tcpnet-vm", "--tcpnet-vm-accel=auto", "--tcpnet-vm-boot-timeout=1"]
+    first = _pytest(proj, opts, timeout=120, env=env)
+    assert "tcpnet-vm: accel=" in first.stderr, first.stderr
+    usable, why = accel.kvm_usable()
+    if not usable:
+        assert why in first.stderr
+        return
+    assert "probing KVM" in first.stderr and "cached in" in first.stderr
+    cache = json.loads((tmp_path / "cache" / "pytest-tcpnet" / "vm-accel.json").read_text())
+    assert [e["accel"] for e in cache.values()] in (["kvm"], ["tcg"])
+    second = _pytest(proj, opts, timeout=120, env=env)
+    assert "probing KVM" not in second.stderr and "auto, cached" in second.stderr, second.stderr
+    assert not _qemus_in(proj) and not _qemus_in(Path(os.path.realpath("/tmp")))
+
+
+def test_console_filter_drops_power_down_split_across_reads():
+    from pytest_tcpnet.vm.launch import _ConsoleFilter
+
+    f = _ConsoleFilter()
+    chunks = [b"err 1\n", b"[  194.2", b"11132] reboot: Po", b"wer down\r\n", b"partial",
+              b" line\n[ 1.0] kept\n", b"[ 2.0] tail"]
+    out = b"".join(f.feed(c) for c in chunks) + f.flush()
+    assert out == b"err 1\npartial line\n[ 1.0] kept\n[ 2.0] tail"
