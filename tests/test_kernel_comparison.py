@@ -25,15 +25,15 @@ REL = 0.10
 @pytest.mark.xfail(NEW_KERNEL, reason="C8: 6.6+ uses scaling_ratio, not tcp_adv_win_scale", strict=True,
                    raises=AssertionError)
 def test_window_is_half_the_doubled_rcvbuf(tcpnet):
-    probe = tcpnet.pair().measure_receive_window(rcvbuf=REQUEST)
-    assert probe["rcvbuf_effective"] == 2 * REQUEST  # C12: the kernel doubles the request
-    expected = model.advertised_window_adv_win_scale(probe["rcvbuf_effective"], 1)  # = REQUEST
+    probe = tcpnet.pair().measure_advertised_window(rcvbuf=REQUEST)
+    assert probe.rcvbuf_effective == 2 * REQUEST  # C12: the kernel doubles the request
+    expected = model.advertised_window_adv_win_scale(probe.rcvbuf_effective, 1)  # = REQUEST
     assert_receive_window_within(probe, expected, rel=REL)
 
 
 def test_the_failure_names_the_kernel_rule(tcpnet):
-    probe = tcpnet.pair().measure_receive_window(rcvbuf=REQUEST)
-    assert probe["kernel"] == os.uname().release
+    probe = tcpnet.pair().measure_advertised_window(rcvbuf=REQUEST)
+    assert probe.kernel == os.uname().release
     try:
         assert_receive_window_within(probe, REQUEST, rel=REL)
     except AssertionError as exc:
@@ -42,5 +42,5 @@ def test_the_failure_names_the_kernel_rule(tcpnet):
         assert not NEW_KERNEL, f"6.6+ kernel gave the old window: {probe}"
         return
     assert NEW_KERNEL, message
-    for words in ("scaling_ratio", ">= 6.6", probe["kernel"], str(probe["window_bytes"]), "doubles"):
+    for words in ("scaling_ratio", ">= 6.6", probe.kernel, str(probe.window_bytes), "doubles"):
         assert words in message, message

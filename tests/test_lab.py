@@ -181,3 +181,22 @@ def test_missing_netem_is_a_clear_skip_reason():
         lab.pair(link=Link(rtt="20ms"))
     assert info.value.capability == "netem"
     assert "--tcpnet-vm" in str(info.value)
+
+
+def test_a_short_queue_overflows_and_the_drops_are_counted_once(tcpnet):
+    # A 5-packet bottleneck queue at 10 Mbit/s must overflow in slow start: those drops are
+    # what the spec asked for (limit=5) and TCP recovers with retransmissions.
+    result = tcpnet.pair(link=Link(rate="10mbit", limit=5)).transfer(nbytes=2_000_000)
+    leaf = [q for q in result.qdiscs["veth-cli"] if q["kind"] == "pfifo"][0]
+    assert leaf["drops"] > 0
+    assert result.emulator_drops == leaf["drops"] + sum(
+        q["drops"] for q in result.qdiscs["veth-srv"] if q["kind"] == "htb")
+    assert result.retransmits > 0
+
+
+def test_tcp_info_is_sampled_over_time(tcpnet):
+    result = tcpnet.pair(link=Link(rate="20mbit")).transfer(nbytes=2_000_000, sample_interval=0.01)
+    acked = result.tcp_info_series("bytes_acked")
+    # 2 MB at 20 Mbit/s takes ~0.84 s: ~80 samples at 10 ms; ask for a third of that.
+    assert len(acked) > 25
+    assert acked == sorted(acked) and acked[-1] <= 2_000_001

@@ -19,7 +19,7 @@ import weakref
 from . import netlink
 from .errors import LabError, MissingCapability
 from .model import Host, Link, check_congestion_control, parse_size, transfer_time
-from .results import TransferResult
+from .results import TransferResult, WindowProbe
 from .workload import BULK_SCRIPT, NamespaceProcesses, nsenter_path
 
 __all__ = ["Lab", "Pair", "Node", "TCP_SYSCTLS", "preflight"]
@@ -169,12 +169,14 @@ class Pair:
         return {ifname: netlink.qdisc_stats(self.router.namespace, ifname)
                 for ifname in (a.router_client_if, a.router_server_if)}
 
-    def transfer(self, nbytes, *, direction="download", sndbuf=None, rcvbuf=None, cc=None, timeout=None):
+    def transfer(self, nbytes, *, direction="download", sndbuf=None, rcvbuf=None, cc=None, timeout=None,
+                 sample_interval=None):
         """Move nbytes between the endpoints with the bulk workload and measure the goodput.
 
         "download" sends server -> client, "upload" client -> server; sndbuf/rcvbuf set
         SO_SNDBUF on the sender and SO_RCVBUF on the receiver (None: kernel autotuning);
-        cc sets TCP_CONGESTION on the sender's socket.
+        cc sets TCP_CONGESTION on the sender's socket; sample_interval (seconds) records the
+        sender's TCP_INFO over time (``result.tcp_info_series(field)``).
         """
         nbytes = _positive_int("nbytes", nbytes)
         if direction not in ("download", "upload"):
@@ -194,6 +196,10 @@ class Pair:
         cc = cc or self.socket_cc.get(sender.role)
         common = [f"--nbytes={nbytes}", f"--timeout={timeout}"]
         sender_opts = common + ([f"--sndbuf={sndbuf}"] if sndbuf else []) + ([f"--cc={cc}"] if cc else [])
+        if sample_interval is not None:
+            if not isinstance(sample_interval, (int, float)) or not 0 < sample_interval <= 10:
+                raise ValueError(f"sample_interval: must be in (0, 10] seconds, got {sample_interval!r}")
+            sender_opts.append(f"--sample-interval={sample_interval}")
         receiver_opts = common + ([f"--rcvbuf={rcvbuf}"] if rcvbuf else [])
         stats_before = self.router_qdisc_stats()
         sender_record, receiver_record = self._run_flow(direction, sender_opts, receiver_opts, timeout)
@@ -217,32 +223,23 @@ class Pair:
             qdiscs=_stats_delta(stats_before, stats_after),
         )
 
-    def measure_receive_window(self, *, rcvbuf=None, direction="download", settle_s=0.3, timeout=60):
-        """Fill the receiver's buffer with a reader that never reads; return the bytes it accepted.
+    def measure_advertised_window(self, *, rcvbuf=None, nbytes=None, direction="download"):
+        """The largest window the receiver advertised during a transfer, as the sender saw it (TCP_INFO snd_wnd).
 
-        That is the whole window the receiving socket advertised for this SO_RCVBUF (None:
-        autotuning from tcp_rmem), the quantity C8 is about. Returns a dict with
-        ``window_bytes``, ``rcvbuf_requested``, ``rcvbuf_effective``, ``kernel`` and both
-        sockets' TCP_INFO.
+        rcvbuf sets SO_RCVBUF on the receiver (None: autotuning from tcp_rmem); the receiver
+        reads as fast as it can, so the window is limited by the buffer alone (C8).
         """
-        if direction not in ("download", "upload"):
-            raise ValueError(f"direction: must be 'download' or 'upload', got {direction!r}")
-        rcvbuf = None if rcvbuf is None else _buffer_bytes("rcvbuf", rcvbuf)
-        if self.closed:
-            raise LabError("this pair is closed")
-        common = [f"--timeout={timeout}"]
-        sender_opts = common + ["--until-peer-closes"]
-        receiver_opts = common + ["--hold", f"--settle={settle_s}"] + ([f"--rcvbuf={rcvbuf}"] if rcvbuf else [])
-        sender_record, receiver_record = self._run_flow(direction, sender_opts, receiver_opts, timeout)
-        return {
-            "window_bytes": receiver_record["queued_bytes"],
-            "rcvbuf_requested": rcvbuf,
-            "rcvbuf_effective": receiver_record["buffers"]["rcvbuf"],
-            "kernel": netlink.kernel_release(),
-            "receiver_tcp_info": receiver_record["tcp_info"],
-            "sender_tcp_info": sender_record["tcp_info"],
-            "sysctls": (self.client if direction == "download" else self.server).sysctls(),
-        }
+        if nbytes is None:
+            nbytes = max(2_000_000, 20 * (2 * _buffer_bytes("rcvbuf", rcvbuf) if rcvbuf else 0))
+        result = self.transfer(nbytes, direction=direction, rcvbuf=rcvbuf, sample_interval=0.001)
+        windows = [w for w in result.tcp_info_series("snd_wnd") if w is not None]
+        windows.append(result.sender_tcp_info.get("snd_wnd"))
+        if not any(windows):
+            raise MissingCapability("tcpi_snd_wnd", f"kernel {result.kernel} does not report snd_wnd in TCP_INFO")
+        receiver = self.client if direction == "download" else self.server
+        return WindowProbe(window_bytes=max(w for w in windows if w is not None), rcvbuf_requested=rcvbuf,
+                           rcvbuf_effective=result.receiver["buffers"]["rcvbuf"], kernel=result.kernel,
+                           sysctls=result.sysctls[receiver.role], transfer=result)
 
     def _run_flow(self, direction, sender_opts, receiver_opts, timeout):
         """Start the bulk workload (server listens, client connects); return (sender, receiver) records."""

@@ -4,7 +4,9 @@ from dataclasses import dataclass, field
 
 from .model import Host, Link, format_rate, format_size, format_time
 
-__all__ = ["TransferResult"]
+__all__ = ["TransferResult", "WindowProbe"]
+
+_TC_H_ROOT = 0xFFFFFFFF
 
 
 @dataclass(frozen=True)
@@ -58,10 +60,21 @@ class TransferResult:
         """Segments the sender retransmitted."""
         return self.sender_tcp_info.get("total_retrans")
 
+    def tcp_info_series(self, field):
+        """Values of one sampled TCP_INFO field over the transfer (empty unless sample_interval was set)."""
+        samples = self.sender.get("samples")
+        if not samples:
+            return []
+        column = samples["fields"].index(field)
+        return [row[column] for row in samples["rows"]]
+
     @property
     def emulator_drops(self):
-        """Packets the router's qdiscs dropped (loss the spec asked for plus queue overflow)."""
-        return sum(q["drops"] for stats in self.qdiscs.values() for q in stats)
+        """Packets the router's qdiscs dropped (loss the spec asked for plus queue overflow).
+
+        Only root qdiscs count: an htb root already includes its leaf's drops.
+        """
+        return sum(q["drops"] for stats in self.qdiscs.values() for q in stats if q["parent"] == _TC_H_ROOT)
 
     def describe(self):
         """The conditions, one per line, for failure reports."""
@@ -85,3 +98,15 @@ class TransferResult:
         if self.qdiscs:
             lines.append(f"router qdisc drops: {self.emulator_drops}")
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class WindowProbe:
+    """The largest receive window a socket advertised for a given SO_RCVBUF, and where it was measured."""
+
+    window_bytes: int
+    rcvbuf_requested: "int | None"
+    rcvbuf_effective: int
+    kernel: str
+    sysctls: dict
+    transfer: TransferResult = field(repr=False)

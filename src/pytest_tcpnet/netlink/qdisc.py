@@ -76,11 +76,14 @@ def qdisc_stats(namespace, ifname):
         index = ipr.link_lookup(ifname=ifname)[0]
         result = []
         for msg in ipr.get_qdiscs(index=index):
-            stats = msg.get_attr("TCA_STATS") or {}
+            # TCA_STATS2 is the maintained counter set (the legacy TCA_STATS names it "drop").
+            stats2 = msg.get_attr("TCA_STATS2")
+            basic = (stats2 and stats2.get_attr("TCA_STATS_BASIC")) or {}
+            queue = (stats2 and stats2.get_attr("TCA_STATS_QUEUE")) or {}
             result.append({
                 "kind": msg.get_attr("TCA_KIND"), "handle": msg["handle"], "parent": msg["parent"],
-                "packets": stats.get("packets", 0), "bytes": stats.get("bytes", 0),
-                "drops": stats.get("drops", 0), "overlimits": stats.get("overlimits", 0),
-                "backlog": stats.get("backlog", 0),
+                "packets": basic.get("packets", 0), "bytes": basic.get("bytes", 0),
+                "drops": queue.get("drops", 0), "overlimits": queue.get("overlimits", 0),
+                "backlog": queue.get("backlog", 0),
             })
         return result

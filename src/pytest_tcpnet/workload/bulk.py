@@ -87,55 +87,42 @@ def receive_all(sock, connected_at):
             "tcp_info": read_tcp_info(sock)}
 
 
-def hold_unread(sock, connected_at, settle):
-    """Never read: let the sender fill our receive buffer, report how much it took once it stops growing.
+class TcpInfoSampler:
+    """Samples the sender's TCP_INFO from a thread while the main thread is blocked in send()."""
 
-    What the receive queue holds when the sender is stalled is all the window this socket ever
-    offered: the measure of the advertised window for a given SO_RCVBUF (C8, C14).
-    """
-    import fcntl
-    import struct
-    queued, stable_since = -1, time.monotonic()
-    first_data_at = None
-    while True:
-        now_queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), 0x541B, b"\0\0\0\0"))[0]  # SIOCINQ
-        now = time.monotonic()
-        if now_queued and first_data_at is None:
-            first_data_at = now
-        if now_queued != queued:
-            queued, stable_since = now_queued, now
-        elif queued > 0 and now - stable_since >= settle:
-            break
-        if now - connected_at > 60:
-            break
-        time.sleep(0.002)
-    return {"event": "result", "role": "receiver", "mode": "hold", "queued_bytes": queued,
-            "connected_at": connected_at, "first_byte_at": first_data_at, "stalled_at": stable_since,
-            "buffers": _buffers(sock), "tcp_info": read_tcp_info(sock)}
+    FIELDS = ("snd_wnd", "snd_cwnd", "unacked", "rtt", "bytes_acked", "notsent_bytes", "delivery_rate",
+              "rwnd_limited", "sndbuf_limited", "busy_time", "total_retrans")
 
+    def __init__(self, sock, interval):
+        import threading
+        self._sock, self._interval = sock, interval
+        self._stop = threading.Event()
+        self.samples = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
 
-def send_until_peer_closes(sock, connected_at):
-    """Send until the peer goes away (a holding receiver); report the sender's view at that point."""
-    payload = memoryview(b"\x5a" * CHUNK)
-    sent_total = 0
-    info = None
-    try:
-        while True:
-            sent_total += sock.send(payload)
-            info = read_tcp_info(sock)
-    except OSError:
-        pass
-    return {"event": "result", "role": "sender", "mode": "until-closed", "nbytes": sent_total,
-            "connected_at": connected_at, "buffers": _buffers(sock), "tcp_info": info or {}}
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                info = read_tcp_info(self._sock)
+            except OSError:
+                break
+            self.samples.append([time.monotonic()] + [info.get(f) for f in self.FIELDS])
+            self._stop.wait(self._interval)
+
+    def stop(self):
+        """End sampling; return {"fields": [...], "rows": [[t, ...], ...]}."""
+        self._stop.set()
+        self._thread.join()
+        return {"fields": ["t"] + list(self.FIELDS), "rows": self.samples}
 
 
 def _run(sock, args, connected_at):
-    if args.role == "sender" and args.until_peer_closes:
-        record = send_until_peer_closes(sock, connected_at)
-    elif args.role == "receiver" and args.hold:
-        record = hold_unread(sock, connected_at, args.settle)
-    elif args.role == "sender":
+    if args.role == "sender":
+        sampler = TcpInfoSampler(sock, args.sample_interval) if args.sample_interval else None
         record = send_all(sock, args.nbytes, connected_at)
+        if sampler:
+            record["samples"] = sampler.stop()
     else:
         record = receive_all(sock, connected_at)
     sock.close()
@@ -179,9 +166,8 @@ def main(argv=None):
     parser.add_argument("--sndbuf", type=int)
     parser.add_argument("--rcvbuf", type=int)
     parser.add_argument("--cc")
-    parser.add_argument("--hold", action="store_true", help="receiver: never read, report the queue once stalled")
-    parser.add_argument("--settle", type=float, default=0.3, help="seconds the queue must stay unchanged (--hold)")
-    parser.add_argument("--until-peer-closes", action="store_true", help="sender: send until the peer closes")
+    parser.add_argument("--sample-interval", type=float, default=0.0,
+                        help="sender: sample TCP_INFO every this many seconds (0: only at the end)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the peer to connect")
     args = parser.parse_args(argv)
     (serve if args.mode == "serve" else connect)(args)
