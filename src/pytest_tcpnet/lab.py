@@ -163,6 +163,13 @@ class Pair:
                 raise
             self.socket_cc[node.role] = cc
 
+    def interface_counters(self):
+        """{"role/ifname": counters} for the four veth ends of the path."""
+        a = netlink.PATH_ADDRESSES
+        ends = ((self.client, a.client_if), (self.router, a.router_client_if), (self.router, a.router_server_if),
+                (self.server, a.server_if))
+        return {f"{node.role}/{ifname}": netlink.interface_counters(node.namespace, ifname) for node, ifname in ends}
+
     def router_qdisc_stats(self):
         """{ifname: [qdisc stats]} of the router's two shaped interfaces."""
         a = netlink.PATH_ADDRESSES
@@ -201,11 +208,11 @@ class Pair:
                 raise ValueError(f"sample_interval: must be in (0, 10] seconds, got {sample_interval!r}")
             sender_opts.append(f"--sample-interval={sample_interval}")
         receiver_opts = common + ([f"--rcvbuf={rcvbuf}"] if rcvbuf else [])
-        stats_before = self.router_qdisc_stats()
+        stats_before, counters_before = self.router_qdisc_stats(), self.interface_counters()
         sender_record, receiver_record = self._run_flow(direction, sender_opts, receiver_opts, timeout)
         if receiver_record["nbytes"] != nbytes:
             raise LabError(f"receiver got {receiver_record['nbytes']} of {nbytes} bytes")
-        stats_after = self.router_qdisc_stats()
+        stats_after, counters_after = self.router_qdisc_stats(), self.interface_counters()
         return TransferResult(
             nbytes=nbytes,
             duration_s=receiver_record["last_byte_at"] - receiver_record["connected_at"],
@@ -221,6 +228,8 @@ class Pair:
             receiver=receiver_record,
             offloads=dict(self.offloads),
             qdiscs=_stats_delta(stats_before, stats_after),
+            interfaces={end: {k: v - counters_before[end][k] for k, v in counts.items()}
+                        for end, counts in counters_after.items()},
         )
 
     def measure_advertised_window(self, *, rcvbuf=None, nbytes=None, direction="download"):

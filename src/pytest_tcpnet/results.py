@@ -27,6 +27,7 @@ class TransferResult:
     receiver: dict = field(default_factory=dict, repr=False)
     offloads: dict = field(default_factory=dict, repr=False)
     qdiscs: dict = field(default_factory=dict, repr=False)
+    interfaces: dict = field(default_factory=dict, repr=False)
 
     @property
     def throughput_bps(self):
@@ -76,6 +77,12 @@ class TransferResult:
         """
         return sum(q["drops"] for stats in self.qdiscs.values() for q in stats if q["parent"] == _TC_H_ROOT)
 
+    @property
+    def interface_drops(self):
+        """Packets the veths themselves dropped (e.g. a receive backlog overflow), by 'role/ifname'."""
+        return {end: c["rx_dropped"] + c["tx_dropped"] for end, c in self.interfaces.items()
+                if c["rx_dropped"] + c["tx_dropped"]}
+
     def describe(self):
         """The conditions, one per line, for failure reports."""
         buffers = self.sender.get("buffers", {})
@@ -92,11 +99,11 @@ class TransferResult:
         info = self.sender_tcp_info
         if info:
             lines.append(f"sender TCP_INFO: rtt {info.get('rtt', 0) / 1000:.3g} ms, cwnd {info.get('snd_cwnd')}, "
-                         f"retrans {info.get('total_retrans')}, rwnd_limited {info.get('rwnd_limited', 0) / 1000:.4g} ms, "
+                         f"retrans {info.get('total_retrans')} (dsack {info.get('dsack_dups')}), rwnd_limited {info.get('rwnd_limited', 0) / 1000:.4g} ms, "
                          f"sndbuf_limited {info.get('sndbuf_limited', 0) / 1000:.4g} ms, "
                          f"busy {info.get('busy_time', 0) / 1000:.4g} ms")
         if self.qdiscs:
-            lines.append(f"router qdisc drops: {self.emulator_drops}")
+            lines.append(f"router qdisc drops: {self.emulator_drops}; veth drops: {self.interface_drops or 0}")
         return "\n".join(lines)
 
 

@@ -8,7 +8,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from ..errors import LabError
 from .namespaces import run_in_namespace, write_sysctls
 
-__all__ = ["PathAddresses", "PATH_ADDRESSES", "wire_path", "set_offloads", "get_offloads", "OFFLOAD_FEATURES",
+__all__ = ["interface_counters", "PathAddresses", "PATH_ADDRESSES", "wire_path", "set_offloads", "get_offloads", "OFFLOAD_FEATURES",
            "TSO_FEATURES"]
 
 
@@ -86,6 +86,16 @@ def wire_path(client_ns, router_ns, server_ns, addresses=PATH_ADDRESSES):
         _configure(ipr, a.server_if, a.server, a.prefixlen, [(f"{_subnet(a.client)}/{a.prefixlen}",
                                                               a.router_server_side)]),
         ipr.link("set", index=_index(ipr, "lo"), state="up")))
+
+
+def interface_counters(namespace, ifname):
+    """{rx_packets, tx_packets, rx_dropped, tx_dropped} of one interface (IFLA_STATS64)."""
+
+    def read(ipr):
+        stats = ipr.get_links(_index(ipr, ifname))[0].get_attr("IFLA_STATS64") or {}
+        return {k: stats.get(k, 0) for k in ("rx_packets", "tx_packets", "rx_dropped", "tx_dropped")}
+
+    return _ipr_call(namespace, f"reading counters of {ifname}", read)
 
 
 def _subnet(address):
