@@ -24,7 +24,6 @@ import secrets
 import subprocess
 import sys
 import tempfile
-import time
 
 from pytest_tcpnet.vm.accel import kvm_usable
 from pytest_tcpnet.vm.kernel import resolve_kernel
