@@ -10,6 +10,7 @@ import pytest
 from .errors import MissingCapability
 
 _STRICT_CHOICES = ("off", "undeclared", "all")
+_skipped_for_capability = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser):
@@ -79,7 +80,18 @@ def _missing(item, exc, declared):
     if strict == "all" or (strict == "undeclared" and not declared):
         pytest.fail(f"capability missing (--tcpnet-strict={strict}): {exc}", pytrace=False)
     hint = "" if declared else f" (declare it: @pytest.mark.tcpnet_needs({exc.capability!r}))"
+    item.stash[_skipped_for_capability] = True
     pytest.skip(f"{exc}{hint}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    # Point a capability skip at the test, not at this file where pytest.skip was raised.
+    if report.skipped and item.stash.get(_skipped_for_capability, False) and isinstance(report.longrepr, tuple):
+        path, line = item.reportinfo()[:2]
+        report.longrepr = (str(path), (line or 0) + 1, report.longrepr[2])
+    return report
 
 
 @pytest.hookimpl(tryfirst=True)

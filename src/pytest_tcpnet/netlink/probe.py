@@ -50,6 +50,10 @@ def _in_private_namespace(function):
     return outcome["value"]
 
 
+# The least each qdisc kind needs to be created (pyroute2 insists on these).
+_PROBE_ARGUMENTS = {"tbf": {"rate": "1mbit", "burst": 16000, "latency": 50000}}
+
+
 @functools.lru_cache(maxsize=None)
 def qdisc_supported(kind):
     """True if the kernel accepts a qdisc of this kind (probed on lo of a throwaway namespace)."""
@@ -57,7 +61,7 @@ def qdisc_supported(kind):
     def probe():
         with IPRoute() as ipr:
             try:
-                ipr.tc("add", kind, index=1, handle=0x10000)
+                ipr.tc("add", kind, index=1, handle=0x10000, **_PROBE_ARGUMENTS.get(kind, {}))
                 return True
             except NetlinkError:
                 return False
