@@ -8,6 +8,8 @@ import threading
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from ..model import KNOWN_CONGESTION_CONTROLS
+
 __all__ = ["has_net_admin", "qdisc_supported", "available_congestion_controls", "kernel_release"]
 
 _CLONE_NEWNET = 0x40000000
@@ -83,8 +85,10 @@ def available_congestion_controls():
     moddir = f"/lib/modules/{kernel_release()}/kernel/net/ipv4"
     try:
         for entry in os.listdir(moddir):
-            if entry.startswith("tcp_") and ".ko" in entry:
-                names.add(entry[4:].split(".ko")[0])
+            name = entry[4:].split(".ko")[0]
+            # tcp_diag.ko and friends live there too: only algorithm modules count.
+            if entry.startswith("tcp_") and ".ko" in entry and name in KNOWN_CONGESTION_CONTROLS:
+                names.add(name)
     except OSError:
         pass
     return names

@@ -2,11 +2,11 @@
 
 import math
 
-from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ..errors import LabError
 from ..model import MTU_FRAME_BYTES
+from .namespaces import with_iproute
 
 __all__ = ["shape_egress", "qdisc_stats", "htb_burst_bytes"]
 
@@ -41,49 +41,56 @@ def shape_egress(namespace, ifname, way):
     if way.is_unimpaired:
         return []
     try:
-        with IPRoute(netns=namespace) as ipr:
-            index = ipr.link_lookup(ifname=ifname)[0]
-            installed = []
-            leaf_parent = None
-            if way.rate_bps is not None:
-                burst = htb_burst_bytes(way.rate_bps)
-                ipr.tc("add", "htb", index=index, handle=_ROOT, default=1)
-                # quantum: a few frames; the default (rate/r2q) overflows at Gbit rates.
-                ipr.tc("add-class", "htb", index=index, handle=_RATE_CLASS, parent=_ROOT,
-                       rate=f"{int(way.rate_bps)}bit", ceil=f"{int(way.rate_bps)}bit",
-                       burst=burst, cburst=burst, quantum=min(200000, max(MTU_FRAME_BYTES, burst)))
-                installed.append(f"htb rate {int(way.rate_bps)}bit burst {burst}b")
-                leaf_parent = _RATE_CLASS
-            if way.needs_netem:
-                kwargs = _netem_kwargs(way)
-                if leaf_parent is None:
-                    ipr.tc("add", "netem", index=index, handle=_LEAF, **kwargs)
-                else:
-                    ipr.tc("add", "netem", index=index, handle=_LEAF, parent=leaf_parent, **kwargs)
-                installed.append("netem " + " ".join(f"{k}={v}" for k, v in kwargs.items()))
-            elif leaf_parent is not None:
-                ipr.tc("add", "pfifo", index=index, handle=_LEAF, parent=leaf_parent,
-                       limit=way.queue_limit_packets())
-                installed.append(f"pfifo limit {way.queue_limit_packets()}")
-            return installed
+        return with_iproute(namespace, lambda ipr: _install(ipr, ifname, way))
     except NetlinkError as exc:
         raise LabError(f"installing qdiscs on {ifname} in {namespace} ({way.describe()}) failed: {exc}") from exc
 
 
+def _install(ipr, ifname, way):
+    """The qdisc tree for one direction, on an IPRoute socket already in the router's namespace."""
+    index = ipr.link_lookup(ifname=ifname)[0]
+    installed = []
+    leaf_parent = None
+    if way.rate_bps is not None:
+        burst = htb_burst_bytes(way.rate_bps)
+        ipr.tc("add", "htb", index=index, handle=_ROOT, default=1)
+        # quantum: a few frames; the default (rate/r2q) overflows at Gbit rates.
+        ipr.tc("add-class", "htb", index=index, handle=_RATE_CLASS, parent=_ROOT,
+               rate=f"{int(way.rate_bps)}bit", ceil=f"{int(way.rate_bps)}bit",
+               burst=burst, cburst=burst, quantum=min(200000, max(MTU_FRAME_BYTES, burst)))
+        installed.append(f"htb rate {int(way.rate_bps)}bit burst {burst}b")
+        leaf_parent = _RATE_CLASS
+    if way.needs_netem:
+        kwargs = _netem_kwargs(way)
+        if leaf_parent is None:
+            ipr.tc("add", "netem", index=index, handle=_LEAF, **kwargs)
+        else:
+            ipr.tc("add", "netem", index=index, handle=_LEAF, parent=leaf_parent, **kwargs)
+        installed.append("netem " + " ".join(f"{k}={v}" for k, v in kwargs.items()))
+    elif leaf_parent is not None:
+        ipr.tc("add", "pfifo", index=index, handle=_LEAF, parent=leaf_parent,
+               limit=way.queue_limit_packets())
+        installed.append(f"pfifo limit {way.queue_limit_packets()}")
+    return installed
+
+
 def qdisc_stats(namespace, ifname):
     """[{kind, handle, parent, packets, bytes, drops, overlimits, backlog}] of an interface's qdiscs."""
-    with IPRoute(netns=namespace) as ipr:
-        index = ipr.link_lookup(ifname=ifname)[0]
-        result = []
-        for msg in ipr.get_qdiscs(index=index):
-            # TCA_STATS2 is the maintained counter set (the legacy TCA_STATS names it "drop").
-            stats2 = msg.get_attr("TCA_STATS2")
-            basic = (stats2 and stats2.get_attr("TCA_STATS_BASIC")) or {}
-            queue = (stats2 and stats2.get_attr("TCA_STATS_QUEUE")) or {}
-            result.append({
-                "kind": msg.get_attr("TCA_KIND"), "handle": msg["handle"], "parent": msg["parent"],
-                "packets": basic.get("packets", 0), "bytes": basic.get("bytes", 0),
-                "drops": queue.get("drops", 0), "overlimits": queue.get("overlimits", 0),
-                "backlog": queue.get("backlog", 0),
-            })
-        return result
+    return with_iproute(namespace, lambda ipr: _stats(ipr, ifname))
+
+
+def _stats(ipr, ifname):
+    index = ipr.link_lookup(ifname=ifname)[0]
+    result = []
+    for msg in ipr.get_qdiscs(index=index):
+        # TCA_STATS2 is the maintained counter set (the legacy TCA_STATS names it "drop").
+        stats2 = msg.get_attr("TCA_STATS2")
+        basic = (stats2 and stats2.get_attr("TCA_STATS_BASIC")) or {}
+        queue = (stats2 and stats2.get_attr("TCA_STATS_QUEUE")) or {}
+        result.append({
+            "kind": msg.get_attr("TCA_KIND"), "handle": msg["handle"], "parent": msg["parent"],
+            "packets": basic.get("packets", 0), "bytes": basic.get("bytes", 0),
+            "drops": queue.get("drops", 0), "overlimits": queue.get("overlimits", 0),
+            "backlog": queue.get("backlog", 0),
+        })
+    return result

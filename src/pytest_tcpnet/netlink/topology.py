@@ -2,11 +2,10 @@
 
 from dataclasses import dataclass
 
-from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ..errors import LabError
-from .namespaces import run_in_namespace, write_sysctls
+from .namespaces import run_in_namespace, with_iproute, write_sysctls
 
 __all__ = ["interface_counters", "PathAddresses", "PATH_ADDRESSES", "wire_path", "set_offloads", "get_offloads", "OFFLOAD_FEATURES",
            "TSO_FEATURES"]
@@ -39,8 +38,7 @@ OFFLOAD_FEATURES = TSO_FEATURES + ("tx-generic-segmentation", "rx-gro")
 
 def _ipr_call(namespace, what, function):
     try:
-        with IPRoute(netns=namespace) as ipr:
-            return function(ipr)
+        return with_iproute(namespace, function)
     except NetlinkError as exc:
         raise LabError(f"{what} in namespace {namespace} failed: {exc}") from exc
 
