@@ -56,6 +56,16 @@ def _session(project, selection):
                             stderr=subprocess.STDOUT, text=True)
 
 
+def _interrupted_session_in_its_test(project):
+    """Start the session that blocks inside a test with a lab built; return once it is there."""
+    proc = _session(project, "interrupted")
+    deadline = time.monotonic() + 60
+    while not (project / "mark.txt.ready").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+        time.sleep(0.05)
+    return proc
+
+
 def _assert_nothing_left(project, before):
     leftovers = []
     for line in (project / "mark.txt").read_text().splitlines():
@@ -78,11 +88,7 @@ def test_sessions_that_pass_and_fail_leave_nothing(project):
 
 def test_ctrl_c_leaves_nothing(project):
     before = hoststate.snapshot()
-    proc = _session(project, "interrupted")
-    deadline = time.monotonic() + 60
-    while not (project / "mark.txt.ready").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
-        time.sleep(0.05)
+    proc = _interrupted_session_in_its_test(project)
     proc.send_signal(signal.SIGINT)  # what Ctrl-C delivers to the foreground pytest
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2, out  # pytest's "interrupted"
@@ -92,11 +98,7 @@ def test_ctrl_c_leaves_nothing(project):
 
 def test_sweeper_removes_what_a_killed_session_left(project):
     before = hoststate.snapshot()
-    proc = _session(project, "interrupted")
-    deadline = time.monotonic() + 60
-    while not (project / "mark.txt.ready").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
-        time.sleep(0.05)
+    proc = _interrupted_session_in_its_test(project)
     proc.kill()  # SIGKILL: no teardown runs at all
     proc.communicate(timeout=30)
     pid, *namespaces = (project / "mark.txt").read_text().split()
