@@ -206,3 +206,10 @@ def test_tcp_info_is_sampled_over_time(tcpnet):
     # 2 MB at 20 Mbit/s takes ~0.84 s: ~80 samples at 10 ms; ask for a third of that.
     assert len(acked) > 25
     assert acked == sorted(acked) and acked[-1] <= 2_000_001
+
+
+def test_every_sysctl_a_host_set_is_recorded(tcpnet):
+    pair = tcpnet.pair(client=Host(sysctls={"net.ipv4.tcp_fin_timeout": 17}))
+    result = pair.transfer(nbytes=10_000)
+    assert result.sysctls["client"]["net.ipv4.tcp_fin_timeout"] == "17"
+    assert "net.ipv4.tcp_fin_timeout" not in result.sysctls["server"]

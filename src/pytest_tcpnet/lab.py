@@ -62,8 +62,6 @@ def preflight(link, client, server):
         raise MissingCapability("netem", f"kernel {netlink.kernel_release()} has no sch_netem, needed for "
                                 f"{link.describe()}; run the session under a kernel that has it: "
                                 "`pytest --tcpnet-vm` (see README, 'Running under a chosen kernel')")
-    if any(w.rate_bps for w in ways) and link.needs_netem is False and not netlink.qdisc_supported("pfifo"):
-        raise MissingCapability("pfifo", "kernel has no pfifo qdisc")
 
 
 class Node:
@@ -109,7 +107,9 @@ class Pair:
         self.server = Node("server", names["server"], a.server, a.server_if)
         self.offloads = {}
         self.qdisc_plan = {}
+        self.socket_cc = {}
         self.closed = False
+        self._created = []  # namespaces made so far, so a failed build can be undone
 
     @property
     def nodes(self):
@@ -122,7 +122,6 @@ class Pair:
             netlink.create_namespace(node.namespace)
             self._created.append(node.namespace)
         netlink.wire_path(self.client.namespace, self.router.namespace, self.server.namespace)
-        self.socket_cc = {}
         for node, host in ((self.client, self.client_host), (self.server, self.server_host)):
             plain = {k: v for k, v in host.sysctls.items() if k != _CC_SYSCTL}
             if plain:
@@ -221,7 +220,8 @@ class Pair:
             link=self.link,
             client=self.client_host,
             server=self.server_host,
-            sysctls={"client": self.client.sysctls(), "server": self.server.sysctls()},
+            sysctls={"client": self.client.sysctls(TCP_SYSCTLS + tuple(self.client_host.sysctls)),
+                     "server": self.server.sysctls(TCP_SYSCTLS + tuple(self.server_host.sysctls))},
             sndbuf_requested=sndbuf,
             rcvbuf_requested=rcvbuf,
             sender=sender_record,
@@ -335,7 +335,6 @@ class Lab:
         tag = netlink.owner_tag()
         names = {role: f"{netlink.PREFIX}{tag}-{index}{role[0]}" for role in ("client", "router", "server")}
         pair = Pair(self, index, link, client, server, names, self._endpoint_offloads)
-        pair._created = []
         try:
             pair._build()
         except BaseException:
