@@ -52,7 +52,7 @@ def preflight(link, client, server):
             if not netlink.sysctl_exists(key):
                 raise ValueError(f"{role}.sysctls: unknown sysctl {key} on kernel {netlink.kernel_release()}")
         if host.cc and host.cc not in netlink.available_congestion_controls():
-            raise MissingCapability(f"cc-{host.cc}", f"congestion control {host.cc!r} is not available on kernel "
+            raise MissingCapability(host.cc, f"congestion control {host.cc!r} is not available on kernel "
                                     f"{netlink.kernel_release()} (available: "
                                     f"{' '.join(sorted(netlink.available_congestion_controls()))})")
     ways = (link.toward_client, link.toward_server)
@@ -192,7 +192,7 @@ class Pair:
         if cc is not None:
             check_congestion_control("cc", cc)
             if cc not in netlink.available_congestion_controls():
-                raise MissingCapability(f"cc-{cc}", f"congestion control {cc!r} is not available on kernel "
+                raise MissingCapability(cc, f"congestion control {cc!r} is not available on kernel "
                                         f"{netlink.kernel_release()}")
         if self.closed:
             raise LabError("this pair is closed")
