@@ -73,6 +73,31 @@ def test_router_sees_wire_sized_packets_only(tcpnet):
     assert "tx-generic-segmentation" in offloads["server/veth-rtr"]  # GSO recorded as the kernel set it
 
 
+def _largest_frame_at_router_ingress(pair, tmp_path):
+    """Capture the server -> router veth with tshark during a transfer; return the largest frame seen."""
+    pcap = tmp_path / f"{pair.router.namespace}.pcap"
+    capture = pair.router.popen(["tshark", "-q", "-i", "veth-srv", "-w", str(pcap)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # tshark says "Capturing on ..." once the capture is live.
+    assert "Capturing on" in capture.stderr.readline() + capture.stderr.readline()
+    pair.transfer(nbytes=3_000_000)
+    pair.router.processes.stop(capture)
+    lengths = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-e", "frame.len"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert len(lengths) > 100
+    return max(int(n) for n in lengths)
+
+
+@pytest.mark.tcpnet_needs("tshark")
+def test_wire_mode_keeps_super_packets_off_the_router(tmp_path):
+    # "wire" (default): the router only ever sees Ethernet-sized frames.
+    with Lab() as lab:
+        assert _largest_frame_at_router_ingress(lab.pair(link=Link(rate="200mbit")), tmp_path) <= 1514
+    # "kernel" offloads, shown for contrast: veth TSO hands ~64 KB super-packets to the router.
+    with Lab(endpoint_offloads="kernel") as lab:
+        assert _largest_frame_at_router_ingress(lab.pair(link=Link(rate="200mbit")), tmp_path) > 10_000
+
+
 def test_link_rate_is_delivered(tcpnet):
     # Acceptance: 85-105% of 50 Mbit/s. Measured here: 47.7 Mbit/s (95%): htb counts
     # Ethernet+IP+TCP headers, goodput does not (1448/1514 = 95.6%).

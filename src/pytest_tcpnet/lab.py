@@ -99,7 +99,6 @@ class Pair:
         self.link = link
         self.client_host = client_host
         self.server_host = server_host
-        self._names = names
         self._endpoint_offloads = endpoint_offloads
         a = netlink.PATH_ADDRESSES
         self.client = Node("client", names["client"], a.client, a.client_if)
