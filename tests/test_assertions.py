@@ -1,0 +1,61 @@
+"""Assertion helpers: pass inside the tolerance, explain a failure with numbers and conditions."""
+
+import pytest
+
+from pytest_tcpnet import Host, Link, assert_receive_window_within, assert_throughput_within
+from pytest_tcpnet.results import TransferResult, WindowProbe
+
+
+def _result(nbytes=10_000_000, duration_s=2.0):
+    # A result as a transfer returns it; built by hand because only the arithmetic is under test.
+    return TransferResult(nbytes=nbytes, duration_s=duration_s, direction="download", kernel="6.18.44",
+                          link=Link(rate="50mbit", rtt="20ms"), client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"}),
+                          server=Host(), sysctls={"client": {}, "server": {}},
+                          sender={"buffers": {"cc": "cubic", "sndbuf": 87040},
+                                  "tcp_info": {"rtt": 20500, "snd_cwnd": 10, "total_retrans": 3, "dsack_dups": 0,
+                                               "rwnd_limited": 1_500_000, "sndbuf_limited": 0, "busy_time": 2_000_000}},
+                          receiver={"buffers": {"rcvbuf": 8192}})
+
+
+def test_throughput_within_passes_inside_the_band():
+    assert _result().throughput_bps == 40e6
+    assert_throughput_within(_result(), 42e6, rel=0.1)
+
+
+def test_throughput_failure_shows_numbers_and_conditions():
+    with pytest.raises(AssertionError) as info:
+        assert_throughput_within(_result(), 50e6, rel=0.1)
+    message = str(info.value)
+    for words in ("40 Mbit/s", "80.0% of the expected 50 Mbit/s", "allowed 90%..110%", "RTT 20 ms",
+                  "tcp_rmem=4096 4096 4096", "kernel: 6.18.44", "rwnd_limited 1500 ms", "retrans 3"):
+        assert words in message, message
+
+
+@pytest.mark.parametrize("rel", [0, 1, -0.1, 2])
+def test_throughput_tolerance_must_be_meaningful(rel):
+    with pytest.raises(ValueError, match="rel"):
+        assert_throughput_within(_result(), 40e6, rel=rel)
+
+
+def _probe(window, kernel, adv_win_scale="1"):
+    return WindowProbe(window_bytes=window, rcvbuf_requested=65536, rcvbuf_effective=131072, kernel=kernel,
+                       sysctls={"net.ipv4.tcp_adv_win_scale": adv_win_scale}, transfer=_result())
+
+
+def test_window_failure_on_a_new_kernel_names_scaling_ratio():
+    with pytest.raises(AssertionError) as info:
+        assert_receive_window_within(_probe(80732, "6.18.44-fc"), 65536, rel=0.1)
+    message = str(info.value)
+    for words in ("80732 B is 123%", "scaling_ratio", ">= 6.6", "ignored since 6.6", "62% of the 131.1 kB buffer",
+                  "doubles"):
+        assert words in message, message
+
+
+def test_window_failure_on_an_old_kernel_names_adv_win_scale():
+    with pytest.raises(AssertionError) as info:
+        assert_receive_window_within(_probe(98304, "6.1.0-56-amd64", adv_win_scale="2"), 65536, rel=0.1)
+    assert "tcp_adv_win_scale = 2" in str(info.value) and "< 6.6" in str(info.value)
+
+
+def test_window_within_passes():
+    assert_receive_window_within(_probe(64240, "6.1.0-56-amd64"), 65536, rel=0.1)
