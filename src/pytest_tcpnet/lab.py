@@ -8,7 +8,6 @@ import contextlib
 import fcntl
 import itertools
 import json
-import math
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import weakref
 from . import netlink
 from .errors import LabError, MissingCapability
 from .model import Host, Link, check_congestion_control, parse_size, transfer_time
+from .requirements import check_need
 from .results import TransferResult, WindowProbe
 from .workload import BULK_SCRIPT, NamespaceProcesses, nsenter_path
 
@@ -43,25 +43,18 @@ def preflight(link, client, server):
     for name, value, kind in (("link", link, Link), ("client", client, Host), ("server", server, Host)):
         if not isinstance(value, kind):
             raise TypeError(f"{name}: expected a {kind.__name__}, got {value!r}")
-    if not netlink.has_net_admin():
-        raise MissingCapability("privilege", "building a lab needs CAP_NET_ADMIN and CAP_SYS_ADMIN "
-                                "(run as root, e.g. `sudo -E pytest`)")
+    check_need("privilege")
     nsenter_path()
     for role, host in (("client", client), ("server", server)):
         for key in host.sysctls:
             if not netlink.sysctl_exists(key):
                 raise ValueError(f"{role}.sysctls: unknown sysctl {key} on kernel {netlink.kernel_release()}")
-        if host.cc and host.cc not in netlink.available_congestion_controls():
-            raise MissingCapability(host.cc, f"congestion control {host.cc!r} is not available on kernel "
-                                    f"{netlink.kernel_release()} (available: "
-                                    f"{' '.join(sorted(netlink.available_congestion_controls()))})")
-    ways = (link.toward_client, link.toward_server)
-    if any(w.rate_bps for w in ways) and not netlink.qdisc_supported("htb"):
-        raise MissingCapability("htb", f"kernel {netlink.kernel_release()} has no sch_htb, needed for rate=")
-    if link.needs_netem and not netlink.qdisc_supported("netem"):
-        raise MissingCapability("netem", f"kernel {netlink.kernel_release()} has no sch_netem, needed for "
-                                f"{link.describe()}; run the session under a kernel that has it: "
-                                "`pytest --tcpnet-vm` (see README, 'Running under a chosen kernel')")
+        if host.cc:
+            check_need(host.cc)
+    if any(w.rate_bps for w in (link.toward_client, link.toward_server)):
+        check_need("htb")
+    if link.needs_netem:
+        check_need("netem")
 
 
 class Node:
@@ -190,9 +183,7 @@ class Pair:
         rcvbuf = None if rcvbuf is None else _buffer_bytes("rcvbuf", rcvbuf)
         if cc is not None:
             check_congestion_control("cc", cc)
-            if cc not in netlink.available_congestion_controls():
-                raise MissingCapability(cc, f"congestion control {cc!r} is not available on kernel "
-                                        f"{netlink.kernel_release()}")
+            check_need(cc)
         if self.closed:
             raise LabError("this pair is closed")
         if timeout is None:

@@ -24,18 +24,22 @@ def check_need(need):
     release = netlink.kernel_release()
     if need in ("root", "privilege"):
         if not netlink.has_net_admin():
-            raise MissingCapability(need, "needs CAP_NET_ADMIN and CAP_SYS_ADMIN (run as root)")
+            raise MissingCapability(need, "building a lab needs CAP_NET_ADMIN and CAP_SYS_ADMIN "
+                                    "(run as root, e.g. `sudo -E pytest`)")
         return
     if need in QDISC_NEEDS:
         if not netlink.has_net_admin():
             raise MissingCapability(need, f"cannot probe for sch_{need} without CAP_NET_ADMIN (run as root)")
         if not netlink.qdisc_supported(need):
-            hint = "; run the session in a VM with `pytest --tcpnet-vm`" if need == "netem" else ""
+            hint = ("; run the session under a kernel that has it: `pytest --tcpnet-vm` (README: 'Running under "
+                    "a chosen kernel')") if need == "netem" else ""
             raise MissingCapability(need, f"kernel {release} has no sch_{need}{hint}")
         return
     if need in KNOWN_CONGESTION_CONTROLS:
-        if need not in netlink.available_congestion_controls():
-            raise MissingCapability(need, f"congestion control {need} is not available on kernel {release}")
+        available = netlink.available_congestion_controls()
+        if need not in available:
+            raise MissingCapability(need, f"congestion control {need!r} is not available on kernel {release} "
+                                    f"(available: {' '.join(sorted(available))})")
         return
     if need in TOOL_NEEDS:
         if shutil.which(need) is None:
