@@ -1,5 +1,6 @@
 """Named network namespaces: create, enter from a thread, remove, sweep what dead owners left."""
 
+import ctypes
 import errno
 import os
 import signal
@@ -12,7 +13,7 @@ from ..errors import LabError
 __all__ = [
     "NETNS_DIR", "PREFIX", "create_namespace", "remove_namespace", "namespace_path", "run_in_namespace",
     "owner_tag", "lab_namespaces", "sweep_stale_namespaces", "pids_in_namespace", "write_sysctls",
-    "read_sysctls", "sysctl_exists", "with_iproute",
+    "read_sysctls", "sysctl_exists", "with_iproute", "call_in_own_thread",
 ]
 
 NETNS_DIR = "/var/run/netns"
@@ -58,31 +59,40 @@ def remove_namespace(name):
             raise
 
 
-def run_in_namespace(name, function, *args):
-    """Call function(*args) in a short-lived thread that has entered the namespace; return its result.
+def call_in_own_thread(enter_namespace, function, *args, name="tcpnet-netns"):
+    """Run enter_namespace() then function(*args) in a fresh thread; return the result, re-raise its error.
 
-    setns(CLONE_NEWNET) changes only the calling thread, so the caller's own sockets and
-    /proc/sys view stay in the namespace they were in.
+    setns()/unshare(CLONE_NEWNET) change only the calling thread, so the caller's own
+    sockets and /proc/sys view stay in the namespace they were in.
     """
     outcome = {}
 
     def body():
         try:
-            fd = os.open(namespace_path(name), os.O_RDONLY)
-            try:
-                _setns(fd)
-            finally:
-                os.close(fd)
+            enter_namespace()
             outcome["value"] = function(*args)
         except BaseException as exc:  # re-raised in the caller's thread
             outcome["error"] = exc
 
-    thread = threading.Thread(target=body, name=f"tcpnet-in-{name}", daemon=True)
+    thread = threading.Thread(target=body, name=name, daemon=True)
     thread.start()
     thread.join()
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("value")
+
+
+def run_in_namespace(name, function, *args):
+    """Call function(*args) in a short-lived thread that has entered the named namespace."""
+
+    def enter():
+        fd = os.open(namespace_path(name), os.O_RDONLY)
+        try:
+            _setns(fd)
+        finally:
+            os.close(fd)
+
+    return call_in_own_thread(enter, function, *args, name=f"tcpnet-in-{name}")
 
 
 def with_iproute(name, function):
@@ -103,7 +113,7 @@ def with_iproute(name, function):
 def _setns(fd):
     libc = _netns._get_libc()
     if libc.syscall(_netns.__NR_setns, fd, _netns.CLONE_NEWNET) != 0:
-        err = __import__("ctypes").get_errno()
+        err = ctypes.get_errno()
         raise OSError(err, f"setns: {os.strerror(err)}")
 
 

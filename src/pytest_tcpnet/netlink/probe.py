@@ -3,12 +3,12 @@
 import ctypes
 import functools
 import os
-import threading
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ..model import KNOWN_CONGESTION_CONTROLS
+from .namespaces import call_in_own_thread
 
 __all__ = ["has_net_admin", "qdisc_supported", "available_congestion_controls", "kernel_release"]
 
@@ -26,30 +26,19 @@ def has_net_admin():
     return bool(caps & (1 << _CAP_NET_ADMIN)) and bool(caps & (1 << 21))
 
 
+def _unshare_network():
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed")
+
+
 def _in_private_namespace(function):
     """Run function in a thread that unshared a fresh, anonymous network namespace.
 
     The namespace has no name and dies with the thread, so a probe leaves nothing behind
     even if the process is killed mid-way.
     """
-    outcome = {}
-
-    def body():
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.unshare(_CLONE_NEWNET) != 0:
-            outcome["error"] = OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed")
-            return
-        try:
-            outcome["value"] = function()
-        except BaseException as exc:
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=body, daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    return call_in_own_thread(_unshare_network, function, name="tcpnet-probe")
 
 
 # The least each qdisc kind needs to be created (pyroute2 insists on these).
