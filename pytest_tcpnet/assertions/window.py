@@ -1,23 +1,8 @@
-"""Assertion helpers: compare a measurement with a model, explain a failure with numbers."""
+"""Receive-window checks: the window a receiver advertised against a kernel rule."""
 
-from .model import KernelVersion, format_rate, format_size
+from ..model import KernelVersion, format_size
 
-__all__ = ["assert_throughput_within", "assert_receive_window_within"]
-
-
-def assert_throughput_within(result, expected_bps, *, rel):
-    """Assert result.throughput_bps is within ±rel of expected_bps; the message shows both and the conditions."""
-    if not 0 < rel < 1:
-        raise ValueError(f"rel: must be in (0, 1), got {rel!r}")
-    if not expected_bps > 0:
-        raise ValueError(f"expected_bps: must be > 0, got {expected_bps!r}")
-    measured = result.throughput_bps
-    ratio = measured / expected_bps
-    if abs(ratio - 1) <= rel:
-        return
-    raise AssertionError(
-        f"throughput {format_rate(measured)} is {ratio:.1%} of the expected {format_rate(expected_bps)} "
-        f"(allowed {1 - rel:.0%}..{1 + rel:.0%})\n{result.describe()}")
+__all__ = ["assert_receive_window_within"]
 
 
 def assert_receive_window_within(probe, expected_bytes, *, rel):
