@@ -1,0 +1,1 @@
+"""Pure analysis of measurements: series, expert-event counts, limited-by diagnosis, plots (matplotlib, lazy)."""

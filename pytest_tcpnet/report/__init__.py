@@ -1,0 +1,1 @@
+"""Pure reporting: session summary rows, JUnit properties, results files and merging them."""
