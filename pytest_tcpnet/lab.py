@@ -5,33 +5,20 @@ Usable without pytest: ``with Lab() as lab: lab.pair(link=Link(rate="50mbit")).t
 
 import atexit
 import contextlib
-import fcntl
 import itertools
-import json
-import os
-import subprocess
-import sys
 import threading
-import time
 import weakref
 
 from . import netlink
 from .errors import LabError, MissingCapability
-from .model import Host, Link, check_congestion_control, parse_size, transfer_time
+from .measure.run import TCP_SYSCTLS, run_workload
+from .model import Host, Link, check_congestion_control, transfer_time
+from .model.app import Flow
 from .requirements import check_need
-from .results import TransferResult, WindowProbe
-from .workload import BULK_SCRIPT, NamespaceProcesses, nsenter_path
+from .results import ConcurrentResult, WindowProbe
+from .workload import Bulk, NamespaceProcesses, nsenter_path
 
 __all__ = ["Lab", "Pair", "Node", "TCP_SYSCTLS", "preflight"]
-
-#: Sysctls recorded with every result: the ones that change what TCP does on a path.
-TCP_SYSCTLS = (
-    "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.ipv4.tcp_congestion_control", "net.ipv4.tcp_window_scaling",
-    "net.ipv4.tcp_adv_win_scale", "net.ipv4.tcp_moderate_rcvbuf", "net.ipv4.tcp_sack", "net.ipv4.tcp_timestamps",
-    "net.ipv4.tcp_ecn", "net.ipv4.tcp_notsent_lowat", "net.ipv4.tcp_autocorking", "net.ipv4.tcp_slow_start_after_idle",
-    "net.ipv4.tcp_no_metrics_save", "net.ipv4.tcp_limit_output_bytes", "net.ipv4.tcp_shrink_window",
-    "net.core.rmem_max", "net.core.wmem_max", "net.core.rmem_default", "net.core.wmem_default",
-)
 
 _CC_SYSCTL = "net.ipv4.tcp_congestion_control"
 _sequence = itertools.count()
@@ -167,60 +154,65 @@ class Pair:
         return {ifname: netlink.qdisc_stats(self.router.namespace, ifname)
                 for ifname in (a.router_client_if, a.router_server_if)}
 
-    def transfer(self, nbytes, *, direction="download", sndbuf=None, rcvbuf=None, cc=None, timeout=None,
-                 sample_interval=None):
-        """Move nbytes between the endpoints with the bulk workload and measure the goodput.
+    def transfer(self, nbytes=None, *, duration=None, direction="download", sndbuf=None, rcvbuf=None, cc=None,
+                 reader=None, writer=None, starve_receiver=False, capture=False, sample_interval=None, timeout=None):
+        """Move nbytes (or send for `duration` seconds) between the endpoints with the bulk workload; measure it.
 
-        "download" sends server -> client, "upload" client -> server; sndbuf/rcvbuf set
-        SO_SNDBUF on the sender and SO_RCVBUF on the receiver (None: kernel autotuning);
-        cc sets TCP_CONGESTION on the sender's socket; sample_interval (seconds) records the
-        sender's TCP_INFO over time (``result.tcp_info_series(field)``).
+        "download" sends server -> client, "upload" client -> server; sndbuf/rcvbuf set SO_SNDBUF
+        on the sender and SO_RCVBUF on the receiver (None: kernel autotuning); cc sets
+        TCP_CONGESTION on the sender's socket; reader/writer are Pace(...) or Pause(...) for the
+        receiving/sending application; starve_receiver runs the reader at the lowest priority on a
+        core shared with a CPU hog; capture=True records the sender's side with tshark;
+        sample_interval (seconds; default fit to the RTT, 0 for none) samples TCP_INFO and socket
+        memory of both ends (``result.series(field, side)``).
         """
-        nbytes = _positive_int("nbytes", nbytes)
-        if direction not in ("download", "upload"):
-            raise ValueError(f"direction: must be 'download' (server -> client) or 'upload', got {direction!r}")
-        sndbuf = None if sndbuf is None else _buffer_bytes("sndbuf", sndbuf)
-        rcvbuf = None if rcvbuf is None else _buffer_bytes("rcvbuf", rcvbuf)
-        if cc is not None:
-            check_congestion_control("cc", cc)
-            check_need(cc)
+        flow = Flow(nbytes=nbytes, duration=duration, direction=direction, sndbuf=sndbuf, rcvbuf=rcvbuf, cc=cc,
+                    reader=reader, writer=writer)
+        results = self._run_bulk([flow], starve_receiver=starve_receiver, capture=capture,
+                                 sample_interval=sample_interval, timeout=timeout)
+        result = results[0]
+        if nbytes is not None and result.nbytes != flow.nbytes:
+            raise LabError(f"receiver got {result.nbytes} of {flow.nbytes} bytes\n{result.describe()}")
+        return result
+
+    def concurrent(self, flows, *, capture=False, sample_interval=None, timeout=None):
+        """Run several Flow(...)s on this pair at once (each with its own size or duration, buffers, cc, start).
+
+        Returns a ConcurrentResult: `.flows` (a TransferResult each), `.total_bps`, `.jain_index`.
+        """
+        flows = list(flows)
+        if not flows or not all(isinstance(f, Flow) for f in flows):
+            raise TypeError(f"flows: expected a non-empty list of Flow(...), got {flows!r}")
+        results = self._run_bulk(flows, starve_receiver=False, capture=capture, sample_interval=sample_interval,
+                                 timeout=timeout)
+        return ConcurrentResult(flows=results)
+
+    def _run_bulk(self, flows, *, starve_receiver, capture, sample_interval, timeout):
+        """Checks every option before anything starts, then runs the Bulk workload."""
+        for flow in flows:
+            if flow.cc is not None:
+                check_need(flow.cc)
+        if capture not in (False, True, "client", "router", "server"):
+            raise ValueError(f"capture: must be True, False or a node role 'client', 'router', 'server', "
+                             f"got {capture!r}")
+        if capture:
+            check_need("tshark")
+        if sample_interval not in (None, 0, False) and (
+                isinstance(sample_interval, bool) or not isinstance(sample_interval, (int, float))
+                or not 0 < sample_interval <= 10):
+            raise ValueError(f"sample_interval: must be in (0, 10] seconds, or 0 for none, got {sample_interval!r}")
+        if not isinstance(starve_receiver, bool):
+            raise TypeError(f"starve_receiver: expected True or False, got {starve_receiver!r}")
         if self.closed:
             raise LabError("this pair is closed")
         if timeout is None:
-            timeout = _default_timeout(nbytes, self.link)
-        sender = self.server if direction == "download" else self.client
-        cc = cc or self.socket_cc.get(sender.role)
-        common = [f"--nbytes={nbytes}", f"--timeout={timeout}"]
-        sender_opts = common + ([f"--sndbuf={sndbuf}"] if sndbuf else []) + ([f"--cc={cc}"] if cc else [])
-        if sample_interval is not None:
-            if not isinstance(sample_interval, (int, float)) or not 0 < sample_interval <= 10:
-                raise ValueError(f"sample_interval: must be in (0, 10] seconds, got {sample_interval!r}")
-            sender_opts.append(f"--sample-interval={sample_interval}")
-        receiver_opts = common + ([f"--rcvbuf={rcvbuf}"] if rcvbuf else [])
-        stats_before, counters_before = self.router_qdisc_stats(), self.interface_counters()
-        sender_record, receiver_record = self._run_flow(direction, sender_opts, receiver_opts, timeout)
-        if receiver_record["nbytes"] != nbytes:
-            raise LabError(f"receiver got {receiver_record['nbytes']} of {nbytes} bytes")
-        stats_after, counters_after = self.router_qdisc_stats(), self.interface_counters()
-        return TransferResult(
-            nbytes=nbytes,
-            duration_s=receiver_record["last_byte_at"] - receiver_record["connected_at"],
-            direction=direction,
-            kernel=netlink.kernel_release(),
-            link=self.link,
-            client=self.client_host,
-            server=self.server_host,
-            sysctls={"client": self.client.sysctls(TCP_SYSCTLS + tuple(self.client_host.sysctls)),
-                     "server": self.server.sysctls(TCP_SYSCTLS + tuple(self.server_host.sysctls))},
-            sndbuf_requested=sndbuf,
-            rcvbuf_requested=rcvbuf,
-            sender=sender_record,
-            receiver=receiver_record,
-            offloads=dict(self.offloads),
-            qdiscs=_stats_delta(stats_before, stats_after),
-            interfaces={end: {k: v - counters_before[end][k] for k, v in counts.items()}
-                        for end, counts in counters_after.items()},
-        )
+            timeout = max(_default_timeout(flow, self.link) for flow in flows)
+        workload = Bulk(flows, starve_receiver=starve_receiver, socket_cc=self.socket_cc)
+        results = run_workload(self, workload, timeout=timeout, sample_interval=sample_interval, capture=capture,
+                               artifact_dir=self.lab.artifact_dir,
+                               conditions={"starved_receiver": starve_receiver})
+        self.lab.results.extend(results)
+        return results
 
     def measure_advertised_window(self, *, rcvbuf=None, nbytes=None, direction="download"):
         """The largest window the receiver advertised during a transfer, as the sender saw it (TCP_INFO snd_wnd).
@@ -229,42 +221,16 @@ class Pair:
         reads as fast as it can, so the window is limited by the buffer alone (C8).
         """
         if nbytes is None:
-            nbytes = max(2_000_000, 20 * (2 * _buffer_bytes("rcvbuf", rcvbuf) if rcvbuf else 0))
+            nbytes = max(2_000_000, 20 * (2 * rcvbuf if isinstance(rcvbuf, int) else 0))
         result = self.transfer(nbytes, direction=direction, rcvbuf=rcvbuf, sample_interval=0.001)
         windows = [w for w in result.tcp_info_series("snd_wnd") if w is not None]
         windows.append(result.sender_tcp_info.get("snd_wnd"))
         if not any(windows):
             raise MissingCapability("tcpi_snd_wnd", f"kernel {result.kernel} does not report snd_wnd in TCP_INFO")
         receiver = self.client if direction == "download" else self.server
-        return WindowProbe(window_bytes=max(w for w in windows if w is not None), rcvbuf_requested=rcvbuf,
-                           rcvbuf_effective=result.receiver["buffers"]["rcvbuf"], kernel=result.kernel,
+        return WindowProbe(window_bytes=max(w for w in windows if w is not None), rcvbuf_requested=result.rcvbuf_requested,
+                           rcvbuf_effective=result.effective_rcvbuf, kernel=result.kernel,
                            sysctls=result.sysctls[receiver.role], transfer=result)
-
-    def _run_flow(self, direction, sender_opts, receiver_opts, timeout):
-        """Start the bulk workload (server listens, client connects); return (sender, receiver) records."""
-        sender = self.server if direction == "download" else self.client
-        listener_role = "sender" if sender is self.server else "receiver"
-        client_role = "receiver" if listener_role == "sender" else "sender"
-        server_opts = sender_opts if listener_role == "sender" else receiver_opts
-        client_opts = receiver_opts if listener_role == "sender" else sender_opts
-        with measurement_slot(timeout):
-            server_proc = self.server.popen(
-                [sys.executable, BULK_SCRIPT, "serve", f"--role={listener_role}", f"--bind={self.server.address}",
-                 *server_opts], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            try:
-                port = _await_listening(server_proc, timeout)
-                client_proc = self.client.popen(
-                    [sys.executable, BULK_SCRIPT, "connect", f"--role={client_role}", f"--to={self.server.address}",
-                     f"--port={port}", *client_opts], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                deadline = time.monotonic() + timeout
-                client_record = _await_result(client_proc, deadline, "client")
-                server_record = _await_result(server_proc, deadline, "server")
-            finally:
-                for node in (self.server, self.client):
-                    node.processes.stop_all()
-        if listener_role == "sender":
-            return server_record, client_record
-        return client_record, server_record
 
     def close(self):
         """Stop our processes, then remove the namespaces (which removes the veths and qdiscs)."""
@@ -296,13 +262,18 @@ class Pair:
 class Lab:
     """A set of pairs owned by this process; closing it tears every pair down, in reverse order.
 
+    artifact_dir: where captures and plots of this lab's results are written.
     endpoint_offloads: "wire" (default) makes the endpoints' veths behave like a real NIC on a
     wire: TSO off so only MTU-sized packets reach the router, GSO/GRO as the kernel set them;
     "kernel" keeps every veth offload as created; True/False forces all of them on or off.
     Whatever is chosen is recorded in each result's ``offloads``.
     """
 
-    def __init__(self, *, sweep=True, endpoint_offloads="wire"):
+    def __init__(self, *, sweep=True, endpoint_offloads="wire", artifact_dir=None):
+        #: Every result this lab's pairs produced, in order (the pytest plugin reports them).
+        self.results = []
+        #: Where results write pcaps and plots (None: nowhere until a directory is given).
+        self.artifact_dir = None if artifact_dir is None else str(artifact_dir)
         if endpoint_offloads not in ("wire", "kernel", True, False):
             raise ValueError(f"endpoint_offloads: must be 'wire', 'kernel', True or False, got {endpoint_offloads!r}")
         self._pairs = []
@@ -369,98 +340,13 @@ def _close_forgotten_labs():
             lab.close()
 
 
-def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name}: must be a positive int (bytes), got {value!r}")
-    return value
-
-
-def _buffer_bytes(name, value):
-    nbytes = parse_size(value, name)
-    if nbytes <= 0 or nbytes != int(nbytes) or nbytes > 2**31 - 1:
-        raise ValueError(f"{name}: must be a whole number of bytes in 1..2^31-1 (or a size like '16kb'), "
-                         f"got {value!r}")
-    return int(nbytes)
-
-
-def _default_timeout(nbytes, link):
-    """Generous deadline: 10x the time at the slowest shaped rate (or 1 Mbit/s) plus start-up."""
+def _default_timeout(flow, link):
+    """Generous deadline: 10x the time at the slowest shaped rate (or 1 Mbit/s) plus start-up and pauses."""
     rates = [w.rate_bps for w in (link.toward_client, link.toward_server) if w.rate_bps]
     slowest = min(rates + [1e6]) if rates else 1e6
-    return max(60.0, 10 * transfer_time(nbytes, slowest) + 30 * link.rtt_s)
-
-
-def _await_listening(proc, timeout):
-    """Wait for the server's 'listening' line; return its port."""
-    line = _read_line(proc, time.monotonic() + timeout)
-    if not line:
-        proc.wait(timeout=5)
-        raise LabError(f"bulk server did not start: exit {proc.returncode}: {proc.stderr.read().strip()}")
-    return json.loads(line)["port"]
-
-
-def _await_result(proc, deadline, who):
-    line = _read_line(proc, deadline)
-    try:
-        proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        raise LabError(f"bulk {who} did not finish before the deadline") from None
-    if not line:
-        raise LabError(f"bulk {who} failed: exit {proc.returncode}: {proc.stderr.read().strip()}")
-    return json.loads(line)
-
-
-def _read_line(proc, deadline):
-    """Read one stdout line, giving up at the deadline (the reader thread keeps the wait bounded)."""
-    holder = []
-    reader = threading.Thread(target=lambda: holder.append(proc.stdout.readline()), daemon=True)
-    reader.start()
-    reader.join(max(0.0, deadline - time.monotonic()))
-    if reader.is_alive():
-        raise LabError(f"no output from pid {proc.pid} before the deadline")
-    return holder[0] if holder else ""
-
-
-def _stats_delta(before, after):
-    """Per-qdisc counters accumulated during the transfer."""
-    delta = {}
-    for ifname, qdiscs in after.items():
-        old = {(q["kind"], q["handle"]): q for q in before.get(ifname, [])}
-        rows = []
-        for q in qdiscs:
-            prev = old.get((q["kind"], q["handle"]), {})
-            rows.append({**q, **{k: q[k] - prev.get(k, 0) for k in ("packets", "bytes", "drops", "overlimits")}})
-        delta[ifname] = rows
-    return delta
-
-
-_SLOT_DIR = "/run/lock"
-
-
-@contextlib.contextmanager
-def measurement_slot(timeout):
-    """Hold one of N machine-wide measurement slots (flock), so xdist workers don't measure each other's CPU load.
-
-    N = TCPNET_MEASUREMENT_SLOTS, default max(1, cores // 2): a bulk flow keeps a sender and a
-    receiver busy, one core each (DESIGN pitfall 5).
-    """
-    slots = int(os.environ.get("TCPNET_MEASUREMENT_SLOTS", max(1, (os.cpu_count() or 2) // 2)))
-    directory = _SLOT_DIR if os.path.isdir(_SLOT_DIR) and os.access(_SLOT_DIR, os.W_OK) else "/tmp"
-    deadline = time.monotonic() + timeout
-    while True:
-        for slot in range(slots):
-            fd = os.open(os.path.join(directory, f"pytest-tcpnet-slot-{slot}.lock"), os.O_CREAT | os.O_RDWR, 0o666)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            try:
-                yield slot
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
-            return
-        if time.monotonic() > deadline:
-            raise LabError(f"no measurement slot free within {timeout:.0f} s")
-        time.sleep(0.01)
+    pauses = sum(p.seconds for p in (flow.reader, flow.writer) if hasattr(p, "seconds"))
+    if flow.duration is not None:
+        return 60.0 + flow.start + flow.duration + pauses
+    paced = [p.rate_bps for p in (flow.reader, flow.writer) if hasattr(p, "rate_bps")]
+    pace_time = 2 * transfer_time(flow.nbytes, min(paced)) if paced else 0
+    return max(60.0, 10 * transfer_time(flow.nbytes, slowest) + 30 * link.rtt_s) + flow.start + pauses + pace_time

@@ -1,20 +1,22 @@
-"""What a transfer measured, with the conditions it ran under (kernel, sysctls, link, buffers)."""
+"""What a workload measured, with the conditions it ran under (kernel, sysctls, link, buffers)."""
 
 from dataclasses import dataclass, field
 
 from .model import Host, Link, format_rate, format_size, format_time
 
-__all__ = ["TransferResult", "WindowProbe"]
+__all__ = ["TransferResult", "ConcurrentResult", "WindowProbe", "jain_index"]
 
 _TC_H_ROOT = 0xFFFFFFFF
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TransferResult:
-    """One bulk transfer: goodput as the receiving application saw it, plus everything needed to explain it."""
+    """One flow: goodput as the receiving application saw it, plus everything needed to explain it.
+
+    Times in series are seconds from the receiver's first data byte.
+    """
 
     nbytes: int
-    duration_s: float
     direction: str
     kernel: str
     link: Link
@@ -25,14 +27,89 @@ class TransferResult:
     rcvbuf_requested: "int | None" = None
     sender: dict = field(default_factory=dict, repr=False)
     receiver: dict = field(default_factory=dict, repr=False)
+    sender_role: str = "server"
+    workload: str = "bulk"
+    reader: object = None
+    writer: object = None
+    starved_receiver: bool = False
+    reported_bps: "float | None" = None
+    details: dict = field(default_factory=dict, repr=False)
+    samples: object = field(default=None, repr=False)
+    capture: object = field(default=None, repr=False)
+    artifact_dir: "str | None" = field(default=None, repr=False)
     offloads: dict = field(default_factory=dict, repr=False)
     qdiscs: dict = field(default_factory=dict, repr=False)
     interfaces: dict = field(default_factory=dict, repr=False)
+    _artifacts: list = field(default_factory=list, repr=False)
+
+    # -- goodput ---------------------------------------------------------------------------------
+
+    @property
+    def first_byte_at(self):
+        """Monotonic time of the receiver's first data byte (or of the connection, if none came)."""
+        return self.receiver.get("first_byte_at") or self.receiver.get("connected_at")
+
+    @property
+    def duration_s(self):
+        """Seconds from the receiver's first data byte to its last (handshake excluded)."""
+        return self.receiver.get("last_byte_at", 0.0) - self.first_byte_at
 
     @property
     def throughput_bps(self):
-        """Goodput in bit/s: payload bytes over connection-established-to-last-byte at the receiver."""
-        return self.nbytes * 8 / self.duration_s
+        """Goodput in bit/s: the bytes after the receiver's first read, over the time from that read to the last byte.
+
+        Neither the handshake nor the first segment's trip counts; a tool's own figure (iperf3,
+        curl) is used where the workload reports one. A transfer that arrived in one read is
+        timed from the connection instead.
+        """
+        if self.reported_bps is not None:
+            return self.reported_bps
+        after_first = self.nbytes - self.receiver.get("first_read", 0)
+        if self.duration_s > 1e-6 and after_first > 0:
+            return after_first * 8 / self.duration_s
+        return self.nbytes * 8 / max(1e-6, self.receiver.get("last_byte_at", 0.0) - self.receiver["connected_at"])
+
+    @property
+    def active_throughput_bps(self):
+        """Bytes over the time the sender had data in flight or queued (TCP_INFO busy_time): idle gaps excluded (C16)."""
+        busy_us = self.sender_tcp_info.get("busy_time")
+        if not busy_us:
+            return None
+        return self.nbytes * 8 / (busy_us / 1e6)
+
+    def rate_series(self, interval=0.1):
+        """[(t_s, bit/s)] at the receiving application, per `interval` seconds (the end of each interval)."""
+        _check_interval(interval)
+        points = self._cumulative_bytes()
+        if len(points) < 2:
+            return []
+        start, end = points[0][0], points[-1][0]
+        series, t = [], start
+        while t < end - 1e-9:
+            upper = min(t + interval, end)
+            moved = _bytes_at(points, upper) - _bytes_at(points, t)
+            series.append((upper - start, moved * 8 / (upper - t)))
+            t = upper
+        return series
+
+    def ewma_series(self, interval=0.1, alpha=0.3):
+        """The rate series smoothed as download tools show it: each point alpha * sample + (1 - alpha) * previous."""
+        if not 0 < alpha <= 1:
+            raise ValueError(f"alpha: must be in (0, 1], got {alpha!r}")
+        smoothed, value = [], None
+        for t, bps in self.rate_series(interval):
+            value = bps if value is None else alpha * bps + (1 - alpha) * value
+            smoothed.append((t, value))
+        return smoothed
+
+    def _cumulative_bytes(self):
+        """[(monotonic t, bytes received so far)], from the receiver's own checkpoints or the sampled socket."""
+        checkpoints = self.receiver.get("checkpoints")
+        if checkpoints:
+            return [tuple(p) for p in checkpoints]
+        return [(self.first_byte_at + t, v) for t, v in self.series("bytes_received", side="receiver")]
+
+    # -- TCP_INFO and socket memory ------------------------------------------------------------------
 
     @property
     def cc(self):
@@ -43,6 +120,11 @@ class TransferResult:
     def sender_tcp_info(self):
         """The sender's final TCP_INFO (after the last byte was acknowledged)."""
         return self.sender.get("tcp_info", {})
+
+    @property
+    def receiver_tcp_info(self):
+        """The receiver's final TCP_INFO (after the sender's FIN)."""
+        return self.receiver.get("tcp_info", {})
 
     @property
     def rtt_s(self):
@@ -61,13 +143,69 @@ class TransferResult:
         """Segments the sender retransmitted."""
         return self.sender_tcp_info.get("total_retrans")
 
-    def tcp_info_series(self, field):
-        """Values of one sampled TCP_INFO field over the transfer (empty unless sample_interval was set)."""
-        samples = self.sender.get("samples")
-        if not samples:
+    @property
+    def effective_sndbuf(self):
+        """SO_SNDBUF as the kernel made it when the connection started (C12: twice the request, capped)."""
+        return (self.sender.get("buffers_at_connect") or self.sender.get("buffers", {})).get("sndbuf")
+
+    @property
+    def effective_rcvbuf(self):
+        """SO_RCVBUF as the kernel made it when the connection started (C12: twice the request, capped)."""
+        return (self.receiver.get("buffers_at_connect") or self.receiver.get("buffers", {})).get("rcvbuf")
+
+    def series(self, field, side="sender"):
+        """[(t_s, value)] of one sampled TCP_INFO or socket-memory field of one end (see measure.SERIES_FIELDS)."""
+        from .measure.sampler import SERIES_FIELDS
+
+        if side not in ("sender", "receiver"):
+            raise ValueError(f"side: must be 'sender' or 'receiver', got {side!r}")
+        if field not in SERIES_FIELDS:
+            raise ValueError(f"field: {field!r} is not sampled; sampled fields: {', '.join(SERIES_FIELDS)}")
+        if self.samples is None:
             return []
-        column = samples["fields"].index(field)
-        return [row[column] for row in samples["rows"]]
+        record = self.sender if side == "sender" else self.receiver
+        role = self.sender_role if side == "sender" else ("client" if self.sender_role == "server" else "server")
+        if "local" not in record:
+            return []
+        origin = self.first_byte_at
+        return [(t - origin, v) for t, v in self.samples.series(role, record["local"], record["remote"], field)]
+
+    def tcp_info_series(self, field, side="sender"):
+        """Values of one sampled field over the transfer, without times (see series())."""
+        return [value for _, value in self.series(field, side)]
+
+    @property
+    def limited_by(self):
+        """What bounded the sender most: 'rwnd', 'sndbuf', 'cwnd' or 'app' (TCP_INFO chrono counters)."""
+        from .analysis.limits import limited_by
+
+        return limited_by(self.sender_tcp_info)[0] if self.sender_tcp_info else None
+
+    # -- capture and artifacts --------------------------------------------------------------------
+
+    @property
+    def events(self):
+        """TCP expert-event counts from the capture (window_full, zero_window, ...), or None without one."""
+        return None if self.capture is None else self.capture.events
+
+    @property
+    def artifacts(self):
+        """Paths of this result's pcap and plots written so far."""
+        paths = [self.capture.pcap] if self.capture is not None else []
+        return paths + list(self._artifacts)
+
+    def plot(self, directory=None):
+        """Write the plots (needs matplotlib: pip install 'pytest-tcpnet[plots]'); return their paths."""
+        from .analysis.plots import plot_result
+
+        directory = directory or self.artifact_dir
+        if directory is None:
+            raise ValueError("directory: this result has no artifact directory; pass one (e.g. tmp_path)")
+        paths = plot_result(self, directory)
+        self._artifacts.extend(p for p in paths if p not in self._artifacts)
+        return paths
+
+    # -- router counters --------------------------------------------------------------------------
 
     @property
     def emulator_drops(self):
@@ -86,24 +224,68 @@ class TransferResult:
     def describe(self):
         """The conditions, one per line, for failure reports."""
         buffers = self.sender.get("buffers", {})
-        rbuffers = self.receiver.get("buffers", {})
+        app = [f"reader {self.reader.describe()}" if self.reader else "",
+               f"writer {self.writer.describe()}" if self.writer else "",
+               "receiver starved of CPU" if self.starved_receiver else ""]
         lines = [
-            f"transfer: {format_size(self.nbytes)} {self.direction} in {format_time(self.duration_s)} "
+            f"{self.workload}: {format_size(self.nbytes)} {self.direction} in {format_time(self.duration_s)} "
             f"= {format_rate(self.throughput_bps)}",
             f"link: {self.link.describe()}",
             f"client: {self.client.describe()}; server: {self.server.describe()}",
-            f"sender socket: SO_SNDBUF {self.sndbuf_requested or 'auto'} -> {buffers.get('sndbuf')} B, cc {self.cc}; "
-            f"receiver socket: SO_RCVBUF {self.rcvbuf_requested or 'auto'} -> {rbuffers.get('rcvbuf')} B",
+            f"sender socket: SO_SNDBUF {self.sndbuf_requested or 'auto'} -> {self.effective_sndbuf} B, cc {self.cc}; "
+            f"receiver socket: SO_RCVBUF {self.rcvbuf_requested or 'auto'} -> {self.effective_rcvbuf} B",
             f"kernel: {self.kernel}",
         ]
+        if any(app):
+            lines.append("application: " + ", ".join(a for a in app if a))
         info = self.sender_tcp_info
         if info:
             lines.append(f"sender TCP_INFO: rtt {info.get('rtt', 0) / 1000:.3g} ms, cwnd {info.get('snd_cwnd')}, "
-                         f"retrans {info.get('total_retrans')} (dsack {info.get('dsack_dups')}), rwnd_limited {info.get('rwnd_limited', 0) / 1000:.4g} ms, "
+                         f"retrans {info.get('total_retrans')} (dsack {info.get('dsack_dups')}), "
+                         f"rwnd_limited {info.get('rwnd_limited', 0) / 1000:.4g} ms, "
                          f"sndbuf_limited {info.get('sndbuf_limited', 0) / 1000:.4g} ms, "
                          f"busy {info.get('busy_time', 0) / 1000:.4g} ms")
         if self.qdiscs:
             lines.append(f"router qdisc drops: {self.emulator_drops}; veth drops: {self.interface_drops or 0}")
+        if self.capture is not None:
+            lines.append(f"capture: {self.capture.pcap}")
+        return "\n".join(lines)
+
+
+def jain_index(values):
+    """Jain's fairness index of some rates: 1 when all are equal, 1/n when one takes everything."""
+    values = list(values)
+    if not values or any(v < 0 for v in values):
+        raise ValueError(f"values: need one or more non-negative rates, got {values!r}")
+    total = sum(values)
+    squares = sum(v * v for v in values)
+    return 1.0 if squares == 0 else total * total / (len(values) * squares)
+
+
+@dataclass(frozen=True, eq=False)
+class ConcurrentResult:
+    """Several flows that shared a pair at once (Pair.concurrent): each flow's result, their sum and fairness."""
+
+    flows: list
+
+    @property
+    def total_bps(self):
+        """Bytes of every flow over the span from the first flow's first byte to the last flow's last byte."""
+        start = min(f.first_byte_at for f in self.flows)
+        end = max(f.receiver["last_byte_at"] for f in self.flows)
+        return sum(f.nbytes for f in self.flows) * 8 / max(1e-6, end - start)
+
+    @property
+    def jain_index(self):
+        """Jain's fairness index over the flows' goodputs."""
+        return jain_index(f.throughput_bps for f in self.flows)
+
+    def describe(self):
+        """Each flow's goodput and cc, the sum and the fairness index."""
+        lines = [f"{len(self.flows)} flows: total {format_rate(self.total_bps)}, Jain index {self.jain_index:.3f}"]
+        lines += [f"  flow {i}: {format_rate(f.throughput_bps)}, cc {f.cc}, {format_size(f.nbytes)}"
+                  for i, f in enumerate(self.flows)]
+        lines.append(f"link: {self.flows[0].link.describe()}; kernel: {self.flows[0].kernel}")
         return "\n".join(lines)
 
 
@@ -117,3 +299,25 @@ class WindowProbe:
     kernel: str
     sysctls: dict
     transfer: TransferResult = field(repr=False)
+
+
+def _check_interval(interval):
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 3600:
+        raise ValueError(f"interval: must be in (0, 3600] seconds, got {interval!r}")
+
+
+def _bytes_at(points, t):
+    """Cumulative bytes at time t, interpolated linearly between (time, bytes) points."""
+    if t <= points[0][0]:
+        return points[0][1]
+    lo, hi = 0, len(points) - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if points[mid][0] <= t:
+            lo = mid
+        else:
+            hi = mid
+    (t0, b0), (t1, b1) = points[lo], points[hi]
+    if t >= t1:
+        return b1
+    return b0 + (b1 - b0) * (t - t0) / (t1 - t0) if t1 > t0 else b1

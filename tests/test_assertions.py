@@ -3,18 +3,17 @@
 import pytest
 
 from pytest_tcpnet import Host, Link, assert_receive_window_within, assert_throughput_within
-from pytest_tcpnet.results import TransferResult, WindowProbe
+from pytest_tcpnet.results import WindowProbe
+from pytest_tcpnet.workload.fake import fake_result
 
 
 def _result(nbytes=10_000_000, duration_s=2.0):
-    # A result as a transfer returns it; built by hand because only the arithmetic is under test.
-    return TransferResult(nbytes=nbytes, duration_s=duration_s, direction="download", kernel="6.18.44",
-                          link=Link(rate="50mbit", rtt="20ms"), client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"}),
-                          server=Host(), sysctls={"client": {}, "server": {}},
-                          sender={"buffers": {"cc": "cubic", "sndbuf": 87040},
-                                  "tcp_info": {"rtt": 20500, "snd_cwnd": 10, "total_retrans": 3, "dsack_dups": 0,
-                                               "rwnd_limited": 1_500_000, "sndbuf_limited": 0, "busy_time": 2_000_000}},
-                          receiver={"buffers": {"rcvbuf": 8192}})
+    # A result as a transfer returns it; made up because only the arithmetic is under test.
+    return fake_result(nbytes=nbytes, duration_s=duration_s, kernel="6.18.44",
+                       link=Link(rate="50mbit", rtt="20ms"), client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"}),
+                       sender_buffers={"cc": "cubic", "sndbuf": 87040}, receiver_buffers={"rcvbuf": 8192},
+                       sender_tcp_info={"rtt": 20500, "snd_cwnd": 10, "total_retrans": 3, "dsack_dups": 0,
+                                        "rwnd_limited": 1_500_000, "sndbuf_limited": 0, "busy_time": 2_000_000})
 
 
 def test_throughput_within_passes_inside_the_band():

@@ -1,11 +1,11 @@
-"""Processes inside lab namespaces: bulk sender/receiver, TCP_INFO decoding, process tracking."""
+"""Workloads: one adapter per kind of traffic behind one small contract (base.Workload).
 
+bulk (our own sender/receiver), iperf3, http (+ curl), and a fake for tests; processes run
+inside the pair's namespaces and are stopped by pid.
+"""
+
+from .base import FlowOutcome, Workload
+from .bulk import Bulk
 from .process import NamespaceProcesses, nsenter_path
-from .tcpinfo import decode_tcp_info, read_tcp_info
 
-__all__ = ["NamespaceProcesses", "nsenter_path", "decode_tcp_info", "read_tcp_info", "BULK_SCRIPT"]
-
-import os as _os
-
-#: The bulk sender/receiver, started as a script so it does not import this package.
-BULK_SCRIPT = _os.path.join(_os.path.dirname(__file__), "bulk.py")
+__all__ = ["Workload", "FlowOutcome", "Bulk", "NamespaceProcesses", "nsenter_path"]

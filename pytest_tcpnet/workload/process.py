@@ -24,6 +24,16 @@ class NamespaceProcesses:
     def __init__(self, namespace_path):
         self._netns = namespace_path
         self._running = []
+        self._adopted = []
+
+    @property
+    def netns_path(self):
+        """The namespace's bind-mount path (what nsenter --net= and setns take)."""
+        return self._netns
+
+    def adopt(self, child):
+        """Track a process started another way (an object with .pid and .stop()), so stop_all stops it too."""
+        self._adopted.append(child)
 
     def popen(self, argv, **kwargs):
         """subprocess.Popen of argv inside the namespace, in its own process group."""
@@ -79,3 +89,6 @@ class NamespaceProcesses:
         """Stop every process this node started that still runs."""
         for proc in list(self._running):
             self.stop(proc, grace=0.2)
+        for child in self._adopted:
+            child.stop()
+        self._adopted.clear()

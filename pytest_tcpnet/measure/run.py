@@ -1,0 +1,100 @@
+"""Run any workload on a pair and measure it: slot, counters before/after, socket sampling, capture, results."""
+
+import time
+
+from .. import netlink
+from ..results import TransferResult
+from .sampler import SocketSampler, default_interval
+from .slots import measurement_slot
+
+__all__ = ["run_workload", "TCP_SYSCTLS"]
+
+#: Sysctls recorded with every result: the ones that change what TCP does on a path.
+TCP_SYSCTLS = (
+    "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.ipv4.tcp_congestion_control", "net.ipv4.tcp_window_scaling",
+    "net.ipv4.tcp_adv_win_scale", "net.ipv4.tcp_moderate_rcvbuf", "net.ipv4.tcp_sack", "net.ipv4.tcp_timestamps",
+    "net.ipv4.tcp_ecn", "net.ipv4.tcp_notsent_lowat", "net.ipv4.tcp_autocorking", "net.ipv4.tcp_slow_start_after_idle",
+    "net.ipv4.tcp_no_metrics_save", "net.ipv4.tcp_limit_output_bytes", "net.ipv4.tcp_shrink_window",
+    "net.core.rmem_max", "net.core.wmem_max", "net.core.rmem_default", "net.core.wmem_default",
+)
+
+
+def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False, artifact_dir=None, conditions=None):
+    """Run `workload` on `pair` inside a measurement slot; return one TransferResult per flow.
+
+    sample_interval: seconds between socket samples (None: fit to the RTT; 0 or False: off).
+    capture: False, True (the sender's side), or a node role ("client", "router", "server").
+    conditions: extra TransferResult fields shared by every flow (reader, writer, starved_receiver, ...).
+    """
+    if sample_interval is None:
+        sample_interval = default_interval(pair.link.rtt_s)
+    deadline = time.monotonic() + timeout
+    with measurement_slot(timeout):
+        stats_before, counters_before = pair.router_qdisc_stats(), pair.interface_counters()
+        sampler = None
+        if sample_interval and workload.sampled:
+            sampler = SocketSampler({"client": pair.client.namespace, "server": pair.server.namespace},
+                                    sample_interval).start()
+        capturer = _start_capture(pair, workload, capture, artifact_dir) if capture else None
+        samples = capture_result = None
+        try:
+            workload.start(pair, deadline)
+            outcomes = workload.wait(deadline)
+        finally:
+            workload.stop()
+            if sampler is not None:
+                samples = sampler.stop()
+            if capturer is not None:
+                capture_result = capturer.stop()
+        stats_after, counters_after = pair.router_qdisc_stats(), pair.interface_counters()
+    shared = dict(
+        kernel=netlink.kernel_release(), link=pair.link, client=pair.client_host, server=pair.server_host,
+        sysctls={"client": pair.client.sysctls(TCP_SYSCTLS + tuple(pair.client_host.sysctls)),
+                 "server": pair.server.sysctls(TCP_SYSCTLS + tuple(pair.server_host.sysctls))},
+        workload=workload.kind, samples=samples, capture=capture_result, artifact_dir=artifact_dir,
+        offloads=dict(pair.offloads), qdiscs=_stats_delta(stats_before, stats_after),
+        interfaces={end: {k: v - counters_before[end][k] for k, v in counts.items()}
+                    for end, counts in counters_after.items()},
+        **(conditions or {}),
+    )
+    results = []
+    for outcome in outcomes:
+        spec = outcome.spec
+        results.append(TransferResult(
+            nbytes=outcome.receiver["nbytes"],
+            direction="download" if outcome.sender_role == "server" else "upload",
+            sndbuf_requested=getattr(spec, "sndbuf", None), rcvbuf_requested=getattr(spec, "rcvbuf", None),
+            reader=getattr(spec, "reader", None), writer=getattr(spec, "writer", None),
+            sender=outcome.sender, receiver=outcome.receiver, sender_role=outcome.sender_role,
+            reported_bps=outcome.reported_bps, details=outcome.details, **shared))
+    return results
+
+
+def _start_capture(pair, workload, where, artifact_dir):
+    """A capture on the sender's side of the path (where window-full analysis is meaningful) or on `where`."""
+    from ..capture import Capture
+
+    if where is True:
+        flows = getattr(workload, "flows", None) or [None]
+        download = getattr(flows[0], "direction", "download") == "download"
+        where = "server" if download else "client"
+    if where not in ("client", "router", "server"):
+        raise ValueError(f"capture: must be True, False or a node role 'client', 'router', 'server', got {where!r}")
+    node = getattr(pair, where)
+    filter_ = f"tcp and host {pair.client.address} and host {pair.server.address}"
+    capture = Capture(node, filter=filter_, directory=artifact_dir)
+    capture.start()
+    return capture
+
+
+def _stats_delta(before, after):
+    """Per-qdisc counters accumulated during the run."""
+    delta = {}
+    for ifname, qdiscs in after.items():
+        old = {(q["kind"], q["handle"]): q for q in before.get(ifname, [])}
+        rows = []
+        for q in qdiscs:
+            prev = old.get((q["kind"], q["handle"]), {})
+            rows.append({**q, **{k: q[k] - prev.get(k, 0) for k in ("packets", "bytes", "drops", "overlimits")}})
+        delta[ifname] = rows
+    return delta

@@ -1,0 +1,130 @@
+"""What the applications at either end do: a paced or pausing reader/writer, and one flow of several.
+
+Validated at construction, like Link and Host, so a bad spec fails before anything starts.
+"""
+
+import math
+from dataclasses import dataclass
+
+from .specs import check_congestion_control
+from .units import format_size, format_time, parse_size, parse_time
+
+__all__ = ["Pace", "Pause", "Flow", "check_buffer_bytes", "check_positive_bytes"]
+
+
+def _positive_number(field, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{field}: must be a finite number > 0, got {value!r}")
+    return value
+
+
+def check_positive_bytes(field, value):
+    """A byte count: a positive int or a size string like '1mb'."""
+    nbytes = parse_size(value, field) if isinstance(value, str) else value
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or nbytes != int(nbytes) or nbytes <= 0:
+        raise ValueError(f"{field}: must be a positive whole number of bytes (or a size like '1mb'), got {value!r}")
+    return int(nbytes)
+
+
+def check_buffer_bytes(field, value):
+    """A socket buffer request: 1..2^31-1 bytes (setsockopt takes an int), or a size like '16kb'."""
+    nbytes = parse_size(value, field) if isinstance(value, str) else value  # a bad unit says so itself
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or nbytes != int(nbytes) \
+            or not 0 < nbytes <= 2**31 - 1:
+        raise ValueError(f"{field}: must be a whole number of bytes in 1..2^31-1 (or a size like '16kb'), "
+                         f"got {value!r}")
+    return int(nbytes)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """A reader (or writer) that moves `chunk` bytes `per_second` times a second (C4's slow reader)."""
+
+    chunk: int = 1024
+    per_second: float = 20.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "chunk", check_buffer_bytes("Pace.chunk", self.chunk))
+        _positive_number("Pace.per_second", self.per_second)
+        if self.per_second > 100_000:
+            raise ValueError(f"Pace.per_second: at most 100000 (a timer tick is ~10 us), got {self.per_second!r}")
+
+    @property
+    def rate_bps(self):
+        """The application's own rate ceiling in bit/s."""
+        return self.chunk * self.per_second * 8
+
+    def describe(self):
+        """'1 kB x 20/s'."""
+        return f"{format_size(self.chunk)} x {self.per_second:g}/s"
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Stop reading (or writing) after `after` bytes for `seconds`, then carry on at full speed (C14, C16)."""
+
+    after: int
+    seconds: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "after", check_positive_bytes("Pause.after", self.after))
+        seconds = parse_time(self.seconds, "Pause.seconds")
+        if not math.isfinite(seconds) or seconds <= 0 or seconds > 600:
+            raise ValueError(f"Pause.seconds: must be in (0, 600] seconds, got {self.seconds!r}")
+        object.__setattr__(self, "seconds", float(seconds))
+
+    def describe(self):
+        """'pause 2 s after 1 MB'."""
+        return f"pause {format_time(self.seconds)} after {format_size(self.after)}"
+
+
+def check_reader(field, value):
+    """None, a Pace or a Pause."""
+    if value is not None and not isinstance(value, (Pace, Pause)):
+        raise TypeError(f"{field}: expected None, Pace(...) or Pause(...), got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One bulk flow of several on a pair (Pair.concurrent): its own size or duration, buffers, cc, start offset."""
+
+    nbytes: "int | None" = None
+    duration: "float | None" = None
+    direction: str = "download"
+    sndbuf: "int | None" = None
+    rcvbuf: "int | None" = None
+    cc: "str | None" = None
+    start: float = 0.0
+    reader: "Pace | Pause | None" = None
+    writer: "Pace | Pause | None" = None
+
+    def __post_init__(self):
+        if self.nbytes is not None:
+            object.__setattr__(self, "nbytes", check_positive_bytes("nbytes", self.nbytes))
+        if self.duration is not None:
+            duration = parse_time(self.duration, "duration")
+            if not math.isfinite(duration) or not 0 < duration <= 3600:
+                raise ValueError(f"duration: must be in (0, 3600] seconds, got {self.duration!r}")
+            object.__setattr__(self, "duration", float(duration))
+        if (self.nbytes is None) == (self.duration is None):
+            raise ValueError("nbytes/duration: give exactly one of them (bytes to move, or seconds to send for)")
+        if self.direction not in ("download", "upload"):
+            raise ValueError(f"direction: must be 'download' (server -> client) or 'upload', got {self.direction!r}")
+        for name in ("sndbuf", "rcvbuf"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, check_buffer_bytes(name, value))
+        if self.cc is not None:
+            check_congestion_control("cc", self.cc)
+        start = parse_time(self.start, "start")
+        if not math.isfinite(start) or not 0 <= start <= 3600:
+            raise ValueError(f"start: must be in [0, 3600] seconds, got {self.start!r}")
+        object.__setattr__(self, "start", float(start))
+        check_reader("reader", self.reader)
+        check_reader("writer", self.writer)
+        for name in ("reader", "writer"):
+            pause = getattr(self, name)
+            if isinstance(pause, Pause) and self.nbytes is not None and pause.after >= self.nbytes:
+                raise ValueError(f"{name}: Pause(after={pause.after}) is not before the end of the "
+                                 f"{self.nbytes}-byte transfer; pause after fewer bytes")

@@ -1,0 +1,218 @@
+"""The code that runs inside lab namespaces, in forked children: bulk endpoints, an HTTP server, a CPU hog.
+
+Stdlib and the pure model only: it is preloaded by the forkserver and must import fast.
+Every function takes the pipe end `conn` first and reports dict messages on it.
+"""
+
+import fcntl
+import http.server
+import os
+import socket
+import struct
+import time
+
+from ..model.app import Pace, Pause
+from ..model.tcpinfo import read_tcp_info
+
+__all__ = ["bulk_endpoint", "http_server", "cpu_hog"]
+
+CHUNK = 1 << 20  # 1 MiB per send/recv: few syscalls, so Python is not the bottleneck
+CHECKPOINT_INTERVAL = 0.005  # receiver's (time, bytes) record: fine enough for 10 ms rate series
+_SIOCOUTQ = 0x5411
+_PAYLOAD = memoryview(b"\x5a" * CHUNK)
+
+
+def _configure(sock, sndbuf, rcvbuf, cc):
+    """Socket options before connect/listen: the window scale is chosen from the buffer at SYN time."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if sndbuf:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+    if rcvbuf:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    if cc:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+
+
+def _buffers(sock):
+    return {"sndbuf": sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+            "rcvbuf": sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
+            "cc": sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0")[0].decode()}
+
+
+def _unacked_bytes(sock):
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), _SIOCOUTQ, b"\0\0\0\0"))[0]
+
+
+def _sleep_until(moment):
+    delay = moment - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def _send(sock, nbytes, duration, writer):
+    """Send nbytes (or for duration seconds) as the writer spec allows; return (sent, first_write_at, pauses)."""
+    sent, first_write_at, pauses, paused = 0, None, [], False
+    started = time.monotonic()
+    end_at = started + duration if duration else None
+    if end_at is not None:
+        # A blocking 1 MiB send can take seconds at low rates; a timeout lets the deadline cut it short.
+        sock.settimeout(max(0.01, duration))
+    tick = 0
+    while True:
+        now = time.monotonic()
+        if end_at is not None:
+            if now >= end_at:
+                break
+            sock.settimeout(max(0.001, end_at - now))
+        want = CHUNK if nbytes is None else min(CHUNK, nbytes - sent)
+        if want <= 0:
+            break
+        if isinstance(writer, Pause) and not paused:
+            if sent >= writer.after:
+                pause_at = time.monotonic()
+                time.sleep(writer.seconds)
+                pauses.append((pause_at, time.monotonic()))
+                paused = True
+            else:
+                want = min(want, writer.after - sent)
+        elif isinstance(writer, Pace):
+            _sleep_until(started + tick / writer.per_second)
+            tick += 1
+            want = min(want, writer.chunk)
+        try:
+            n = sock.send(_PAYLOAD[:want])
+        except socket.timeout:
+            continue
+        if first_write_at is None:
+            first_write_at = time.monotonic()
+        sent += n
+    sock.settimeout(None)
+    return sent, first_write_at, pauses
+
+
+def _receive(sock, reader):
+    """Read until EOF as the reader spec allows; return the receiver's counters and (time, bytes) checkpoints."""
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    received, first_byte_at, first_read, pauses, paused = 0, None, 0, [], False
+    checkpoints, last_checkpoint = [], 0.0
+    started, tick = time.monotonic(), 0
+    while True:
+        want = CHUNK
+        if isinstance(reader, Pause) and not paused:
+            if received >= reader.after:
+                pause_at = time.monotonic()
+                time.sleep(reader.seconds)
+                pauses.append((pause_at, time.monotonic()))
+                paused = True
+            else:
+                want = min(want, reader.after - received)
+        elif isinstance(reader, Pace):
+            _sleep_until(started + tick / reader.per_second)
+            tick += 1
+            want = reader.chunk
+        n = sock.recv_into(view, want)
+        if not n:
+            break
+        now = time.monotonic()
+        if first_byte_at is None:
+            first_byte_at, first_read = now, n
+            checkpoints.append((now, 0))
+        received += n
+        if now - last_checkpoint >= CHECKPOINT_INTERVAL:
+            checkpoints.append((now, received))
+            last_checkpoint = now
+    last_byte_at = time.monotonic() if first_byte_at is None else now
+    if received and checkpoints[-1][1] != received:
+        checkpoints.append((last_byte_at, received))
+    return {"nbytes": received, "first_byte_at": first_byte_at, "first_read": first_read, "last_byte_at": last_byte_at,
+            "checkpoints": checkpoints, "pauses": pauses}
+
+
+def _play(conn, sock, role, nbytes, duration, reader, writer):
+    """Run one end of a flow on a connected socket and report its record."""
+    connected_at = time.monotonic()
+    conn.send({"event": "connected", "local": sock.getsockname(), "remote": sock.getpeername(),
+               "buffers": _buffers(sock), "at": connected_at})
+    record = {"event": "result", "role": role, "connected_at": connected_at}
+    if role == "sender":
+        sent, first_write_at, pauses = _send(sock, nbytes, duration, writer)
+        record.update(nbytes=sent, first_write_at=first_write_at, written_at=time.monotonic(), pauses=pauses)
+        sock.shutdown(socket.SHUT_WR)
+        # The final TCP_INFO should cover the whole transfer, so wait for the last ACK.
+        while _unacked_bytes(sock) > 0:
+            time.sleep(0.001)
+        record["acked_at"] = time.monotonic()
+    else:
+        record.update(_receive(sock, reader))
+    record.update(buffers=_buffers(sock), tcp_info=read_tcp_info(sock))
+    sock.close()
+    conn.send(record)
+
+
+def bulk_endpoint(conn, *, mode, role, address, port=0, nbytes=None, duration=None, sndbuf=None, rcvbuf=None,
+                  cc=None, reader=None, writer=None, start_delay=0.0, timeout=60.0):
+    """One end of a bulk flow: mode 'serve' listens on address (reports the port), 'connect' dials address:port."""
+    if mode == "serve":
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        _configure(listener, sndbuf, rcvbuf, cc)  # accepted sockets inherit buffers and congestion control
+        listener.bind((address, port))
+        listener.listen(1)
+        listener.settimeout(timeout)
+        conn.send({"event": "listening", "port": listener.getsockname()[1]})
+        sock, _ = listener.accept()
+        listener.close()
+    else:
+        if start_delay:
+            time.sleep(start_delay)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        _configure(sock, sndbuf, rcvbuf, cc)
+        sock.settimeout(timeout)
+        sock.connect((address, port))
+    sock.settimeout(None)
+    _play(conn, sock, role, nbytes, duration, reader, writer)
+
+
+class _BytesHandler(http.server.BaseHTTPRequestHandler):
+    """GET /<n> answers n bytes; nothing is read from disk."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        try:
+            size = int(self.path.strip("/"))
+        except ValueError:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        remaining = size
+        while remaining:
+            remaining -= self.wfile.write(_PAYLOAD[:min(CHUNK, remaining)])
+        self.wfile.flush()
+
+    def log_message(self, *args):
+        pass
+
+
+def http_server(conn, *, address, sndbuf=None, cc=None):
+    """An HTTP/1.1 server answering GET /<n> with n bytes, until stopped."""
+
+    class Server(http.server.HTTPServer):
+        def server_bind(self):
+            _configure(self.socket, sndbuf, None, cc)
+            super().server_bind()
+
+    server = Server((address, 0), _BytesHandler)
+    conn.send({"event": "listening", "port": server.server_address[1]})
+    server.serve_forever()
+
+
+def cpu_hog(conn):
+    """Spin on the CPU this process was pinned to, until stopped (C10's competing load)."""
+    conn.send({"event": "spinning", "pid": os.getpid()})
+    while True:
+        pass
