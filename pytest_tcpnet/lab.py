@@ -187,8 +187,56 @@ class Pair:
                                  timeout=timeout)
         return ConcurrentResult(flows=results)
 
+    def iperf3(self, *, duration, direction="download", cc=None, window=None, parallel=1, capture=False,
+               sample_interval=None, timeout=None):
+        """One iperf3 TCP test (libiperf through the `iperf3` bindings; `iperf3 -J` as the fallback).
+
+        The result's throughput_bps is iperf3's own received average; `details["intervals"]` has
+        the sender's per-interval rate, retransmits, cwnd and rtt; series() come from sampling.
+        """
+        flow = Flow(duration=duration, direction=direction, cc=cc, rcvbuf=window)
+        if flow.duration != int(flow.duration):
+            raise ValueError(f"duration: iperf3 runs whole seconds; got {duration!r}")
+        if isinstance(parallel, bool) or not isinstance(parallel, int) or not 1 <= parallel <= 128:
+            raise ValueError(f"parallel: must be an int in 1..128 (iperf3 -P), got {parallel!r}")
+        check_need("iperf3")
+        from .workload.iperf3 import Iperf3
+
+        workload = Iperf3(duration=flow.duration, direction=direction, cc=cc, window=flow.rcvbuf, parallel=parallel)
+        return self._measure(workload, [flow], capture=capture, sample_interval=sample_interval,
+                             timeout=timeout or _default_timeout(flow, self.link))[0]
+
+    def http_download(self, nbytes, *, limit_rate=None, capture=False, sample_interval=None, timeout=None):
+        """curl in the client downloads nbytes from an HTTP server in the server namespace.
+
+        limit_rate is curl's --limit-rate as curl spells it ("200k" = 200 KiB/s). The result's
+        throughput_bps is curl's own average; rate_series() comes from the client socket's
+        sampled bytes_received.
+        """
+        flow = Flow(nbytes=nbytes)
+        check_need("curl")
+        from .workload.http import HttpDownload
+
+        workload = HttpDownload(flow.nbytes, limit_rate=limit_rate)
+        timeout = timeout or _default_timeout(flow, self.link)
+        if workload.limit_rate_bytes:
+            timeout += 3 * flow.nbytes / workload.limit_rate_bytes
+        return self._measure(workload, [flow], capture=capture, sample_interval=sample_interval, timeout=timeout)[0]
+
     def _run_bulk(self, flows, *, starve_receiver, capture, sample_interval, timeout):
         """Checks every option before anything starts, then runs the Bulk workload."""
+        for flow in flows:
+            if flow.cc is not None:
+                check_need(flow.cc)
+        if not isinstance(starve_receiver, bool):
+            raise TypeError(f"starve_receiver: expected True or False, got {starve_receiver!r}")
+        timeout = timeout or max(_default_timeout(flow, self.link) for flow in flows)
+        workload = Bulk(flows, starve_receiver=starve_receiver, socket_cc=self.socket_cc)
+        return self._measure(workload, flows, capture=capture, sample_interval=sample_interval, timeout=timeout,
+                             conditions={"starved_receiver": starve_receiver})
+
+    def _measure(self, workload, flows, *, capture, sample_interval, timeout, conditions=None):
+        """Validate the measurement options, run the workload, keep its results in the lab."""
         for flow in flows:
             if flow.cc is not None:
                 check_need(flow.cc)
@@ -201,16 +249,12 @@ class Pair:
                 isinstance(sample_interval, bool) or not isinstance(sample_interval, (int, float))
                 or not 0 < sample_interval <= 10):
             raise ValueError(f"sample_interval: must be in (0, 10] seconds, or 0 for none, got {sample_interval!r}")
-        if not isinstance(starve_receiver, bool):
-            raise TypeError(f"starve_receiver: expected True or False, got {starve_receiver!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout: must be a number of seconds > 0, got {timeout!r}")
         if self.closed:
             raise LabError("this pair is closed")
-        if timeout is None:
-            timeout = max(_default_timeout(flow, self.link) for flow in flows)
-        workload = Bulk(flows, starve_receiver=starve_receiver, socket_cc=self.socket_cc)
         results = run_workload(self, workload, timeout=timeout, sample_interval=sample_interval, capture=capture,
-                               artifact_dir=self.lab.artifact_dir,
-                               conditions={"starved_receiver": starve_receiver})
+                               artifact_dir=self.lab.artifact_dir, conditions=conditions)
         self.lab.results.extend(results)
         return results
 

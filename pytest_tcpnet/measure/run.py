@@ -59,6 +59,8 @@ def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False
     )
     results = []
     for outcome in outcomes:
+        if samples is not None:
+            _complete_from_samples(outcome, samples)
         spec = outcome.spec
         results.append(TransferResult(
             nbytes=outcome.receiver["nbytes"],
@@ -68,6 +70,30 @@ def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False
             sender=outcome.sender, receiver=outcome.receiver, sender_role=outcome.sender_role,
             reported_bps=outcome.reported_bps, details=outcome.details, **shared))
     return results
+
+
+def _complete_from_samples(outcome, samples):
+    """Fill in what a tool did not report itself (iperf3, curl) from the last sample of each end's socket."""
+    from .sampler import SERIES_FIELDS
+
+    receiver_role = "client" if outcome.sender_role == "server" else "server"
+    for record, role in ((outcome.sender, outcome.sender_role), (outcome.receiver, receiver_role)):
+        if "local" not in record:
+            continue
+        rows = samples.rows.get((role, tuple(record["local"]), tuple(record["remote"])))
+        if not rows:
+            continue
+        last = dict(zip(SERIES_FIELDS, rows[-1][1]))
+        info = record.setdefault("tcp_info", {})
+        for key, value in last.items():
+            if value is not None and key not in ("rmem_alloc", "rcvbuf", "wmem_alloc", "sndbuf", "fwd_alloc",
+                                                 "wmem_queued", "optmem", "backlog", "drops"):
+                info.setdefault(key, value)
+        buffers = record.setdefault("buffers", {})
+        first = dict(zip(SERIES_FIELDS, rows[0][1]))
+        record.setdefault("buffers_at_connect", {"sndbuf": first["sndbuf"], "rcvbuf": first["rcvbuf"]})
+        buffers.setdefault("sndbuf", last["sndbuf"])
+        buffers.setdefault("rcvbuf", last["rcvbuf"])
 
 
 def _start_capture(pair, workload, where, artifact_dir):

@@ -216,3 +216,77 @@ def cpu_hog(conn):
     conn.send({"event": "spinning", "pid": os.getpid()})
     while True:
         pass
+
+
+def _listening(port):
+    """True once this namespace has a TCP socket listening on `port` (/proc/net/tcp state 0A)."""
+    with open("/proc/self/net/tcp") as table:
+        return any(line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A"
+                   for line in list(table)[1:])
+
+
+def _announce_when_listening(conn, port, deadline):
+    import threading
+
+    def watch():
+        while time.monotonic() < deadline:
+            if _listening(port):
+                conn.send({"event": "listening", "port": port})
+                return
+            time.sleep(0.005)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def iperf3_server(conn, *, address, port, timeout=60.0):
+    """One iperf3 test as the server, through libiperf (the PyPI iperf3 bindings)."""
+    import iperf3
+
+    server = iperf3.Server()
+    server.bind_address, server.port = address, port
+    _announce_when_listening(conn, port, time.monotonic() + timeout)
+    # iperf_run_server directly: the bindings' Server.run pipes stdout and can block on a full pipe.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    error = server.lib.iperf_run_server(server._test)
+    conn.send({"event": "result", "error": error})
+
+
+def iperf3_client(conn, *, address, port, duration, reverse, cc=None, window=None, parallel=1):
+    """One iperf3 test as the client; reports iperf3's JSON (with the server's, for the sender's cwnd and rtt)."""
+    import ctypes
+    import json
+
+    import iperf3
+
+    client = iperf3.Client()
+    client.server_hostname, client.port, client.duration = address, port, int(duration)
+    client.num_streams, client.protocol, client.json_output = parallel, "tcp", True
+    client.reverse = reverse
+    lib, test = client.lib, client._test
+    lib.iperf_set_test_get_server_output.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.iperf_set_test_get_server_output(test, 1)
+    if cc:
+        lib.iperf_set_test_congestion_control.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.iperf_set_test_congestion_control(test, cc.encode())
+    if window:
+        lib.iperf_set_test_socket_bufsize.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        lib.iperf_set_test_socket_bufsize(test, window)
+    started_at = time.monotonic()
+    result = client.run()
+    conn.send({"event": "result", "started_at": started_at, "ended_at": time.monotonic(),
+               "json": result.json if result.json else json.loads(result.text)})
+
+
+def iperf3_cli(conn, *, argv):
+    """iperf3 -J through the command line, where the bindings cannot load; reports its JSON."""
+    import json
+    import subprocess
+
+    started_at = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    try:
+        data = json.loads(done.stdout)
+    except ValueError:
+        data = {"error": (done.stderr or done.stdout).strip() or f"exit {done.returncode}"}
+    conn.send({"event": "result", "started_at": started_at, "ended_at": time.monotonic(), "json": data})

@@ -1,0 +1,95 @@
+"""HTTP download: a Python HTTP/1.1 server in the server namespace, curl in the client (C4: --limit-rate)."""
+
+import json
+import re
+import shutil
+import subprocess
+import time
+
+from ..errors import LabError, MissingCapability
+from .base import FlowOutcome, Workload
+from .flows import http_server
+from .spawn import NamespaceChild
+
+__all__ = ["HttpDownload", "check_limit_rate"]
+
+_LIMIT_RATE = re.compile(r"^[0-9]+(\.[0-9]+)?[kKmMgG]?$")
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def check_limit_rate(value):
+    """curl's --limit-rate as curl spells it ('200k': bytes per second, 1024-based); returns bytes/s."""
+    if value is None:
+        return None
+    text = str(value)
+    if isinstance(value, bool) or not _LIMIT_RATE.match(text):
+        raise ValueError(f"limit_rate: expected curl's spelling, a number of bytes/s with an optional k, m or g "
+                         f"suffix (1024-based), e.g. '200k', got {value!r}")
+    number = float(text.rstrip("kKmMgG"))
+    rate = number * _UNITS[text[-1].lower() if text[-1].isalpha() else ""]
+    if rate <= 0:
+        raise ValueError(f"limit_rate: must be > 0, got {value!r}")
+    return rate
+
+
+class HttpDownload(Workload):
+    """curl downloads nbytes from an HTTP server on the pair; curl's own average is the result's goodput."""
+
+    kind = "http"
+
+    def __init__(self, nbytes, *, limit_rate=None, curl_args=()):
+        if shutil.which("curl") is None:
+            raise MissingCapability("curl", "curl is not on PATH (apt-get install curl)")
+        self.nbytes = nbytes
+        self.limit_rate = limit_rate
+        self.limit_rate_bytes = check_limit_rate(limit_rate)
+        self.curl_args = list(curl_args)
+        self._server = self._curl = None
+
+    def describe(self):
+        return "http + curl" + (f" --limit-rate {self.limit_rate}" if self.limit_rate else "")
+
+    def start(self, pair, deadline):
+        self._pair = pair
+        self._server = NamespaceChild(pair.server.processes.netns_path, http_server,
+                                      dict(address=pair.server.address), name="http server")
+        pair.server.processes.adopt(self._server)
+        port = self._server.receive(deadline, "listening")["port"]
+        argv = ["curl", "--silent", "--show-error", "--output", "/dev/null", "--write-out", "%{json}",
+                "--max-time", f"{max(1.0, deadline - time.monotonic()):.0f}"]
+        if self.limit_rate:
+            argv += ["--limit-rate", str(self.limit_rate)]
+        argv += self.curl_args + [f"http://{pair.server.address}:{port}/{self.nbytes}"]
+        self._started_at = time.monotonic()
+        self._curl = pair.client.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def wait(self, deadline):
+        try:
+            out, err = self._curl.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise LabError(f"curl (pid {self._curl.pid}) did not finish before the deadline; stopped it") from None
+        ended_at = time.monotonic()
+        try:
+            timing = json.loads(out)
+        except ValueError:
+            raise LabError(f"curl failed (exit {self._curl.returncode}): {err.strip() or out.strip()}") from None
+        if self._curl.returncode != 0 or timing.get("size_download") != self.nbytes:
+            raise LabError(f"curl failed (exit {self._curl.returncode}, {timing.get('size_download')} of "
+                           f"{self.nbytes} bytes): {err.strip() or timing.get('errormsg')}")
+        start = self._started_at
+        client_end = (timing["local_ip"], timing["local_port"])
+        server_end = (timing["remote_ip"], timing["remote_port"])
+        receiver = {"nbytes": self.nbytes, "local": client_end, "remote": server_end,
+                    "connected_at": start + timing["time_connect"],
+                    "first_byte_at": start + timing["time_starttransfer"], "last_byte_at": start + timing["time_total"],
+                    "buffers": {}}
+        sender = {"nbytes": self.nbytes, "local": server_end, "remote": client_end, "buffers": {}, "tcp_info": {}}
+        return [FlowOutcome(sender=sender, receiver=receiver, sender_role="server", spec=self,
+                            reported_bps=timing["speed_download"] * 8, details={"curl": timing, "ended_at": ended_at})]
+
+    def stop(self):
+        for proc_owner, proc in ((self._pair.client, self._curl), (self._pair.server, None)):
+            if proc is not None and proc.poll() is None:
+                proc_owner.processes.stop(proc)
+        if self._server is not None:
+            self._server.stop()
