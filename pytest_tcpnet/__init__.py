@@ -4,8 +4,9 @@ from . import model
 from .assertions import assert_receive_window_within, assert_throughput_within
 from .errors import LabError, MissingCapability, TcpnetError
 from .model import Host, Link
+from .model.app import Flow, Pace, Pause
 
-__all__ = ["Host", "Link", "model", "assert_throughput_within", "assert_receive_window_within", "Lab", "Pair", "TransferResult",
+__all__ = ["Host", "Link", "Flow", "Pace", "Pause", "model", "assert_throughput_within", "assert_receive_window_within", "Lab", "Pair", "TransferResult", "ConcurrentResult",
            "LabError", "MissingCapability", "TcpnetError"]
 
 
@@ -14,7 +15,7 @@ def __getattr__(name):
     if name in ("Lab", "Pair"):
         from . import lab
         return getattr(lab, name)
-    if name == "TransferResult":
-        from .results import TransferResult
-        return TransferResult
+    if name in ("TransferResult", "ConcurrentResult"):
+        from . import results
+        return getattr(results, name)
     raise AttributeError(f"module 'pytest_tcpnet' has no attribute {name!r}")

@@ -40,6 +40,7 @@ class TransferResult:
     offloads: dict = field(default_factory=dict, repr=False)
     qdiscs: dict = field(default_factory=dict, repr=False)
     interfaces: dict = field(default_factory=dict, repr=False)
+    tcp_counters: dict = field(default_factory=dict, repr=False)
     _artifacts: list = field(default_factory=list, repr=False)
 
     # -- goodput ---------------------------------------------------------------------------------
@@ -164,7 +165,7 @@ class TransferResult:
         if self.samples is None:
             return []
         record = self.sender if side == "sender" else self.receiver
-        role = self.sender_role if side == "sender" else ("client" if self.sender_role == "server" else "server")
+        role = self.sender_role if side == "sender" else self.receiver_role
         if "local" not in record:
             return []
         origin = self.first_byte_at
@@ -180,6 +181,26 @@ class TransferResult:
         from .analysis.limits import limited_by
 
         return limited_by(self.sender_tcp_info)[0] if self.sender_tcp_info else None
+
+    @property
+    def receiver_role(self):
+        """'client' for a download, 'server' for an upload."""
+        return "client" if self.sender_role == "server" else "server"
+
+    def counter(self, name, side="receiver"):
+        """How much one TCP MIB counter of one end's namespace grew during the run (e.g. 'TcpExt.TCPToZeroWindowAdv').
+
+        The namespace's counters include every socket in it: with one flow per pair, that flow's.
+        """
+        if side not in ("sender", "receiver"):
+            raise ValueError(f"side: must be 'sender' or 'receiver', got {side!r}")
+        role = self.sender_role if side == "sender" else self.receiver_role
+        return self.tcp_counters.get(role, {}).get(name, 0)
+
+    @property
+    def zero_windows_advertised(self):
+        """Times the receiver advertised a zero window (the kernel's TcpExt.TCPToZeroWindowAdv)."""
+        return self.counter("TcpExt.TCPToZeroWindowAdv")
 
     # -- capture and artifacts --------------------------------------------------------------------
 

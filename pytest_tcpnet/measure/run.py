@@ -3,6 +3,7 @@
 import time
 
 from .. import netlink
+from ..netlink.diag import tcp_counters
 from ..results import TransferResult
 from .sampler import SocketSampler, default_interval
 from .slots import measurement_slot
@@ -31,6 +32,8 @@ def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False
     deadline = time.monotonic() + timeout
     with measurement_slot(timeout):
         stats_before, counters_before = pair.router_qdisc_stats(), pair.interface_counters()
+        mib_before = {role: tcp_counters(node.namespace) for role, node in (("client", pair.client),
+                                                                            ("server", pair.server))}
         sampler = None
         if sample_interval and workload.sampled:
             sampler = SocketSampler({"client": pair.client.namespace, "server": pair.server.namespace},
@@ -47,7 +50,11 @@ def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False
             if capturer is not None:
                 capture_result = capturer.stop()
         stats_after, counters_after = pair.router_qdisc_stats(), pair.interface_counters()
+        mib_after = {role: tcp_counters(node.namespace) for role, node in (("client", pair.client),
+                                                                           ("server", pair.server))}
     shared = dict(
+        tcp_counters={role: {k: v - mib_before[role].get(k, 0) for k, v in mib_after[role].items()
+                             if v != mib_before[role].get(k, 0)} for role in mib_after},
         kernel=netlink.kernel_release(), link=pair.link, client=pair.client_host, server=pair.server_host,
         sysctls={"client": pair.client.sysctls(TCP_SYSCTLS + tuple(pair.client_host.sysctls)),
                  "server": pair.server.sysctls(TCP_SYSCTLS + tuple(pair.server_host.sysctls))},

@@ -8,7 +8,7 @@ from ..errors import LabError
 from ..model.tcpinfo import decode_tcp_info
 from .namespaces import run_in_namespace
 
-__all__ = ["SocketTable", "SKMEM_FIELDS", "watch_sockets"]
+__all__ = ["SocketTable", "SKMEM_FIELDS", "watch_sockets", "tcp_counters"]
 
 # Request bits are 1 << (attribute - 1): INET_DIAG_INFO = 2, INET_DIAG_CONG = 4, INET_DIAG_SKMEMINFO = 7.
 _EXTENSIONS = (1 << 1) | (1 << 3) | (1 << 6)
@@ -86,3 +86,21 @@ def watch_sockets(namespace, on_sockets, *, ready=None):
             table.close()
 
     run_in_namespace(namespace, loop)
+
+
+def tcp_counters(namespace):
+    """The namespace's TCP MIB counters ({'TcpExt.TCPToZeroWindowAdv': n, 'Tcp.RetransSegs': n, ...}), as `nstat` reads them."""
+
+    def read():
+        counters = {}
+        for table in ("netstat", "snmp"):
+            # thread-self: /proc/self/net would show the process's namespace, not this thread's.
+            with open(f"/proc/thread-self/net/{table}") as f:
+                lines = f.read().splitlines()
+            for names, values in zip(lines[::2], lines[1::2]):
+                prefix, names = names.split(":", 1)
+                counters.update({f"{prefix}.{n}": int(v) for n, v in zip(names.split(), values.split(":", 1)[1].split())
+                                 if prefix in ("TcpExt", "Tcp")})
+        return counters
+
+    return run_in_namespace(namespace, read)

@@ -6,7 +6,9 @@ from .base import FlowOutcome, Workload
 from .flows import bulk_endpoint, cpu_hog
 from .spawn import NamespaceChild
 
-__all__ = ["Bulk"]
+__all__ = ["Bulk", "STARVED_READ_SIZE"]
+
+STARVED_READ_SIZE = 16384
 
 
 class Bulk(Workload):
@@ -45,6 +47,10 @@ class Bulk(Workload):
                                   cc=cc, writer=flow.writer),
                 receiver.role: dict(role="receiver", rcvbuf=flow.rcvbuf, reader=flow.reader),
             }
+            if self.starve_receiver:
+                # An application's 16 KB reads (curl's buffer), not our 1 MiB ones: a starved reader then
+                # needs many CPU slices per buffer it drains, as a real one does.
+                ends[receiver.role]["read_size"] = STARVED_READ_SIZE
             placement = {}
             if self.starve_receiver:
                 # The reader shares one core with a hog at the lowest priority: it gets a sliver of CPU.

@@ -90,7 +90,7 @@ def _send(sock, nbytes, duration, writer):
     return sent, first_write_at, pauses
 
 
-def _receive(sock, reader):
+def _receive(sock, reader, read_size=CHUNK):
     """Read until EOF as the reader spec allows; return the receiver's counters and (time, bytes) checkpoints."""
     buffer = bytearray(CHUNK)
     view = memoryview(buffer)
@@ -98,7 +98,7 @@ def _receive(sock, reader):
     checkpoints, last_checkpoint = [], 0.0
     started, tick = time.monotonic(), 0
     while True:
-        want = CHUNK
+        want = read_size
         if isinstance(reader, Pause) and not paused:
             if received >= reader.after:
                 pause_at = time.monotonic()
@@ -129,7 +129,7 @@ def _receive(sock, reader):
             "checkpoints": checkpoints, "pauses": pauses}
 
 
-def _play(conn, sock, role, nbytes, duration, reader, writer):
+def _play(conn, sock, role, nbytes, duration, reader, writer, read_size):
     """Run one end of a flow on a connected socket and report its record."""
     connected_at = time.monotonic()
     conn.send({"event": "connected", "local": sock.getsockname(), "remote": sock.getpeername(),
@@ -144,14 +144,14 @@ def _play(conn, sock, role, nbytes, duration, reader, writer):
             time.sleep(0.001)
         record["acked_at"] = time.monotonic()
     else:
-        record.update(_receive(sock, reader))
+        record.update(_receive(sock, reader, read_size))
     record.update(buffers=_buffers(sock), tcp_info=read_tcp_info(sock))
     sock.close()
     conn.send(record)
 
 
 def bulk_endpoint(conn, *, mode, role, address, port=0, nbytes=None, duration=None, sndbuf=None, rcvbuf=None,
-                  cc=None, reader=None, writer=None, start_delay=0.0, timeout=60.0):
+                  cc=None, reader=None, writer=None, read_size=CHUNK, start_delay=0.0, timeout=60.0):
     """One end of a bulk flow: mode 'serve' listens on address (reports the port), 'connect' dials address:port."""
     if mode == "serve":
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -171,7 +171,7 @@ def bulk_endpoint(conn, *, mode, role, address, port=0, nbytes=None, duration=No
         sock.settimeout(timeout)
         sock.connect((address, port))
     sock.settimeout(None)
-    _play(conn, sock, role, nbytes, duration, reader, writer)
+    _play(conn, sock, role, nbytes, duration, reader, writer, read_size)
 
 
 class _BytesHandler(http.server.BaseHTTPRequestHandler):
