@@ -78,10 +78,17 @@ class TransferResult:
             return None
         return self.nbytes * 8 / (busy_us / 1e6)
 
-    def rate_series(self, interval=0.1):
-        """[(t_s, bit/s)] at the receiving application, per `interval` seconds (the end of each interval)."""
+    def rate_series(self, interval=0.1, *, source="application"):
+        """[(t_s, bit/s)] per `interval` seconds (at each interval's end).
+
+        source="application": bytes the receiving application read (its own clock, or the
+        sampled socket for tools like curl); source="socket": bytes the receiver's kernel
+        took in (sampled tcpi_bytes_received), what a capture on the wire shows.
+        """
         _check_interval(interval)
-        points = self._cumulative_bytes()
+        if source not in ("application", "socket"):
+            raise ValueError(f"source: must be 'application' or 'socket', got {source!r}")
+        points = self._cumulative_bytes() if source == "application" else self._socket_bytes()
         if len(points) < 2:
             return []
         start, end = points[0][0], points[-1][0]
@@ -93,12 +100,12 @@ class TransferResult:
             t = upper
         return series
 
-    def ewma_series(self, interval=0.1, alpha=0.3):
+    def ewma_series(self, interval=0.1, alpha=0.3, *, source="application"):
         """The rate series smoothed as download tools show it: each point alpha * sample + (1 - alpha) * previous."""
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha: must be in (0, 1], got {alpha!r}")
         smoothed, value = [], None
-        for t, bps in self.rate_series(interval):
+        for t, bps in self.rate_series(interval, source=source):
             value = bps if value is None else alpha * bps + (1 - alpha) * value
             smoothed.append((t, value))
         return smoothed
@@ -108,7 +115,16 @@ class TransferResult:
         checkpoints = self.receiver.get("checkpoints")
         if checkpoints:
             return [tuple(p) for p in checkpoints]
-        return [(self.first_byte_at + t, v) for t, v in self.series("bytes_received", side="receiver")]
+        return self._socket_bytes()
+
+    def _socket_bytes(self):
+        """[(monotonic t, bytes the receiver's socket took in)], sampled from outside, from 0 at the connection."""
+        sampled = [(self.first_byte_at + t, v) for t, v in self.series("bytes_received", side="receiver")]
+        origin = self.receiver.get("connected_at")
+        if sampled and origin is not None and origin < sampled[0][0]:
+            # A burst that fills the buffer before the first sample belongs to the first interval.
+            sampled.insert(0, (origin, 0))
+        return sampled
 
     # -- TCP_INFO and socket memory ------------------------------------------------------------------
 

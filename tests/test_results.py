@@ -1,0 +1,57 @@
+"""Result arithmetic on made-up flows (no privileges): goodput, active rate, rate series, EWMA, fairness, the fake workload."""
+
+import pytest
+
+from pytest_tcpnet.results import jain_index
+from pytest_tcpnet.workload.base import FlowOutcome
+from pytest_tcpnet.workload.fake import FakeWorkload, fake_records, fake_result
+
+
+def test_goodput_excludes_the_first_read():
+    result = fake_result(nbytes=1_000_000, duration_s=1.0)
+    assert result.throughput_bps == 8e6
+    first_read = fake_result(nbytes=1_000_000, duration_s=1.0)
+    first_read.receiver["first_read"] = 100_000
+    assert first_read.throughput_bps == pytest.approx(0.9 * 8e6)
+
+
+def test_active_rate_uses_busy_time():
+    result = fake_result(nbytes=1_000_000, duration_s=3.0, sender_tcp_info={"busy_time": 1_000_000})
+    assert result.active_throughput_bps == 8e6 and result.throughput_bps == pytest.approx(8e6 / 3)
+    assert fake_result().active_throughput_bps is None
+
+
+def test_rate_series_interpolates_checkpoints():
+    result = fake_result(nbytes=1_000_000, duration_s=1.0)
+    result.receiver["checkpoints"] = [(100.0, 0), (100.5, 1_000_000), (101.0, 1_000_000)]
+    series = result.rate_series(0.25)
+    assert [t for t, _ in series] == [0.25, 0.5, 0.75, 1.0]
+    assert [bps for _, bps in series] == [16e6, 16e6, 0.0, 0.0]
+    smoothed = result.ewma_series(0.25, alpha=0.5)
+    assert [bps for _, bps in smoothed] == [16e6, 16e6, 8e6, 4e6]
+    with pytest.raises(ValueError, match="interval"):
+        result.rate_series(0)
+    with pytest.raises(ValueError, match="source"):
+        result.rate_series(0.1, source="wire")
+
+
+def test_jain_index():
+    assert jain_index([10, 10]) == 1.0
+    assert jain_index([10, 0]) == 0.5
+    with pytest.raises(ValueError):
+        jain_index([])
+
+
+def test_series_without_samples_is_empty_and_names_the_fields():
+    result = fake_result()
+    assert result.series("snd_cwnd") == []
+    with pytest.raises(ValueError, match="snd_cwnd"):
+        result.series("cwnd")
+
+
+def test_the_fake_workload_follows_the_contract():
+    workload = FakeWorkload(lambda pair: [FlowOutcome(*fake_records(nbytes=10, duration_s=1.0), sender_role="server")])
+    workload.start(pair=None, deadline=0)
+    outcome, = workload.wait(deadline=0)
+    workload.stop()
+    assert workload.started and workload.stopped and outcome.receiver["nbytes"] == 10
