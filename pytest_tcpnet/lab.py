@@ -202,7 +202,7 @@ class Pair:
         if receiver_record["nbytes"] != nbytes:
             raise LabError(f"receiver got {receiver_record['nbytes']} of {nbytes} bytes")
         stats_after, counters_after = self.router_qdisc_stats(), self.interface_counters()
-        return TransferResult(
+        result = TransferResult(
             nbytes=nbytes,
             duration_s=receiver_record["last_byte_at"] - receiver_record["connected_at"],
             direction=direction,
@@ -221,6 +221,8 @@ class Pair:
             interfaces={end: {k: v - counters_before[end][k] for k, v in counts.items()}
                         for end, counts in counters_after.items()},
         )
+        self.lab.results.append(result)  # report: every result reaches the session summary and results file
+        return result
 
     def measure_advertised_window(self, *, rcvbuf=None, nbytes=None, direction="download"):
         """The largest window the receiver advertised during a transfer, as the sender saw it (TCP_INFO snd_wnd).
@@ -236,9 +238,11 @@ class Pair:
         if not any(windows):
             raise MissingCapability("tcpi_snd_wnd", f"kernel {result.kernel} does not report snd_wnd in TCP_INFO")
         receiver = self.client if direction == "download" else self.server
-        return WindowProbe(window_bytes=max(w for w in windows if w is not None), rcvbuf_requested=rcvbuf,
-                           rcvbuf_effective=result.receiver["buffers"]["rcvbuf"], kernel=result.kernel,
-                           sysctls=result.sysctls[receiver.role], transfer=result)
+        probe = WindowProbe(window_bytes=max(w for w in windows if w is not None), rcvbuf_requested=rcvbuf,
+                            rcvbuf_effective=result.receiver["buffers"]["rcvbuf"], kernel=result.kernel,
+                            sysctls=result.sysctls[receiver.role], transfer=result)
+        self.lab.results.append(probe)  # report: the probe stands for its transfer in the summary
+        return probe
 
     def _run_flow(self, direction, sender_opts, receiver_opts, timeout):
         """Start the bulk workload (server listens, client connects); return (sender, receiver) records."""
@@ -300,15 +304,20 @@ class Lab:
     wire: TSO off so only MTU-sized packets reach the router, GSO/GRO as the kernel set them;
     "kernel" keeps every veth offload as created; True/False forces all of them on or off.
     Whatever is chosen is recorded in each result's ``offloads``.
+
+    artifact_dir: where results write their pcaps and plots (the ``tcpnet`` fixture gives each
+    test its own, kept per ``--tcpnet-keep``); ``results`` lists every result the lab produced.
     """
 
-    def __init__(self, *, sweep=True, endpoint_offloads="wire"):
+    def __init__(self, *, sweep=True, endpoint_offloads="wire", artifact_dir=None):
         if endpoint_offloads not in ("wire", "kernel", True, False):
             raise ValueError(f"endpoint_offloads: must be 'wire', 'kernel', True or False, got {endpoint_offloads!r}")
         self._pairs = []
         self._lock = threading.Lock()
         self._endpoint_offloads = endpoint_offloads
         self.closed = False
+        self.artifact_dir = artifact_dir  # report: pcaps/plots of this lab's results go here
+        self.results = []  # report: every TransferResult / WindowProbe, in order (read at fixture teardown)
         if sweep and netlink.has_net_admin():
             netlink.sweep_stale_namespaces()
         _open_labs.add(self)
