@@ -3,8 +3,11 @@
 from pathlib import Path
 
 
-def plot_comparison(comparison, directory):
-    """Write comparison.png (horizontal bars: measured per flow and group, model prediction as a tick); return [path]."""
+def plot_comparison(comparison, directory, labels=None):
+    """Write comparison.png (horizontal bars: measured per flow and group, model prediction as a tick); return [path].
+
+    labels: one y-axis label per flow (default: the test's name, flow number and link).
+    """
     import matplotlib
     matplotlib.use("Agg")
     from matplotlib import pyplot
@@ -13,11 +16,10 @@ def plot_comparison(comparison, directory):
     directory.mkdir(parents=True, exist_ok=True)
     groups, flows = comparison.groups, comparison.flows
     height = 0.8 / max(1, len(groups))
-    figure, axes = pyplot.subplots(figsize=(10, 1.2 + 0.45 * len(flows) * max(1, len(groups)) ** 0.5))
-    labels = []
-    for index, (key, row) in enumerate(flows):
-        link = (row.get("link") or {}).get("describe", "").removeprefix("both ways: ")
-        labels.append(f"{row.get('test', '').rsplit('::', 1)[-1]} #{row.get('flow', 0)}\n{link}")
+    figure, axes = pyplot.subplots(figsize=(10, 1.8 + 0.45 * len(flows) * max(1, len(groups)) ** 0.5))
+    if labels is None:
+        labels = [f"{row.get('test', '').rsplit('::', 1)[-1]} #{row.get('flow', 0)}\n"
+                  f"{(row.get('link') or {}).get('describe', '')}" for _, row in flows]
     for number, group in enumerate(groups):
         positions, measured, expected = [], [], []
         for index, (key, _) in enumerate(flows):
@@ -38,7 +40,8 @@ def plot_comparison(comparison, directory):
     axes.invert_yaxis()
     axes.set_xlabel("goodput (Mbit/s)")
     axes.set_title(f"pytest-tcpnet: measured goodput per flow, by {comparison.by}")
-    axes.legend(fontsize=7, loc="lower right")
+    axes.set_xlim(left=0)
+    axes.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(groups) + 1, frameon=False)
     axes.grid(axis="x", alpha=0.3)
     figure.tight_layout()
     path = directory / "comparison.png"

@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from .merge import GROUP_BY, compare, comparison_table
+from .merge import GROUP_BY, compare, comparison_table, flow_labels
 from .results_file import read_rows
 
 
@@ -31,7 +31,7 @@ def main(argv=None):
     if args.plot:
         try:
             from ..analysis.comparison import plot_comparison
-            paths = plot_comparison(comparison, args.plot)
+            paths = plot_comparison(comparison, args.plot, labels=flow_labels(comparison))
         except ImportError as exc:
             parser.exit(3, f"--plot needs matplotlib (pip install matplotlib): {exc}\n")
         for path in paths:

@@ -36,7 +36,7 @@ def group_of(row, by):
 
 
 def compare(rows, *, by="kernel"):
-    """Group rows by flow and by `by` (kernel, source file, host or run label), keeping first-seen order."""
+    """Group rows by flow (sorted by test) and by `by` (kernel, source file, host or run label, first-seen order)."""
     if by not in GROUP_BY:
         raise ValueError(f"by: must be one of {', '.join(GROUP_BY)}, got {by!r}")
     groups, flows, cells = [], {}, {}
@@ -46,7 +46,8 @@ def compare(rows, *, by="kernel"):
             groups.append(group)
         flows.setdefault(key, row)
         cells.setdefault((key, group), []).append(row)
-    return Comparison(by=by, groups=groups, flows=list(flows.items()), cells=cells)
+    ordered = sorted(flows.items(), key=lambda item: (str(item[0][0]), item[0][1]))  # by test, then flow number
+    return Comparison(by=by, groups=groups, flows=ordered, cells=cells)
 
 
 def median_of(rows, field):
@@ -89,6 +90,17 @@ def comparison_table(comparison):
             line.append(ratio_cell(other / base) if other and base else MISSING)
         body.append(line)
     return format_table(header, body)
+
+
+def flow_labels(comparison):
+    """One short label per flow of a comparison (test #n, link, requested buffers, cc) for plots."""
+    labels = []
+    for _, row in comparison.flows:
+        buffers = {k: v for k, v in (row.get("buffers") or {}).items() if k.endswith("_requested")}
+        test = short_test(row.get("test")).partition("::")[2] or short_test(row.get("test"))
+        labels.append(f"{test} #{row.get('flow', 0)}\n{link_cell(row.get('link'))}, {buffers_cell(buffers)}, "
+                      f"{row.get('cc') or MISSING}")
+    return labels
 
 
 def _median_count(rows, field):
