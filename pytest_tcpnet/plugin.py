@@ -236,14 +236,15 @@ class _ReportPlugin:
         """Write the failed test's plots and flows into its directory and name them in the failure report."""
         from .report import flow_rows
         from .report.artifacts import describe, images, list_artifacts, write_flows
-        problems = []
-        for result in lab.results:
-            plot = getattr(getattr(result, "transfer", result), "plot", None)
+        problems, transfers = [], {id(t): t for t in (getattr(r, "transfer", r) for r in lab.results)}
+        for transfer in transfers.values():  # a window probe's transfer is also in lab.results: plot it once
+            plot = getattr(transfer, "plot", None)
             if plot is not None:
                 try:
                     plot(directory=lab.artifact_dir)
                 except Exception as exc:  # no matplotlib, no capture: the failure itself matters more
-                    problems.append(f"plot: {exc}")
+                    problems.append(f"no plot: {exc}")
+        problems = list(dict.fromkeys(problems))
         if lab.results:
             write_flows(lab.artifact_dir, flow_rows(lab.results, test=item.nodeid, outcome="failed"))
         paths = list_artifacts(lab.artifact_dir)
