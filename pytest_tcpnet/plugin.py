@@ -227,38 +227,27 @@ class _ReportPlugin:
         if report.when == "call" and report.failed and lab is not None and lab.artifact_dir is not None \
                 and self.artifacts.should_keep(True):
             self._explain_failure(item, report, lab)
-        if report.when == "teardown":
-            report.tcpnet_flows = item.stash.get(_flows_key, [])
-            report.tcpnet_artifacts = item.stash.get(_kept_key, None)
+        if report.when == "teardown":  # extra report attributes travel to the xdist controller with the report
+            if item.stash.get(_flows_key, None):
+                report.tcpnet_flows = item.stash[_flows_key]
+            if item.stash.get(_kept_key, None):
+                report.tcpnet_artifacts = item.stash[_kept_key]
         return report
 
     def _explain_failure(self, item, report, lab):
         """Write the failed test's plots and flows into its directory and name them in the failure report."""
-        from .report import flow_rows
-        from .report.artifacts import describe, images, list_artifacts, write_flows
-        problems, transfers = [], {id(t): t for t in (getattr(r, "transfer", r) for r in lab.results)}
-        for transfer in transfers.values():  # a window probe's transfer is also in lab.results: plot it once
-            plot = getattr(transfer, "plot", None)
-            if plot is not None:
-                try:
-                    plot(directory=lab.artifact_dir)
-                except Exception as exc:  # no matplotlib, no capture: the failure itself matters more
-                    problems.append(f"no plot: {exc}")
-        problems = list(dict.fromkeys(problems))
-        if lab.results:
-            write_flows(lab.artifact_dir, flow_rows(lab.results, test=item.nodeid, outcome="failed"))
-        paths = list_artifacts(lab.artifact_dir)
-        if paths or problems:
-            text = describe(lab.artifact_dir, paths, self.artifacts.keep)
-            report.sections.append(("tcpnet artifacts", "\n".join([text, *problems])))
-        if paths and item.config.pluginmanager.hasplugin("html"):
+        from .report.artifacts import explain_failure
+        section, images = explain_failure(lab.results, lab.artifact_dir, test=item.nodeid, keep=self.artifacts.keep)
+        if section:
+            report.sections.append(("tcpnet artifacts", section))
+        if images and item.config.pluginmanager.hasplugin("html"):
             import base64
 
             from pytest_html import extras
             report.extras = list(getattr(report, "extras", [])) + [
                 extras.image(base64.b64encode(p.read_bytes()).decode(), name=p.name,
                              mime_type="image/svg+xml" if p.suffix == ".svg" else f"image/{p.suffix[1:]}",
-                             extension=p.suffix[1:]) for p in images(paths)]
+                             extension=p.suffix[1:]) for p in images]
 
     def pytest_runtest_logreport(self, report):
         if self.is_worker or report.when != "teardown":

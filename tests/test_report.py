@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -205,3 +206,36 @@ def test_merge_plot(tmp_path, capsys):
     png = tmp_path / "plots" / "comparison.png"
     assert f"plot: {png}" in capsys.readouterr().out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+@dataclasses.dataclass(frozen=True)
+class _PlottingResult(TransferResult):
+    """A result that can plot, as results will once capture lands (here: writes a stand-in PNG)."""
+
+    def plot(self, directory=None):
+        path = Path(directory) / f"tsg-{self.nbytes}.png"
+        path.write_bytes(b"\x89PNG\r\n\x1a\n")
+        return [path]
+
+
+def test_a_failure_gets_each_transfer_plotted_once_and_the_reasons_for_missing_plots(tmp_path):
+    from pytest_tcpnet.report.artifacts import explain_failure
+    base = _result()
+    plotting = _PlottingResult(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
+    probe = WindowProbe(window_bytes=65535, rcvbuf_requested=None, rcvbuf_effective=65536, kernel="6.18.44",
+                        sysctls={}, transfer=plotting)
+
+    class Unplottable:
+        def __getattr__(self, name):
+            return getattr(base, name)
+
+        def plot(self, directory=None):
+            raise RuntimeError("no capture: pass capture=True")
+
+    section, images = explain_failure([plotting, probe, Unplottable(), Unplottable()], tmp_path, test="t.py::t",
+                                      keep="failed")
+    assert images == [tmp_path / "tsg-10000000.png"]
+    assert section.splitlines() == [f"artifacts (--tcpnet-keep=failed): {tmp_path}", "  flows.json",
+                                    "  tsg-10000000.png", "no plot: no capture: pass capture=True"]
+    assert len(json.loads((tmp_path / "flows.json").read_text())) == 3  # the probe stands for its transfer
+    assert explain_failure([], tmp_path / "empty", test="t.py::t", keep="failed") == (None, [])

@@ -79,6 +79,28 @@ def images(paths):
     return [Path(p) for p in paths if str(p).lower().endswith(IMAGE_SUFFIXES)]
 
 
+def explain_failure(results, directory, *, test, keep):
+    """Plot a failed test's transfers into its directory and save its flows; return (report section or None, images).
+
+    Plotting is best effort (no matplotlib, no capture): the reason is listed instead of the plot.
+    """
+    from .rows import flow_rows
+    problems, transfers = [], {id(t): t for t in (getattr(r, "transfer", r) for r in results)}
+    for transfer in transfers.values():  # a window probe's transfer is in the results too: plot it once
+        plot = getattr(transfer, "plot", None)
+        if plot is not None:
+            try:
+                plot(directory=directory)
+            except Exception as exc:  # the test's own failure is what matters; say why there is no plot
+                problems.append(f"no plot: {exc}")
+    if results:
+        write_flows(directory, flow_rows(results, test=test, outcome="failed"))
+    paths = list_artifacts(directory)
+    if not paths and not problems:
+        return None, []
+    return "\n".join([describe(directory, paths, keep), *dict.fromkeys(problems)]), images(paths)
+
+
 def describe(directory, paths, keep):
     """The lines a failure report shows: where the artifacts are and what they are."""
     lines = [f"artifacts (--tcpnet-keep={keep}): {directory}"]
