@@ -163,13 +163,14 @@ def test_merge_puts_two_kernels_side_by_side(tmp_path, capsys):
     # A second kernel's file: the same flows as a real file of that kernel would hold them, one slower.
     vm_rows = [json.loads(line) for line in host.read_text().splitlines()]
     for row, bps in zip(vm_rows, (30e6, 10e6)):
-        row.update(kernel="6.1.0-27-amd64", measured_bps=bps)
+        row.update(kernel="6.1.0-27-amd64", measured_bps=bps, cc="bbr")  # its default cc differs: same flows still
     vm = tmp_path / "vm.jsonl"
     vm.write_text("".join(json.dumps(r) + "\n" for r in vm_rows))
     comparison = compare(read_rows([host, vm]))
     assert comparison.groups == ["6.18.44", "6.1.0-27-amd64"] and len(comparison.flows) == 2
     table = comparison_table(comparison).splitlines()
-    assert "6.18.44: measured" in table[0] and "6.1.0-27-amd64: measured" in table[0]
+    assert "6.18.44: cc" in table[0] and "6.1.0-27-amd64: cc" in table[0]
+    assert "cubic" in table[2] and "bbr" in table[2]
     assert "6.1.0-27-amd64 / 6.18.44" in table[0]
     assert "40 Mbit/s" in table[2] and "30 Mbit/s" in table[2] and table[2].endswith("0.75")
     assert "rcv 16.38 kB" in table[3] and "10 Mbit/s" in table[3] and table[3].endswith("1.00")

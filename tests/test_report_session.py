@@ -109,7 +109,7 @@ def test_real_merge_of_two_runs(project, capsys):
     assert main(["merge", *files, "--by", "label"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert "first: measured" in lines[0] and "second: measured" in lines[0] and "second / first" in lines[0]
+    assert "first: cc" in lines[0] and "second: cc" in lines[0] and "second / first" in lines[0]
     body = lines[2:5]
     assert len(body) == 3 and all(line.count("Mbit/s") == 3 for line in body), out  # link, first, second
     assert "6 flows from 2 file(s), 3 conditions, 2 label(s): first, second" in out

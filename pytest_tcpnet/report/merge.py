@@ -22,11 +22,16 @@ class Comparison:
 
 
 def flow_key(row):
-    """What makes two rows the same flow on different kernels: the test, its n-th flow and the requested conditions."""
+    """What makes two rows the same flow on different kernels: the test, its n-th flow and the requested conditions.
+
+    Only what the test asked for counts: effective values (buffers, the default cc) are what
+    differs between kernels, so they are shown per group instead.
+    """
     buffers = row.get("buffers") or {}
     link = row.get("link") or {}
+    hosts = tuple(tuple(sorted(((row.get(role) or {}).get("sysctls") or {}).items())) for role in ("client", "server"))
     return (row.get("test"), row.get("flow", 0), row.get("direction"), link.get("describe"),
-            buffers.get("sndbuf_requested"), buffers.get("rcvbuf_requested"), row.get("cc"))
+            buffers.get("sndbuf_requested"), buffers.get("rcvbuf_requested"), hosts)
 
 
 def group_of(row, by):
@@ -56,14 +61,15 @@ def median_of(rows, field):
 
 
 def comparison_table(comparison):
-    """The merged table: conditions once, then per group measured / expected / ratio / limited by / win-full / retrans.
+    """The merged table: requested conditions once, then per group cc / measured / expected / ratio / limited by /
+    win-full / retrans.
 
     Several rows in one cell (repeated runs) show the median and their count; with two or more
     groups a last column per later group gives its measured throughput over the first group's.
     """
-    header = ["test", "link", "buffers", "cc"]
+    header = ["test", "link", "buffers"]
     for group in comparison.groups:
-        header += [f"{group}: measured", "expected", "ratio", "limited by", "win-full", "retrans"]
+        header += [f"{group}: cc", "measured", "expected", "ratio", "limited by", "win-full", "retrans"]
     first = comparison.groups[0] if comparison.groups else None
     for group in comparison.groups[1:]:
         header.append(f"{group} / {first}")
@@ -72,16 +78,17 @@ def comparison_table(comparison):
         buffers = row.get("buffers") or {}
         requested = {k: v for k, v in buffers.items() if k.endswith("_requested")}
         line = [short_test(row.get("test")) + (f" #{row['flow']}" if row.get("flow") else ""),
-                link_cell(row.get("link")), buffers_cell(requested), row.get("cc") or MISSING]
+                link_cell(row.get("link")), buffers_cell(requested)]
         for group in comparison.groups:
             at = comparison.rows_at(key, group)
             if not at:
-                line += [MISSING] * 6
+                line += [MISSING] * 7
                 continue
             measured = rate_cell(median_of(at, "measured_bps")) + (f" (n={len(at)})" if len(at) > 1 else "")
             bound = at[-1].get("bound")
             limited = sorted({r.get("limited_by") for r in at if r.get("limited_by")})
-            line += [measured, rate_cell(median_of(at, "expected_bps")) + (f" ({bound})" if bound else ""),
+            line += ["/".join(sorted({r.get("cc") or MISSING for r in at})), measured,
+                     rate_cell(median_of(at, "expected_bps")) + (f" ({bound})" if bound else ""),
                      ratio_cell(median_of(at, "ratio")), "/".join(limited) or MISSING,
                      count_cell(_median_count(at, "window_full")), count_cell(_median_count(at, "retransmissions"))]
         base = median_of(comparison.rows_at(key, first), "measured_bps") if first is not None else None
@@ -93,13 +100,12 @@ def comparison_table(comparison):
 
 
 def flow_labels(comparison):
-    """One short label per flow of a comparison (test #n, link, requested buffers, cc) for plots."""
+    """One short label per flow of a comparison (test #n, link, requested buffers) for plots."""
     labels = []
     for _, row in comparison.flows:
         buffers = {k: v for k, v in (row.get("buffers") or {}).items() if k.endswith("_requested")}
         test = short_test(row.get("test")).partition("::")[2] or short_test(row.get("test"))
-        labels.append(f"{test} #{row.get('flow', 0)}\n{link_cell(row.get('link'))}, {buffers_cell(buffers)}, "
-                      f"{row.get('cc') or MISSING}")
+        labels.append(f"{test} #{row.get('flow', 0)}\n{link_cell(row.get('link'))}, {buffers_cell(buffers)}")
     return labels
 
 
