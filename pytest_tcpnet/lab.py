@@ -272,9 +272,11 @@ class Pair:
         if not any(windows):
             raise MissingCapability("tcpi_snd_wnd", f"kernel {result.kernel} does not report snd_wnd in TCP_INFO")
         receiver = self.client if direction == "download" else self.server
-        return WindowProbe(window_bytes=max(w for w in windows if w is not None), rcvbuf_requested=result.rcvbuf_requested,
-                           rcvbuf_effective=result.effective_rcvbuf, kernel=result.kernel,
-                           sysctls=result.sysctls[receiver.role], transfer=result)
+        probe = WindowProbe(window_bytes=max(w for w in windows if w is not None), rcvbuf_requested=result.rcvbuf_requested,
+                            rcvbuf_effective=result.effective_rcvbuf, kernel=result.kernel,
+                            sysctls=result.sysctls[receiver.role], transfer=result)
+        self.lab.results.append(probe)  # report: the probe stands for its transfer in the summary
+        return probe
 
     def close(self):
         """Stop our processes, then remove the namespaces (which removes the veths and qdiscs)."""
@@ -306,15 +308,17 @@ class Pair:
 class Lab:
     """A set of pairs owned by this process; closing it tears every pair down, in reverse order.
 
-    artifact_dir: where captures and plots of this lab's results are written.
     endpoint_offloads: "wire" (default) makes the endpoints' veths behave like a real NIC on a
     wire: TSO off so only MTU-sized packets reach the router, GSO/GRO as the kernel set them;
     "kernel" keeps every veth offload as created; True/False forces all of them on or off.
     Whatever is chosen is recorded in each result's ``offloads``.
+
+    artifact_dir: where results write their pcaps and plots (the ``tcpnet`` fixture gives each
+    test its own, kept per ``--tcpnet-keep``); ``results`` lists every result the lab produced.
     """
 
     def __init__(self, *, sweep=True, endpoint_offloads="wire", artifact_dir=None):
-        #: Every result this lab's pairs produced, in order (the pytest plugin reports them).
+        #: Every TransferResult / WindowProbe this lab's pairs produced, in order (the plugin reports them).
         self.results = []
         #: Where results write pcaps and plots (None: nowhere until a directory is given).
         self.artifact_dir = None if artifact_dir is None else str(artifact_dir)

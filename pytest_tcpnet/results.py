@@ -196,7 +196,7 @@ class TransferResult:
         """What bounded the sender most: 'rwnd', 'sndbuf', 'cwnd' or 'app' (TCP_INFO chrono counters)."""
         from .analysis.limits import limited_by
 
-        return limited_by(self.sender_tcp_info)[0] if self.sender_tcp_info else None
+        return limited_by(self.sender_tcp_info)[0] if "busy_time" in self.sender_tcp_info else None
 
     @property
     def receiver_role(self):

@@ -1,0 +1,104 @@
+"""Text tables of flow rows (session summary) and the key figures CI dashboards read (JUnit properties)."""
+
+from ..model import format_rate, format_size
+
+MISSING = "-"
+
+#: (header, cell function) of the session summary, in order.
+SUMMARY_COLUMNS = (
+    ("test", lambda r: short_test(r["test"]) + (f" #{r['flow']}" if r.get("flow") else "")),
+    ("outcome", lambda r: r.get("outcome") or MISSING),
+    ("link", lambda r: link_cell(r.get("link"))),
+    ("buffers", lambda r: buffers_cell(r.get("buffers") or {})),
+    ("cc", lambda r: r.get("cc") or MISSING),
+    ("expected", lambda r: rate_cell(r.get("expected_bps")) + (f" ({r['bound']})" if r.get("bound") else "")),
+    ("measured", lambda r: rate_cell(r.get("measured_bps"))),
+    ("ratio", lambda r: ratio_cell(r.get("ratio"))),
+    ("limited by", lambda r: r.get("limited_by") or MISSING),
+    ("win-full", lambda r: count_cell(r.get("window_full"))),
+    ("retrans", lambda r: count_cell(r.get("retransmissions"))),
+)
+
+
+def summary_table(rows):
+    """The session summary: one line per measured flow, as a text table (a notes column where any row has one)."""
+    columns = list(SUMMARY_COLUMNS)
+    if any(notes_cell(r) for r in rows):
+        columns.append(("notes", lambda r: notes_cell(r) or ""))
+    return format_table([h for h, _ in columns], [[cell(r) for _, cell in columns] for r in rows])
+
+
+def notes_cell(row):
+    """What a row measured besides throughput (a window probe's advertised window)."""
+    window = row.get("advertised_window")
+    return f"advertised window {format_size(window)}" if window else ""
+
+
+def format_table(header, body):
+    """Left-aligned columns separated by two spaces, with a rule under the header."""
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *body)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def short_test(nodeid):
+    """'tests/test_x.py::test_y[a]' -> 'test_x.py::test_y[a]' (the directory rarely tells flows apart)."""
+    path, sep, rest = (nodeid or MISSING).partition("::")
+    return path.rsplit("/", 1)[-1] + sep + rest
+
+
+def link_cell(link):
+    if not link:
+        return MISSING
+    text = (link.get("describe") or MISSING).removeprefix("both ways: ")
+    return text.replace(" (RTT 0 us)", "") if link.get("rtt_s") == 0 else text
+
+
+def buffers_cell(buffers):
+    """'snd auto→46.1 kB, rcv 16.38 kB→32.77 kB': requested (auto = autotuning) → what the kernel gave."""
+    parts = []
+    for side in ("snd", "rcv"):
+        requested, effective = buffers.get(f"{side}buf_requested"), buffers.get(f"{side}buf")
+        text = f"{side} {format_size(requested) if requested else 'auto'}"
+        if effective:
+            text += f"→{format_size(effective)}"
+        parts.append(text)
+    return ", ".join(parts)
+
+
+def rate_cell(bps):
+    return format_rate(bps) if bps else MISSING
+
+
+def ratio_cell(ratio):
+    return f"{ratio:.2f}" if ratio is not None else MISSING
+
+
+def count_cell(value):
+    return MISSING if value is None else str(value)
+
+
+#: Row field -> JUnit property suffix; the key figures a CI dashboard trends.
+JUNIT_FIELDS = (
+    ("kernel", "kernel"), ("link", "link"), ("cc", "cc"), ("measured_bps", "measured_bps"),
+    ("expected_bps", "expected_bps"), ("bound", "bound"), ("ratio", "ratio"), ("limited_by", "limited_by"),
+    ("window_full", "window_full"), ("retransmissions", "retransmissions"), ("min_rtt_s", "min_rtt_s"),
+    ("advertised_window", "advertised_window"),
+)
+
+
+def junit_properties(rows):
+    """[(name, value)] for a test's flows: 'tcpnet.flow0.measured_bps' = '94120000', ... (missing figures left out)."""
+    properties = []
+    for row in rows:
+        for field, suffix in JUNIT_FIELDS:
+            value = row.get(field)
+            if field == "link" and value:
+                value = link_cell(value)
+            if value is None:
+                continue
+            if isinstance(value, float):
+                value = f"{value:.6g}" if field in ("ratio", "min_rtt_s") else f"{value:.0f}"
+            properties.append((f"tcpnet.flow{row.get('flow', 0)}.{suffix}", str(value)))
+    return properties

@@ -1,0 +1,241 @@
+"""Report logic without a lab: flow rows, summary and JUnit figures, artifact retention, results files, merging."""
+
+import dataclasses
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from pytest_tcpnet import Host, Link, model
+from pytest_tcpnet.report import (ArtifactStore, ResultsWriter, compare, comparison_table, flow_row, flow_rows,
+                                  junit_properties, read_rows, summary_table)
+from pytest_tcpnet.report.__main__ import main
+from pytest_tcpnet.report.artifacts import directory_name, write_flows
+from pytest_tcpnet.results import TransferResult, WindowProbe
+from pytest_tcpnet.workload.fake import fake_result
+
+
+def _result(nbytes=10_000_000, duration_s=2.0, kernel="6.18.44", rcvbuf=None):
+    # A made-up result (the fake workload's records): only the row logic is under test
+    # (tests/test_report_session.py feeds the same code real transfers).
+    return fake_result(nbytes=nbytes, duration_s=duration_s, kernel=kernel, link=Link(rate="50mbit", rtt="20ms"),
+                       client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"}),
+                       sysctls={"client": {"net.ipv4.tcp_rmem": "4096 4096 4096"}, "server": {}},
+                       rcvbuf_requested=rcvbuf, sender_buffers={"cc": "cubic", "sndbuf": 87040},
+                       receiver_buffers={"rcvbuf": 8192},
+                       sender_tcp_info={"rtt": 20500, "min_rtt": 20100, "total_retrans": 3}, workload="bulk")
+
+
+@dataclasses.dataclass(frozen=True)
+class _LaterResult(TransferResult):
+    """A result with the attributes capture and analysis add later, to show rows pick them up by themselves."""
+
+    @property
+    def limited_by(self):
+        return ("rwnd", {"rwnd": 0.9, "sndbuf": 0.0})
+
+    @property
+    def events(self):
+        return {"window_full": 12, "retransmission": 2}
+
+    @property
+    def artifacts(self):
+        return ["/tmp/x/flow.pcap", "/tmp/x/tsg.png"]
+
+
+def test_row_holds_full_conditions_and_shows_missing_figures_as_missing():
+    row = flow_row(_result(), test="tests/test_a.py::test_b", flow=0, outcome="passed")
+    assert row["measured_bps"] == 40e6
+    assert row["kernel"] == "6.18.44" and row["cc"] == "cubic" and row["retransmissions"] == 3
+    assert row["link"]["rtt_s"] == pytest.approx(0.020) and row["link"]["toward_client"]["rate_bps"] == 50e6
+    assert row["client"]["sysctls"] == {"net.ipv4.tcp_rmem": "4096 4096 4096"}
+    assert row["buffers"] == {"sndbuf_requested": None, "sndbuf": 87040, "rcvbuf_requested": None, "rcvbuf": 8192}
+    assert row["min_rtt_s"] == pytest.approx(0.0201)
+    for later in ("window_full", "events", "limited_by"):
+        assert row[later] is None
+    json.dumps(row)  # a results-file line
+    table = summary_table([row])
+    line = table.splitlines()[2]
+    assert line.startswith("test_a.py::test_b") and "40 Mbit/s" in line and "50 Mbit/s, 10 ms (RTT 20 ms)" in line
+    assert "snd auto→87.04 kB, rcv auto→8.192 kB" in line and "cubic" in line and " - " in line
+
+
+def test_row_picks_up_later_attributes_and_the_model_prediction(monkeypatch):
+    prediction = SimpleNamespace(bps=50e6, bound="rwnd", why="window / RTT")
+    monkeypatch.setattr(model, "expected_throughput", lambda result: prediction, raising=False)
+    base = _result()
+    later = _LaterResult(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
+    row = flow_row(later, test="t.py::t")
+    assert (row["expected_bps"], row["bound"], row["ratio"]) == (50e6, "rwnd", pytest.approx(0.8))
+    assert row["limited_by"] == "rwnd" and row["limited_shares"]["rwnd"] == 0.9
+    assert row["window_full"] == 12 and row["events"]["retransmission"] == 2 and row["events"]["zero_window"] == 0
+    assert row["artifacts"] == ["/tmp/x/flow.pcap", "/tmp/x/tsg.png"]
+    line = summary_table([row]).splitlines()[2]
+    for cell in ("50 Mbit/s (rwnd)", "40 Mbit/s", "0.80", "rwnd", "12"):
+        assert cell in line, line
+    properties = dict(junit_properties([row]))
+    assert properties["tcpnet.flow0.ratio"] == "0.8" and properties["tcpnet.flow0.expected_bps"] == "50000000"
+    assert properties["tcpnet.flow0.window_full"] == "12" and properties["tcpnet.flow0.limited_by"] == "rwnd"
+
+
+def test_a_model_that_cannot_predict_leaves_the_row_without_a_prediction(monkeypatch):
+    def refuse(result):
+        raise ValueError("no model for this path")
+    monkeypatch.setattr(model, "expected_throughput", refuse, raising=False)
+    row = flow_row(_result(), test="t.py::t")
+    assert row["expected_bps"] is None and row["ratio"] is None and row["measured_bps"] == 40e6
+
+
+def test_a_window_probe_stands_for_its_transfer():
+    transfer = _result()
+    probe = WindowProbe(window_bytes=65535, rcvbuf_requested=32768, rcvbuf_effective=65536, kernel="6.18.44",
+                        sysctls={}, transfer=transfer)
+    other = _result(duration_s=4.0)
+    rows = flow_rows([transfer, probe, other], test="t.py::t", outcome="failed")
+    assert [(r["flow"], r["kind"], r["measured_bps"]) for r in rows] == [(0, "window_probe", 40e6),
+                                                                         (1, "transfer", 20e6)]
+    assert rows[0]["advertised_window"] == 65535 and {r["outcome"] for r in rows} == {"failed"}
+    assert "advertised window 65.53 kB" in summary_table(rows)
+    names = [name for name, _ in junit_properties(rows)]
+    assert "tcpnet.flow0.advertised_window" in names and "tcpnet.flow1.measured_bps" in names
+    assert not any(name.endswith(".expected_bps") for name in names)  # missing figures are left out
+
+
+@pytest.mark.parametrize("keep, failed, kept", [
+    ("failed", True, True), ("failed", False, False), ("all", False, True), ("all", True, True),
+    ("none", True, False), ("none", False, False)])
+def test_artifact_retention_follows_keep(tmp_path, keep, failed, kept):
+    store = ArtifactStore(tmp_path / "artifacts", keep)
+    directory = store.directory_for("tests/test_a.py::test_b[x-1]")
+    assert directory.is_dir() and not any(directory.iterdir())
+    write_flows(directory, [{"test": "tests/test_a.py::test_b[x-1]"}])
+    assert store.finish(directory, failed=failed) is kept
+    assert directory.exists() is kept
+
+
+def test_artifact_directory_is_fresh_each_run_and_empty_ones_go(tmp_path):
+    store = ArtifactStore(tmp_path, "all")
+    first = store.directory_for("t.py::t")
+    (first / "old.png").write_bytes(b"old")
+    second = store.directory_for("t.py::t")
+    assert second == first and not any(second.iterdir())
+    assert store.finish(second, failed=True) is False and not second.exists()
+    with pytest.raises(ValueError, match="keep: must be one of failed, all, none"):
+        ArtifactStore(tmp_path, "some")
+
+
+def test_directory_names_are_safe_and_unique():
+    assert directory_name("tests/test_a.py::test_b[x-1]") == "tests_test_a.py-test_b[x-1]"
+    assert directory_name("t.py::t[../../etc]").count("/") == 0
+    long_a, long_b = "t.py::t[" + "a" * 300 + "1]", "t.py::t[" + "a" * 300 + "2]"
+    assert len(directory_name(long_a)) <= 120 and directory_name(long_a) != directory_name(long_b)
+
+
+def _rows_file(path, rows, label=None):
+    writer = ResultsWriter(path, label=label)
+    writer.write(rows)
+    writer.close()
+    return path
+
+
+def test_results_file_round_trip_and_bad_lines(tmp_path):
+    rows = flow_rows([_result(), _result(duration_s=1.0)], test="t.py::t", outcome="passed")
+    path = _rows_file(tmp_path / "a.jsonl", rows, label="host")
+    back = read_rows([path])
+    assert [r["measured_bps"] for r in back] == [40e6, 80e6]
+    assert back[0]["run"]["label"] == "host" and back[0]["source"] == "a.jsonl"
+    assert back[0]["sysctls"]["client"]["net.ipv4.tcp_rmem"] == "4096 4096 4096"
+    (tmp_path / "bad.jsonl").write_text(path.read_text() + "{not json\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:3: not a JSON line"):
+        read_rows([tmp_path / "bad.jsonl"])
+    (tmp_path / "other.jsonl").write_text('{"a": 1}\n')
+    with pytest.raises(ValueError, match=r"other.jsonl:1: not a pytest-tcpnet flow row"):
+        read_rows([tmp_path / "other.jsonl"])
+    with pytest.raises(ValueError, match="does not exist"):
+        ResultsWriter(tmp_path / "missing" / "r.jsonl")
+
+
+def test_merge_puts_two_kernels_side_by_side(tmp_path, capsys):
+    host = _rows_file(tmp_path / "host.jsonl", flow_rows([_result(), _result(rcvbuf=16384, duration_s=8.0)],
+                                                        test="t.py::t", outcome="passed"))
+    # A second kernel's file: the same flows as a real file of that kernel would hold them, one slower.
+    vm_rows = [json.loads(line) for line in host.read_text().splitlines()]
+    for row, bps in zip(vm_rows, (30e6, 10e6)):
+        row.update(kernel="6.1.0-27-amd64", measured_bps=bps, cc="bbr")  # its default cc differs: same flows still
+    vm = tmp_path / "vm.jsonl"
+    vm.write_text("".join(json.dumps(r) + "\n" for r in vm_rows))
+    comparison = compare(read_rows([host, vm]))
+    assert comparison.groups == ["6.18.44", "6.1.0-27-amd64"] and len(comparison.flows) == 2
+    table = comparison_table(comparison).splitlines()
+    assert "6.18.44: cc" in table[0] and "6.1.0-27-amd64: cc" in table[0]
+    assert "cubic" in table[2] and "bbr" in table[2]
+    assert "6.1.0-27-amd64 / 6.18.44" in table[0]
+    assert "40 Mbit/s" in table[2] and "30 Mbit/s" in table[2] and table[2].endswith("0.75")
+    assert "rcv 16.38 kB" in table[3] and "10 Mbit/s" in table[3] and table[3].endswith("1.00")
+    assert main(["merge", str(host), str(vm)]) == 0
+    out = capsys.readouterr().out
+    assert "4 flows from 2 file(s), 2 conditions, 2 kernel(s): 6.18.44, 6.1.0-27-amd64" in out
+
+
+def test_merge_of_repeated_runs_shows_the_median_and_count(tmp_path, capsys):
+    files = [_rows_file(tmp_path / f"run{i}.jsonl", flow_rows([_result(duration_s=d)], test="t.py::t"))
+             for i, d in enumerate((2.0, 4.0, 1.0))]
+    comparison = compare(read_rows(files))
+    assert comparison.groups == ["6.18.44"]
+    assert "40 Mbit/s (n=3)" in comparison_table(comparison)
+    assert main(["merge", *map(str, files), "--by", "source"]) == 0
+    assert "3 source(s): run0.jsonl, run1.jsonl, run2.jsonl" in capsys.readouterr().out
+
+
+def test_merge_command_rejects_bad_input(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["merge", str(tmp_path / "none.jsonl")])
+    assert exit_info.value.code == 2 and "does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["merge", "x.jsonl", "--by", "colour"])
+    assert exit_info.value.code == 2
+    with pytest.raises(ValueError, match="by: must be one of kernel, source, host, label"):
+        compare([], by="colour")
+
+
+def test_merge_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path = _rows_file(tmp_path / "a.jsonl", flow_rows([_result(), _result(kernel="6.1")], test="t.py::t"))
+    assert main(["merge", str(path), "--plot", str(tmp_path / "plots")]) == 0
+    png = tmp_path / "plots" / "comparison.png"
+    assert f"plot: {png}" in capsys.readouterr().out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+@dataclasses.dataclass(frozen=True)
+class _PlottingResult(TransferResult):
+    """A result that can plot, as results will once capture lands (here: writes a stand-in PNG)."""
+
+    def plot(self, directory=None):
+        path = Path(directory) / f"tsg-{self.nbytes}.png"
+        path.write_bytes(b"\x89PNG\r\n\x1a\n")
+        return [path]
+
+
+def test_a_failure_gets_each_transfer_plotted_once_and_the_reasons_for_missing_plots(tmp_path):
+    from pytest_tcpnet.report.artifacts import explain_failure
+    base = _result()
+    plotting = _PlottingResult(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
+    probe = WindowProbe(window_bytes=65535, rcvbuf_requested=None, rcvbuf_effective=65536, kernel="6.18.44",
+                        sysctls={}, transfer=plotting)
+
+    class Unplottable:
+        def __getattr__(self, name):
+            return getattr(base, name)
+
+        def plot(self, directory=None):
+            raise RuntimeError("no capture: pass capture=True")
+
+    section, images = explain_failure([plotting, probe, Unplottable(), Unplottable()], tmp_path, test="t.py::t",
+                                      keep="failed")
+    assert images == [tmp_path / "tsg-10000000.png"]
+    assert section.splitlines() == [f"artifacts (--tcpnet-keep=failed): {tmp_path}", "  flows.json",
+                                    "  tsg-10000000.png", "no plot: no capture: pass capture=True"]
+    assert len(json.loads((tmp_path / "flows.json").read_text())) == 3  # the probe stands for its transfer
+    assert explain_failure([], tmp_path / "empty", test="t.py::t", keep="failed") == (None, [])

@@ -1,0 +1,136 @@
+"""Real pytest sessions that run real transfers: the summary, JUnit properties, artifacts and results files they leave."""
+
+import base64
+import json
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+
+import pytest_tcpnet
+from pytest_tcpnet.report.__main__ import main
+
+pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.tcpnet_needs("privilege")
+
+# Rate-only links (htb, no netem) so this runs on the host; small transfers keep each session to a few seconds.
+PROJECT = '''
+import pytest
+from pytest_tcpnet import Link
+
+def test_fast(tcpnet):
+    pair = tcpnet.pair(link=Link(rate="40mbit"))
+    assert pair.transfer(nbytes=500_000, timeout=600).nbytes == 500_000
+
+@pytest.mark.parametrize("rcvbuf", [None, "32kb"])
+def test_two_flows(tcpnet, rcvbuf):
+    pair = tcpnet.pair(link=Link(rate="20mbit"))
+    pair.transfer(nbytes=300_000, rcvbuf=rcvbuf, timeout=600)
+    pair.transfer(nbytes=300_000, direction="upload", timeout=600)
+
+def test_slow_claim(tcpnet):
+    pair = tcpnet.pair(link=Link(rate="10mbit"))
+    probe = pair.measure_advertised_window(rcvbuf="16kb", nbytes=300_000)
+    assert probe.transfer.throughput_bps > 1e9, "a 10 Mbit/s link cannot carry 1 Gbit/s"
+'''
+FLOWS = {"test_fast": 1, "test_two_flows[None]": 2, "test_two_flows[32kb]": 2, "test_slow_claim": 1}
+
+
+@pytest.fixture
+def project(pytester, monkeypatch):
+    # xdist workers are new processes: make them import this checkout of pytest_tcpnet, not another install.
+    monkeypatch.setenv("PYTHONPATH", str(Path(pytest_tcpnet.__file__).parents[1]))
+    pytester.makepyfile(test_claims=PROJECT)
+    return pytester
+
+
+def _testcases(junit):
+    return {case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
+            for case in ElementTree.parse(junit).getroot().iter("testcase")}
+
+
+def test_xdist_session_reports_every_flow_keeps_failed_artifacts_and_writes_results(project):
+    result = project.runpytest("-p", "xdist", "-n", "2", "-p", "no:cacheprovider", "--junitxml=junit.xml",
+                               "--tcpnet-results=results.jsonl")
+    result.assert_outcomes(passed=3, failed=1)
+    out = result.stdout.str()
+    # The summary, built on the controller from what both workers sent.
+    result.stdout.fnmatch_lines(["*= tcpnet: 6 measured flow(s) =*", "test *outcome*link*buffers*cc*expected*measured*"
+                                 "ratio*limited by*win-full*retrans*"])
+    summary = out.split("tcpnet: 6 measured flow(s)")[1]
+    for name, flows in FLOWS.items():
+        lines = [line for line in summary.splitlines() if line.startswith(f"test_claims.py::{name} ")]
+        assert len(lines) == flows, (name, summary)
+    assert "advertised window" in summary and "rcv 32.77 kB→" in summary and "10 Mbit/s" in summary
+    # Artifacts: only the failed test's directory is kept, and the failure names it.
+    artifacts = project.path / "tcpnet-artifacts"
+    kept = artifacts / "test_claims.py-test_slow_claim"
+    assert sorted(p.name for p in artifacts.iterdir()) == [kept.name]
+    result.stdout.fnmatch_lines(["*- tcpnet artifacts -*", f"artifacts (--tcpnet-keep=failed): {kept}", "  flows.json"])
+    assert json.loads((kept / "flows.json").read_text())[0]["advertised_window"] > 0
+    # JUnit: key figures of every flow as properties of its test case.
+    cases = _testcases(project.path / "junit.xml")
+    for name, flows in FLOWS.items():
+        for flow in range(flows):
+            assert float(cases[name][f"tcpnet.flow{flow}.measured_bps"]) > 1e6, cases[name]
+        assert f"tcpnet.flow{flows}.measured_bps" not in cases[name]
+    assert cases["test_two_flows[32kb]"]["tcpnet.flow0.link"] == "20 Mbit/s"
+    assert int(cases["test_slow_claim"]["tcpnet.flow0.advertised_window"]) > 0
+    # Results: one JSON line per flow with its full conditions, written by the controller alone.
+    rows = [json.loads(line) for line in (project.path / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["test"].split("::")[1], r["flow"]) for r in rows) == sorted(
+        (name, flow) for name, flows in FLOWS.items() for flow in range(flows))
+    for row in rows:
+        assert row["kernel"] and row["cc"] and row["link"]["toward_client"]["rate_bps"] in (10e6, 20e6, 40e6)
+        assert "net.ipv4.tcp_rmem" in row["sysctls"]["client"] and row["buffers"]["rcvbuf"] > 0
+        assert row["measured_bps"] > 1e6 and row["retransmissions"] is not None
+    assert {r["direction"] for r in rows if "two_flows" in r["test"]} == {"download", "upload"}
+    assert {r["outcome"] for r in rows if "slow_claim" in r["test"]} == {"failed"}
+
+
+@pytest.mark.parametrize("keep, kept", [("all", 3), ("none", 0)])
+def test_keep_all_and_none(project, keep, kept):
+    result = project.runpytest("-p", "no:cacheprovider", f"--tcpnet-keep={keep}", "--tcpnet-artifacts=out/art",
+                               "-k", "fast or slow_claim or None")
+    result.assert_outcomes(passed=2, failed=1)
+    assert len(list((project.path / "out" / "art").glob("*/flows.json"))) == kept  # of the three tests that ran
+    assert ("tcpnet artifacts" in result.stdout.str()) is (keep == "all")
+
+
+def test_real_merge_of_two_runs(project, capsys):
+    for label in ("first", "second"):
+        result = project.runpytest("-p", "no:cacheprovider", "-k", "fast or None",
+                                   f"--tcpnet-results={label}.jsonl", f"--tcpnet-results-label={label}")
+        result.assert_outcomes(passed=2)
+        result.stdout.fnmatch_lines([f"tcpnet: 3 flow(s) written to *{label}.jsonl"])
+    files = [str(project.path / f"{label}.jsonl") for label in ("first", "second")]
+    capsys.readouterr()  # drop the sessions' own output
+    assert main(["merge", *files, "--by", "label"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "first: cc" in lines[0] and "second: cc" in lines[0] and "second / first" in lines[0]
+    body = lines[2:5]
+    assert len(body) == 3 and all(line.count("Mbit/s") == 3 for line in body), out  # link, first, second
+    assert "6 flows from 2 file(s), 3 conditions, 2 label(s): first, second" in out
+    # The same flows measured twice on one unloaded path: each ratio near 1 (seen 0.96..1.04 on a busy host).
+    ratios = [float(line.split()[-1]) for line in body]
+    assert all(0.5 < ratio < 2 for ratio in ratios), out
+
+
+def test_pytest_html_report_carries_the_failed_tests_images(project):
+    pytest.importorskip("pytest_html")
+    png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+    project.makepyfile(test_plot=f'''
+from pytest_tcpnet import Link
+
+def test_plot_attached(tcpnet):
+    tcpnet.pair(link=Link(rate="40mbit")).transfer(nbytes=200_000)
+    (tcpnet.artifact_dir / "tsg.png").write_bytes({png!r})
+    assert False, "show the plot"
+''')
+    result = project.runpytest("-p", "no:cacheprovider", "test_plot.py", "--html=report.html",
+                               "--self-contained-html")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*artifacts (--tcpnet-keep=failed)*", "  flows.json", "  tsg.png"])
+    html = (project.path / "report.html").read_text()
+    assert base64.b64encode(png).decode() in html and "tsg.png" in html
