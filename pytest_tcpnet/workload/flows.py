@@ -49,36 +49,44 @@ def _sleep_until(moment):
         time.sleep(delay)
 
 
+class _Gate:
+    """Applies a Pace or Pause spec to a loop that moves bytes: how much to move next, sleeping as the spec says."""
+
+    def __init__(self, spec):
+        self.spec, self.started, self.tick, self.paused, self.pauses = spec, time.monotonic(), 0, False, []
+
+    def next_size(self, done, want):
+        """The most bytes to move now, after `done` so far; may sleep first (a pause, or the pace's next tick)."""
+        spec = self.spec
+        if isinstance(spec, Pause) and not self.paused:
+            if done >= spec.after:
+                paused_at = time.monotonic()
+                time.sleep(spec.seconds)
+                self.pauses.append((paused_at, time.monotonic()))
+                self.paused = True
+            else:
+                want = min(want, spec.after - done)
+        elif isinstance(spec, Pace):
+            _sleep_until(self.started + self.tick / spec.per_second)
+            self.tick += 1
+            want = min(want, spec.chunk)
+        return want
+
+
 def _send(sock, nbytes, duration, writer):
     """Send nbytes (or for duration seconds) as the writer spec allows; return (sent, first_write_at, pauses)."""
-    sent, first_write_at, pauses, paused = 0, None, [], False
-    started = time.monotonic()
-    end_at = started + duration if duration else None
-    if end_at is not None:
-        # A blocking 1 MiB send can take seconds at low rates; a timeout lets the deadline cut it short.
-        sock.settimeout(max(0.01, duration))
-    tick = 0
+    sent, first_write_at, gate = 0, None, _Gate(writer)
+    end_at = time.monotonic() + duration if duration else None
     while True:
-        now = time.monotonic()
         if end_at is not None:
+            now = time.monotonic()
             if now >= end_at:
                 break
+            # A blocking 1 MiB send can take seconds at low rates; a timeout lets the deadline cut it short.
             sock.settimeout(max(0.001, end_at - now))
-        want = CHUNK if nbytes is None else min(CHUNK, nbytes - sent)
+        want = gate.next_size(sent, CHUNK if nbytes is None else min(CHUNK, nbytes - sent))
         if want <= 0:
             break
-        if isinstance(writer, Pause) and not paused:
-            if sent >= writer.after:
-                pause_at = time.monotonic()
-                time.sleep(writer.seconds)
-                pauses.append((pause_at, time.monotonic()))
-                paused = True
-            else:
-                want = min(want, writer.after - sent)
-        elif isinstance(writer, Pace):
-            _sleep_until(started + tick / writer.per_second)
-            tick += 1
-            want = min(want, writer.chunk)
         try:
             n = sock.send(_PAYLOAD[:want])
         except socket.timeout:
@@ -87,31 +95,16 @@ def _send(sock, nbytes, duration, writer):
             first_write_at = time.monotonic()
         sent += n
     sock.settimeout(None)
-    return sent, first_write_at, pauses
+    return sent, first_write_at, gate.pauses
 
 
 def _receive(sock, reader, read_size=CHUNK):
     """Read until EOF as the reader spec allows; return the receiver's counters and (time, bytes) checkpoints."""
-    buffer = bytearray(CHUNK)
-    view = memoryview(buffer)
-    received, first_byte_at, first_read, pauses, paused = 0, None, 0, [], False
-    checkpoints, last_checkpoint = [], 0.0
-    started, tick = time.monotonic(), 0
+    view = memoryview(bytearray(max(CHUNK, read_size)))
+    received, first_byte_at, first_read, gate = 0, None, 0, _Gate(reader)
+    checkpoints, last_checkpoint, now = [], 0.0, None
     while True:
-        want = read_size
-        if isinstance(reader, Pause) and not paused:
-            if received >= reader.after:
-                pause_at = time.monotonic()
-                time.sleep(reader.seconds)
-                pauses.append((pause_at, time.monotonic()))
-                paused = True
-            else:
-                want = min(want, reader.after - received)
-        elif isinstance(reader, Pace):
-            _sleep_until(started + tick / reader.per_second)
-            tick += 1
-            want = reader.chunk
-        n = sock.recv_into(view, want)
+        n = sock.recv_into(view, gate.next_size(received, read_size))
         if not n:
             break
         now = time.monotonic()
@@ -126,7 +119,7 @@ def _receive(sock, reader, read_size=CHUNK):
     if received and checkpoints[-1][1] != received:
         checkpoints.append((last_byte_at, received))
     return {"nbytes": received, "first_byte_at": first_byte_at, "first_read": first_read, "last_byte_at": last_byte_at,
-            "checkpoints": checkpoints, "pauses": pauses}
+            "checkpoints": checkpoints, "pauses": gate.pauses}
 
 
 def _play(conn, sock, role, nbytes, duration, reader, writer, read_size):
