@@ -15,6 +15,7 @@ def assert_throughput_within(result, expected_bps=None, *, rel, trials=None, obs
     alone) instead of from the buffer. Returns the (last) result. A failure shows measured
     vs predicted, the binding bound, the conditions and the artifact paths.
     """
+    __tracebackhide__ = True  # pytest shows the caller's line, not ours
     if not (isinstance(rel, (int, float)) and 0 < rel < 1):
         raise ValueError(f"rel: must be in (0, 1), got {rel!r}")
     if expected_bps is not None and not (isinstance(expected_bps, (int, float)) and expected_bps > 0):
@@ -98,6 +99,7 @@ def _report(result, expected_bps, rel, observed_window):
 
 def assert_limited_by(result, label):
     """Assert the sender spent most of its time limited by label ("rwnd", "sndbuf", "cwnd" or "app")."""
+    __tracebackhide__ = True  # pytest shows the caller's line, not ours
     from ..analysis.limits import LABELS, limited_by
     if label not in LABELS:
         raise ValueError(f"label: must be one of {', '.join(LABELS)}, got {label!r}")

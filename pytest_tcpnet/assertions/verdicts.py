@@ -49,6 +49,7 @@ def assert_faster(run_a, run_b, *, factor=1.0, min_trials=2, max_trials=6, label
     otherwise runs another round; at max_trials the geometric-mean ratio decides. Returns
     the trials. The message lists every trial.
     """
+    __tracebackhide__ = True  # pytest shows the caller's line, not ours
     if not (isinstance(factor, (int, float)) and factor > 0):
         raise ValueError(f"factor: must be a number > 0, got {factor!r}")
     if not (isinstance(min_trials, int) and isinstance(max_trials, int) and 2 <= min_trials <= max_trials <= 50):
@@ -151,6 +152,7 @@ def assert_intervals_within(result, expected_bps, *, rel, k=None, n=None, interv
     Steady state starts after the model's slow-start time (steady_state_series); n defaults
     to every steady interval. The message lists every interval.
     """
+    __tracebackhide__ = True  # pytest shows the caller's line, not ours
     if not 0 < rel < 1:
         raise ValueError(f"rel: must be in (0, 1), got {rel!r}")
     if rtt_s is None:
@@ -179,6 +181,7 @@ def confirm_failure(measure, check, *, attempts=2):
     failed once by noise would mislead it; confirmed, the minimal example it reports fails
     for real. Returns the passing result; the error lists every attempt.
     """
+    __tracebackhide__ = True  # pytest shows the caller's line, not ours
     if not (isinstance(attempts, int) and attempts >= 1):
         raise ValueError(f"attempts: must be an int >= 1, got {attempts!r}")
     failures = []

@@ -3,7 +3,7 @@
 import math
 
 __all__ = [
-    "bdp", "window_limited_throughput", "window_for_throughput", "effective_socket_buffer",
+    "bdp", "window_limited_throughput", "window_limited_transfer_time", "window_for_throughput", "effective_socket_buffer",
     "advertised_window_adv_win_scale", "mathis_throughput", "transfer_time", "SOCK_MIN_RCVBUF",
     "SOCK_MIN_SNDBUF",
 ]
@@ -68,6 +68,25 @@ def mathis_throughput(mss_bytes, rtt_s, loss, constant=math.sqrt(1.5)):
     if not 0 < loss <= 1:
         raise ValueError(f"loss: must be in (0, 1], got {loss!r}")
     return mss_bytes * 8 / rtt_s * constant / math.sqrt(loss)
+
+
+def window_limited_transfer_time(nbytes, window_bytes, rtt_s, *, mss_bytes=1448, initial_window_segments=10):
+    """Seconds from connect to last byte of a transfer capped by a window: round trips of min(cwnd, window).
+
+    Slow start doubles cwnd from the initial window each round trip; a short transfer pays
+    those rounds, which window / RTT (the steady-state law) leaves out. The receiver sees
+    round k's data k round trips after its connect() returned (the handshake's last ACK
+    reaches the sender half an RTT later, the data another half).
+    """
+    _positive("nbytes", nbytes)
+    _positive("window_bytes", window_bytes)
+    _positive("rtt_s", rtt_s)
+    sent, cwnd, rounds = 0, initial_window_segments * mss_bytes, 0
+    while sent < nbytes:
+        sent += min(cwnd, window_bytes)
+        cwnd *= 2
+        rounds += 1
+    return rounds * rtt_s
 
 
 def transfer_time(nbytes, rate_bps):
