@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 from .kernel import KernelVersion
 from .specs import MTU_FRAME_BYTES
-from .tcp import mathis_throughput
+from .tcp import mathis_throughput, window_limited_transfer_time
 from .units import format_rate, format_size, format_time
 from .window import advertised_window, send_window
 
@@ -48,6 +48,7 @@ class Conditions:
     receiver_sysctls: dict = field(default_factory=dict)
     write_chunk_bytes: "int | None" = 1 << 20
     window_bytes: "int | None" = None
+    nbytes: "int | None" = None
 
     def __post_init__(self):
         KernelVersion.parse(self.kernel)
@@ -80,7 +81,8 @@ class Conditions:
                    cc=result.cc or sysctls.get(sender_role, {}).get("net.ipv4.tcp_congestion_control"),
                    so_sndbuf=result.sndbuf_requested, so_rcvbuf=result.rcvbuf_requested,
                    sender_sysctls=dict(sysctls.get(sender_role, {})),
-                   receiver_sysctls=dict(sysctls.get(receiver_role, {})), window_bytes=window)
+                   receiver_sysctls=dict(sysctls.get(receiver_role, {})), window_bytes=window,
+                   nbytes=getattr(result, "nbytes", None))
 
     def describe(self):
         """One line: 'kernel 6.1.0, RTT 20 ms, 100 Mbit/s, loss 0, cubic, SO_RCVBUF 64 kB, SO_SNDBUF auto'."""
@@ -102,7 +104,10 @@ class Prediction:
 
 
 def expected_throughput(conditions_or_result, *, observed_window=False):
-    """Predict goodput: min of link rate (header overhead), receive window / RTT, send buffer / RTT, loss bound."""
+    """Predict goodput: min of link rate (header overhead), receive window / RTT, send buffer / RTT, loss bound.
+
+    With conditions.nbytes (a result's size), the window bounds count slow start's round trips.
+    """
     conditions = conditions_or_result
     if not isinstance(conditions, Conditions):
         conditions = Conditions.from_result(conditions_or_result, observed_window=observed_window)
@@ -118,11 +123,11 @@ def expected_throughput(conditions_or_result, *, observed_window=False):
         else:
             window = advertised_window(c.so_rcvbuf, kernel=c.kernel, sysctls=c.receiver_sysctls)
             source = _window_source(c)
-        bounds["rwnd"] = window * 8 / c.rtt_s
+        bounds["rwnd"] = _per_round_trip(window, c)
         reasons["rwnd"] = f"a {format_size(window)} receive window ({source}) per {format_time(c.rtt_s)} RTT"
         in_flight = send_window(c.so_sndbuf, kernel=c.kernel, sysctls=c.sender_sysctls,
                                 chunk_bytes=c.write_chunk_bytes)
-        bounds["sndbuf"] = in_flight * 8 / c.rtt_s
+        bounds["sndbuf"] = _per_round_trip(in_flight, c)
         reasons["sndbuf"] = (f"at most {format_size(in_flight)} in flight under the send buffer "
                              f"({'SO_SNDBUF ' + format_size(c.so_sndbuf) if c.so_sndbuf else 'tcp_wmem max'}) "
                              f"per {format_time(c.rtt_s)} RTT")
@@ -135,6 +140,13 @@ def expected_throughput(conditions_or_result, *, observed_window=False):
     bound = min(bounds, key=bounds.get)
     return Prediction(bps=bounds[bound], bound=bound, why=f"{bound}-limited: {reasons[bound]}", bounds=bounds,
                       conditions=c)
+
+
+def _per_round_trip(window, c):
+    """window / RTT; for a known transfer size, counting the round trips slow start spends reaching it."""
+    if not c.nbytes:
+        return window * 8 / c.rtt_s
+    return c.nbytes * 8 / window_limited_transfer_time(c.nbytes, window, c.rtt_s)
 
 
 def _window_source(c):
