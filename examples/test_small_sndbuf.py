@@ -6,7 +6,7 @@ doubled (32 KB), and tcp_sendmsg checks it only when it starts a new skb, so one
 may overshoot it. With writes no larger than the buffer the law holds (measured in the 6.1
 VM with 16 KB writes: 832 kB/s, 24 segments in flight). With the bulk workload's 1 MB
 writes, 6.1 queues the whole write (710 KB queued, ~300-470 segments unacked, ~5 MB/s) and
-6.18 one ~64 KB skb beyond the buffer (107 KB queued). docs/model.md has the details.
+6.18 less than two ~64 KB skbs beyond it (55-126 KB in flight). docs/model.md has the details.
 """
 
 import json
@@ -76,16 +76,20 @@ def test_small_writes_keep_one_send_buffer_in_flight(tcpnet):
     assert bps < 0.2 * link.rate_bps
 
 
-@pytest.mark.tcpnet_needs("netem")
-def test_large_writes_overshoot_the_send_buffer(tcpnet):
+@pytest.mark.parametrize("link", [
+    pytest.param(Link(rate="100mbit", rtt="20ms"), marks=pytest.mark.tcpnet_needs("netem"), id="20ms"),
+    pytest.param(Link(rate="100mbit"), marks=pytest.mark.tcpnet_needs("htb"), id="rate-only"),
+])
+def test_large_writes_overshoot_the_send_buffer(tcpnet, link):
     """C11, why the source's law did not reproduce: measures a 3 MB bulk download (1 MB writes) with
-    SO_SNDBUF 16 KB, sampling TCP_INFO; asserts the data in flight exceeds the 32 KB buffer by as much
-    as the model allows for this kernel (6.1: the whole write; 6.18: one 64 KB skb) and no more."""
-    link = Link(rate="100mbit", rtt="20ms")
+    SO_SNDBUF 16 KB, sampling TCP_INFO every 5 ms; asserts the most data in flight exceeded the 32 KB
+    buffer but stayed within the model's allowance for this kernel (6.1: buffer + the whole write;
+    6.18: buffer + two 64 KB skbs), and on 6.1 at 20 ms exceeded it at least four times."""
     result = tcpnet.pair(link=link).transfer(3_000_000, sndbuf=16384, sample_interval=0.005)
     assert result.sender["buffers"]["sndbuf"] == 32768
     in_flight = max(u for u in result.tcp_info_series("unacked") if u is not None) * 1448
     allowed = model.send_window(16384, kernel=result.kernel, sysctls=result.sysctls["server"], chunk_bytes=1 << 20)
-    assert in_flight <= allowed
-    if not model.KernelVersion.parse(result.kernel).uses_scaling_ratio:
+    # Measured max in flight, 12 runs: 6.18 rate-only 55-126 KB (allowed 160.9 KB); 6.1 at 20 ms 490-690 KB.
+    assert 32768 < in_flight <= allowed, (in_flight, allowed)
+    if link.rtt_s and not model.KernelVersion.parse(result.kernel).uses_scaling_ratio:
         assert in_flight > 4 * 32768, f"6.1 kept only {in_flight} B in flight"
