@@ -125,3 +125,14 @@ def test_a_false_claim_fails_with_the_readable_report(pytester, monkeypatch):
                   "link 19.13 Mbit/s <- binds", "model: link-limited", "conditions: kernel", "link: both ways: 20 Mbit/s"):
         assert words in text, text
     print(text[text.index("def test_twenty"):text.index("short test summary")])
+
+
+@pytest.mark.tcpnet_needs("htb")
+def test_limited_by_tells_window_from_link_on_real_transfers(tcpnet):
+    from pytest_tcpnet import assert_limited_by
+    pair = tcpnet.pair(link=Link(rate="100mbit"))
+    assert_limited_by(pair.transfer(nbytes=2_000_000, rcvbuf=4096), "rwnd")
+    shares = assert_limited_by(pair.transfer(nbytes=2_000_000), "cwnd")
+    assert shares["rwnd"] < 0.5
+    with pytest.raises(AssertionError, match="sender was rwnd-limited, not cwnd-limited"):
+        assert_limited_by(pair.transfer(nbytes=2_000_000, rcvbuf=4096), "cwnd")
