@@ -14,10 +14,11 @@ from hypothesis import assume, given, note, settings
 from pytest_tcpnet import Link, assert_throughput_within, model, strategies
 from pytest_tcpnet.assertions.verdicts import confirm_failure
 
-#: Measured in the 6.1 VM (12-example grid, 5-200 ms x 4-256 KB): goodput / model between
-#: TOLERANCE_FIGURES; the gap is the receiver's time per round trip (a Python reader in a
-#: software-emulated VM adds ~1-3 ms), which weighs most at 5 ms.
-REL = 0.30
+#: Measured in the 6.1 VM on a grid (RTT 5, 20, 80, 200 ms x SO_RCVBUF 4, 32, 256 KB):
+#: goodput / model 0.73-1.04 (0.84-1.04 from 20 ms up; at 5 ms the VM's stack adds 1-2 ms per
+#: round trip, srtt 6.2-7.4 ms); goodput / (observed window / srtt) 0.83-1.08.
+REL_MODEL = 0.35
+REL_LAW = 0.25
 
 
 @pytest.mark.tcpnet_needs("netem")
@@ -25,18 +26,22 @@ REL = 0.30
 @given(link=strategies.links(rtt=("5ms", "200ms")), rcvbuf=strategies.buffer_sizes("4kb", "256kb"))
 def test_window_limited_throughput_is_window_over_rtt(tcpnet, link, rcvbuf):
     """C1 (source: 1040 B window, 10 ms -> 108 KB/s, 40 ms -> 30 KB/s): measures the goodput of a transfer
-    with SO_RCVBUF = rcvbuf over an RTT from the sweep; asserts it is within ±30% of
-    nbytes / (round trips of min(cwnd, window) x RTT), the window being the kernel's for that buffer."""
+    with SO_RCVBUF = rcvbuf over an RTT from the sweep; asserts it is within ±35% of the model's
+    prediction from the conditions (the kernel's window for that buffer per RTT, slow start counted)
+    and within ±25% of the window / RTT the flow itself saw (TCP_INFO)."""
     kernel = os.uname().release
     window = model.advertised_window(rcvbuf, kernel=kernel, sysctls={"net.core.rmem_max": _rmem_max()})
     steady = model.window_limited_throughput(window, link.rtt_s)
-    assume(steady < 100e6)  # the window-limited region: well below what the VM's stack can carry
+    assume(steady < 50e6)  # the window-limited region: well below what the VM's stack can carry
     nbytes = int(min(2_000_000, max(60_000, 12 * window)))
     note(f"window {window} B, RTT {link.rtt_s * 1e3:.1f} ms, {nbytes} B")
 
     def check(result):
         assert model.expected_throughput(result).bound == "rwnd"
-        assert_throughput_within(result, rel=REL)  # the model: round trips of min(cwnd, window) x RTT
+        # The model from the conditions: the kernel's window for the buffer, the path's RTT, slow start.
+        assert_throughput_within(result, rel=REL_MODEL)
+        # The law alone: the window and RTT this flow saw (TCP_INFO snd_wnd, srtt).
+        assert_throughput_within(result, rel=REL_LAW, observed=True)
     with tcpnet.pair(link=link) as pair:
         # A failing example is measured once more before hypothesis sees it, so noise cannot steer shrinking.
         confirm_failure(lambda: pair.transfer(nbytes, rcvbuf=rcvbuf), check)

@@ -66,8 +66,9 @@ def test_prediction_names_the_binding_bound():
     assert link_bound.bound == "link" and link_bound.bps == pytest.approx(50e6 * 1448 / 1514)
     rwnd = model.expected_throughput(model.Conditions(kernel="6.1", rtt_s=0.05, rate_bps=100e6, so_rcvbuf=32768,
                                                       receiver_sysctls=BIG_CAPS))
-    assert rwnd.bound == "rwnd" and rwnd.bps == pytest.approx(32120 * 8 / 0.05)
-    assert "32.12 kB receive window" in rwnd.why and "6.6" in rwnd.why
+    # Sustained: one 1460-byte segment short of the 32120-byte maximum (measured 30408 in the VM).
+    assert rwnd.bound == "rwnd" and rwnd.bps == pytest.approx((32120 - 1460) * 8 / 0.05)
+    assert "30.66 kB receive window" in rwnd.why and "6.6" in rwnd.why
     loss = model.expected_throughput(model.Conditions(kernel="6.1", rtt_s=0.1, rate_bps=100e6, loss=0.01, cc="cubic"))
     assert loss.bound == "loss" and loss.bps == pytest.approx(model.mathis_throughput(1448, 0.1, 0.01))
 
@@ -100,6 +101,7 @@ class _Result:
     rcvbuf_requested = None
     cc = "cubic"
     min_rtt_s = 0.0203
+    rtt_s = 0.0251
     sender_tcp_info = {"snd_wnd": 64240}
     sysctls = {"client": {"net.ipv4.tcp_rmem": "4096 131072 6291456"}, "server": {"net.core.wmem_max": "212992"}}
 
@@ -108,7 +110,8 @@ def test_conditions_from_a_result():
     c = model.Conditions.from_result(_Result())
     assert (c.rate_bps, c.rtt_s, c.so_sndbuf, c.cc) == (100e6, 0.0203, 16384, "cubic")
     assert c.receiver_sysctls["net.ipv4.tcp_rmem"].startswith("4096")
-    assert model.Conditions.from_result(_Result(), observed_window=True).window_bytes == 64240
+    assert model.Conditions.from_result(_Result(), observed=True).window_bytes == 64240
+    assert model.Conditions.from_result(_Result(), observed=True).rtt_s == 0.0251  # srtt, the RTT the flow saw
 
 
 def test_limited_by_reads_the_chrono_counters():
@@ -118,3 +121,11 @@ def test_limited_by_reads_the_chrono_counters():
     assert limited_by(info, duration_s=4.0)[0] == "app"
     with pytest.raises(ValueError, match="busy_time"):
         limited_by({"rtt": 1})
+
+
+def test_a_known_size_pays_for_slow_start():
+    steady = model.Conditions(kernel="6.1", rtt_s=0.05, rate_bps=100e6)
+    short = model.Conditions(kernel="6.1", rtt_s=0.05, rate_bps=100e6, nbytes=8_000_000)
+    assert model.expected_throughput(short).bound == "link"
+    assert model.expected_throughput(short).bps < 0.9 * model.expected_throughput(steady).bps
+    assert "round trips with slow start" in model.expected_throughput(short).why

@@ -6,13 +6,13 @@ from .verdicts import judge_trials
 __all__ = ["assert_throughput_within", "assert_limited_by"]
 
 
-def assert_throughput_within(result, expected_bps=None, *, rel, trials=None, observed_window=False):
+def assert_throughput_within(result, expected_bps=None, *, rel, trials=None, observed=False):
     """Assert a transfer's goodput is within ±rel of expected_bps, or of the model's prediction when it is None.
 
     result: a TransferResult, or a callable returning one; with a callable, `trials` (odd,
-    default 3) measurements decide by majority, stopping once it is clear. observed_window
-    predicts the receive-window bound from the window TCP_INFO saw (the window / RTT law
-    alone) instead of from the buffer. Returns the (last) result. A failure shows measured
+    default 3) measurements decide by majority, stopping once it is clear. observed=True
+    predicts from the window and RTT the flow saw (TCP_INFO snd_wnd, srtt: the window / RTT
+    law alone) instead of from the buffer and the link. Returns the (last) result. A failure shows measured
     vs predicted, the binding bound, the conditions and the artifact paths.
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not ours
@@ -25,7 +25,7 @@ def assert_throughput_within(result, expected_bps=None, *, rel, trials=None, obs
         count = 3 if trials is None else trials
 
         def within(one):
-            return abs(one.throughput_bps / _expected(one, expected_bps, observed_window)[0] - 1) <= rel
+            return abs(one.throughput_bps / _expected(one, expected_bps, observed)[0] - 1) <= rel
 
         passed, results, verdicts = judge_trials(measure, within, trials=count)
         if passed:
@@ -35,27 +35,27 @@ def assert_throughput_within(result, expected_bps=None, *, rel, trials=None, obs
                   f"(a majority of {count} decides): "
                   + ", ".join(f"{format_rate(r.throughput_bps)}{'' if ok else ' (out)'}"
                               for r, ok in zip(results, verdicts)))
-        raise AssertionError(header + "\n" + _report(failing[-1], expected_bps, rel, observed_window))
+        raise AssertionError(header + "\n" + _report(failing[-1], expected_bps, rel, observed))
     if trials is not None:
         raise ValueError("trials: needs a callable that measures again (e.g. lambda: pair.transfer(...)), "
                          "not a finished result")
-    expected, _ = _expected(result, expected_bps, observed_window)
+    expected, _ = _expected(result, expected_bps, observed)
     if abs(result.throughput_bps / expected - 1) <= rel:
         return result
-    raise AssertionError(_report(result, expected_bps, rel, observed_window))
+    raise AssertionError(_report(result, expected_bps, rel, observed))
 
 
-def _expected(result, expected_bps, observed_window):
+def _expected(result, expected_bps, observed):
     if expected_bps is not None:
         return expected_bps, None
-    prediction = expected_throughput(result, observed_window=observed_window)
+    prediction = expected_throughput(result, observed=observed)
     return prediction.bps, prediction
 
 
-def _report(result, expected_bps, rel, observed_window):
+def _report(result, expected_bps, rel, observed):
     """pytest-style failure text: a measured vs predicted table, the binding bound, conditions, artifacts."""
     measured = result.throughput_bps
-    expected, prediction = _expected(result, expected_bps, observed_window)
+    expected, prediction = _expected(result, expected_bps, observed)
     source = "the model's" if prediction else "the expected"
     lines = [f"throughput {format_rate(measured)} is {measured / expected:.1%} of {source} {format_rate(expected)} "
              f"(allowed {1 - rel:.0%}..{1 + rel:.0%})",
@@ -64,7 +64,7 @@ def _report(result, expected_bps, rel, observed_window):
     info = getattr(result, "sender_tcp_info", None) or {}
     if prediction is None:
         try:
-            prediction = expected_throughput(result, observed_window=observed_window)
+            prediction = expected_throughput(result, observed=observed)
         except (ValueError, AttributeError):
             prediction = None
     if prediction is not None and prediction.conditions is not None:
