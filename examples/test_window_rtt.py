@@ -33,7 +33,8 @@ def test_window_limited_throughput_is_window_over_rtt(tcpnet, link, rcvbuf):
     window = model.advertised_window(rcvbuf, kernel=kernel, sysctls={"net.core.rmem_max": _rmem_max()})
     steady = model.window_limited_throughput(window, link.rtt_s)
     assume(steady < 50e6)  # the window-limited region: well below what the VM's stack can carry
-    nbytes = int(min(2_000_000, max(60_000, 12 * window)))
+    # ~1 s of transfer, but at least 6 windows (a window per round trip: 200 ms x 12 rounds = 2.4 s).
+    nbytes = int(max(6 * window, min(2_000_000, steady / 8 * 1.0)))
     note(f"window {window} B, RTT {link.rtt_s * 1e3:.1f} ms, {nbytes} B")
 
     def check(result):
