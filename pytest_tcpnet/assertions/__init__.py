@@ -4,8 +4,8 @@ One module per kind of check (throughput, window, events, verdicts over trials).
 """
 
 from .throughput import assert_limited_by, assert_throughput_within
-from .verdicts import assert_faster, assert_intervals_within
+from .verdicts import assert_faster, assert_intervals_within, confirm_failure
 from .window import assert_receive_window_within
 
 __all__ = ["assert_throughput_within", "assert_limited_by", "assert_faster", "assert_intervals_within",
-           "assert_receive_window_within"]
+           "assert_receive_window_within", "confirm_failure"]
