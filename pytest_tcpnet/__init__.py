@@ -1,13 +1,15 @@
 """pytest-tcpnet: TCP performance claims as reproducible property tests in network namespaces."""
 
 from . import model
-from .assertions import assert_receive_window_within, assert_throughput_within
+from .assertions import (assert_faster, assert_intervals_within, assert_limited_by,
+                         assert_receive_window_within, assert_throughput_within)
 from .errors import LabError, MissingCapability, TcpnetError
 from .model import Host, Link
 from .model.app import Flow, Pace, Pause
 
-__all__ = ["Host", "Link", "Flow", "Pace", "Pause", "model", "assert_throughput_within", "assert_receive_window_within", "Lab", "Pair", "TransferResult", "ConcurrentResult",
-           "LabError", "MissingCapability", "TcpnetError"]
+__all__ = ["Host", "Link", "Flow", "Pace", "Pause", "model", "assert_throughput_within", "assert_receive_window_within",
+           "assert_limited_by", "assert_faster", "assert_intervals_within", "Lab", "Pair", "TransferResult",
+           "ConcurrentResult", "LabError", "MissingCapability", "TcpnetError"]
 
 
 def __getattr__(name):

@@ -196,7 +196,16 @@ class TransferResult:
         """What bounded the sender most: 'rwnd', 'sndbuf', 'cwnd' or 'app' (TCP_INFO chrono counters)."""
         from .analysis.limits import limited_by
 
-        return limited_by(self.sender_tcp_info)[0] if "busy_time" in self.sender_tcp_info else None
+        info = self.sender_tcp_info
+        if any(info.get(k) is None for k in ("busy_time", "rwnd_limited", "sndbuf_limited")):
+            return None  # a tool that reports no chrono counters, or a kernel before 4.10
+        return limited_by(info, self.sender_active_s)[0]
+
+    @property
+    def sender_active_s(self):
+        """Seconds from the sender's first write to its last byte acknowledged (None if it did not say)."""
+        start, end = self.sender.get("first_write_at"), self.sender.get("acked_at")
+        return None if start is None or end is None else end - start
 
     @property
     def receiver_role(self):

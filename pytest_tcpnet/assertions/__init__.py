@@ -1,10 +1,11 @@
 """Assertion helpers: compare a measurement with a model or an expectation, explain a failure with numbers.
 
-One module per kind of check (throughput, window, events, verdicts over trials); all of them
-build their failure message with ``_format``.
+One module per kind of check (throughput, window, events, verdicts over trials).
 """
 
-from .throughput import assert_throughput_within
+from .throughput import assert_limited_by, assert_throughput_within
+from .verdicts import assert_faster, assert_intervals_within, confirm_failure
 from .window import assert_receive_window_within
 
-__all__ = ["assert_throughput_within", "assert_receive_window_within"]
+__all__ = ["assert_throughput_within", "assert_limited_by", "assert_faster", "assert_intervals_within",
+           "assert_receive_window_within", "confirm_failure"]

@@ -1,20 +1,114 @@
-"""Throughput checks: a measured goodput against an expected rate."""
+"""Throughput checks: a measured goodput against the model's prediction (or a given rate), and what limited it."""
 
-from ..model import format_rate
+from ..model import expected_throughput, format_rate, format_size, format_time
+from .verdicts import judge_trials
 
-__all__ = ["assert_throughput_within"]
+__all__ = ["assert_throughput_within", "assert_limited_by"]
 
 
-def assert_throughput_within(result, expected_bps, *, rel):
-    """Assert result.throughput_bps is within ±rel of expected_bps; the message shows both and the conditions."""
-    if not 0 < rel < 1:
+def assert_throughput_within(result, expected_bps=None, *, rel, trials=None, observed=False):
+    """Assert a transfer's goodput is within ±rel of expected_bps, or of the model's prediction when it is None.
+
+    result: a TransferResult, or a callable returning one; with a callable, `trials` (odd,
+    default 3) measurements decide by majority, stopping once it is clear. observed=True
+    predicts from the window and RTT the flow saw (TCP_INFO snd_wnd, srtt: the window / RTT
+    law alone) instead of from the buffer and the link. Returns the (last) result. A failure shows measured
+    vs predicted, the binding bound, the conditions and the artifact paths.
+    """
+    __tracebackhide__ = True  # pytest shows the caller's line, not ours
+    if not (isinstance(rel, (int, float)) and 0 < rel < 1):
         raise ValueError(f"rel: must be in (0, 1), got {rel!r}")
-    if not expected_bps > 0:
-        raise ValueError(f"expected_bps: must be > 0, got {expected_bps!r}")
+    if expected_bps is not None and not (isinstance(expected_bps, (int, float)) and expected_bps > 0):
+        raise ValueError(f"expected_bps: must be > 0 bit/s (or None for the model's prediction), got {expected_bps!r}")
+    if callable(result):
+        measure = result
+        count = 3 if trials is None else trials
+
+        def within(one):
+            return abs(one.throughput_bps / _expected(one, expected_bps, observed)[0] - 1) <= rel
+
+        passed, results, verdicts = judge_trials(measure, within, trials=count)
+        if passed:
+            return results[-1]
+        failing = [r for r, ok in zip(results, verdicts) if not ok]
+        header = (f"{verdicts.count(False)} of {len(results)} trials outside ±{rel:.0%} "
+                  f"(a majority of {count} decides): "
+                  + ", ".join(f"{format_rate(r.throughput_bps)}{'' if ok else ' (out)'}"
+                              for r, ok in zip(results, verdicts)))
+        raise AssertionError(header + "\n" + _report(failing[-1], expected_bps, rel, observed))
+    if trials is not None:
+        raise ValueError("trials: needs a callable that measures again (e.g. lambda: pair.transfer(...)), "
+                         "not a finished result")
+    expected, _ = _expected(result, expected_bps, observed)
+    if abs(result.throughput_bps / expected - 1) <= rel:
+        return result
+    raise AssertionError(_report(result, expected_bps, rel, observed))
+
+
+def _expected(result, expected_bps, observed):
+    if expected_bps is not None:
+        return expected_bps, None
+    prediction = expected_throughput(result, observed=observed)
+    return prediction.bps, prediction
+
+
+def _report(result, expected_bps, rel, observed):
+    """pytest-style failure text: a measured vs predicted table, the binding bound, conditions, artifacts."""
     measured = result.throughput_bps
-    ratio = measured / expected_bps
-    if abs(ratio - 1) <= rel:
-        return
-    raise AssertionError(
-        f"throughput {format_rate(measured)} is {ratio:.1%} of the expected {format_rate(expected_bps)} "
-        f"(allowed {1 - rel:.0%}..{1 + rel:.0%})\n{result.describe()}")
+    expected, prediction = _expected(result, expected_bps, observed)
+    source = "the model's" if prediction else "the expected"
+    lines = [f"throughput {format_rate(measured)} is {measured / expected:.1%} of {source} {format_rate(expected)} "
+             f"(allowed {1 - rel:.0%}..{1 + rel:.0%})",
+             f"  {'':<12}{'measured':>16}  {'predicted':>16}",
+             f"  {'goodput':<12}{format_rate(measured):>16}  {format_rate(expected):>16}"]
+    info = getattr(result, "sender_tcp_info", None) or {}
+    if prediction is None:
+        try:
+            prediction = expected_throughput(result, observed=observed)
+        except (ValueError, AttributeError):
+            prediction = None
+    if prediction is not None and prediction.conditions is not None:
+        c = prediction.conditions
+        rtt = info.get("min_rtt")
+        lines.append(f"  {'RTT':<12}{format_time(rtt / 1e6) if rtt else '?':>16}  {format_time(c.rtt_s):>16}")
+        if "rwnd" in prediction.bounds:
+            window = prediction.bounds["rwnd"] * c.rtt_s / 8
+            seen = info.get("snd_wnd")
+            lines.append(f"  {'rwnd':<12}{format_size(seen) if seen else '?':>16}  {format_size(window):>16}")
+        lines.append("  bounds: " + ", ".join(
+            f"{name} {format_rate(bps)}{' <- binds' if name == prediction.bound else ''}"
+            for name, bps in sorted(prediction.bounds.items(), key=lambda kv: kv[1])))
+        lines.append(f"  model: {prediction.why}")
+        lines.append(f"  conditions: {c.describe()}")
+    limited = getattr(result, "limited_by", None)
+    if limited is None and info.get("busy_time") is not None:
+        from ..analysis.limits import limited_by
+        limited = limited_by(info, getattr(result, "duration_s", None))
+    if limited:
+        label, shares = limited if isinstance(limited, tuple) else (limited, {})
+        lines.append(f"  sender was {label}-limited" + (": " + ", ".join(
+            f"{k} {v:.0%}" for k, v in shares.items()) if shares else ""))
+    describe = getattr(result, "describe", None)
+    if callable(describe):
+        lines.append("  " + describe().replace("\n", "\n  "))
+    artifacts = getattr(result, "artifacts", None)
+    if artifacts:
+        lines.append("  artifacts: " + ", ".join(str(a) for a in artifacts))
+    return "\n".join(lines)
+
+
+def assert_limited_by(result, label):
+    """Assert the sender spent most of its time limited by label ("rwnd", "sndbuf", "cwnd" or "app")."""
+    __tracebackhide__ = True  # pytest shows the caller's line, not ours
+    from ..analysis.limits import LABELS, limited_by
+    if label not in LABELS:
+        raise ValueError(f"label: must be one of {', '.join(LABELS)}, got {label!r}")
+    found = getattr(result, "limited_by", None)
+    if found is None:
+        found = limited_by(result.sender_tcp_info, getattr(result, "duration_s", None))
+    got, shares = found if isinstance(found, tuple) else (found, {})
+    if got == label:
+        return shares
+    share_text = ", ".join(f"{k} {v:.0%}" for k, v in shares.items()) or "no shares recorded"
+    raise AssertionError(f"sender was {got}-limited, not {label}-limited ({share_text} of the transfer, "
+                         f"from TCP_INFO busy_time / rwnd_limited / sndbuf_limited)\n{result.describe()}")

@@ -3,8 +3,9 @@
 import math
 
 __all__ = [
-    "bdp", "window_limited_throughput", "window_for_throughput", "effective_socket_buffer",
-    "advertised_window_adv_win_scale", "mathis_throughput", "transfer_time",
+    "bdp", "window_limited_throughput", "window_limited_transfer_time", "window_for_throughput", "effective_socket_buffer",
+    "advertised_window_adv_win_scale", "mathis_throughput", "transfer_time", "SOCK_MIN_RCVBUF",
+    "SOCK_MIN_SNDBUF",
 ]
 
 
@@ -27,11 +28,24 @@ def window_for_throughput(rate_bps, rtt_s):
     return bdp(rate_bps, rtt_s)
 
 
-def effective_socket_buffer(requested_bytes, cap_bytes):
-    """What SO_SNDBUF/SO_RCVBUF really give: min(request, net.core.*mem_max) doubled (C12)."""
+#: The kernel's floors for a setsockopt request (include/net/sock.h): TCP_SKB_MIN_TRUESIZE is
+#: 2048 + the cache-aligned sk_buff (256 on x86-64); SOCK_MIN_RCVBUF is one of those, SOCK_MIN_SNDBUF two.
+TCP_SKB_MIN_TRUESIZE = 2048 + 256
+SOCK_MIN_RCVBUF = TCP_SKB_MIN_TRUESIZE
+SOCK_MIN_SNDBUF = 2 * TCP_SKB_MIN_TRUESIZE
+
+
+def effective_socket_buffer(requested_bytes, cap_bytes, *, kind="rcv"):
+    """What SO_SNDBUF/SO_RCVBUF really give: min(request, net.core.*mem_max) doubled, at least the kernel's floor (C12).
+
+    kind "rcv" or "snd" picks the floor (SOCK_MIN_RCVBUF 2304 B, SOCK_MIN_SNDBUF 4608 B).
+    """
     _positive("requested_bytes", requested_bytes)
     _positive("cap_bytes", cap_bytes)
-    return 2 * min(requested_bytes, cap_bytes)
+    if kind not in ("rcv", "snd"):
+        raise ValueError(f"kind: must be 'rcv' or 'snd', got {kind!r}")
+    floor = SOCK_MIN_RCVBUF if kind == "rcv" else SOCK_MIN_SNDBUF
+    return int(max(2 * min(requested_bytes, cap_bytes), floor))
 
 
 def advertised_window_adv_win_scale(rcvbuf_bytes, adv_win_scale=1):
@@ -54,6 +68,25 @@ def mathis_throughput(mss_bytes, rtt_s, loss, constant=math.sqrt(1.5)):
     if not 0 < loss <= 1:
         raise ValueError(f"loss: must be in (0, 1], got {loss!r}")
     return mss_bytes * 8 / rtt_s * constant / math.sqrt(loss)
+
+
+def window_limited_transfer_time(nbytes, window_bytes, rtt_s, *, mss_bytes=1448, initial_window_segments=10):
+    """Seconds from connect to last byte of a transfer capped by a window: round trips of min(cwnd, window).
+
+    Slow start doubles cwnd from the initial window each round trip; a short transfer pays
+    those rounds, which window / RTT (the steady-state law) leaves out. The receiver sees
+    round k's data k round trips after its connect() returned (the handshake's last ACK
+    reaches the sender half an RTT later, the data another half).
+    """
+    _positive("nbytes", nbytes)
+    _positive("window_bytes", window_bytes)
+    _positive("rtt_s", rtt_s)
+    sent, cwnd, rounds = 0, initial_window_segments * mss_bytes, 0
+    while sent < nbytes:
+        sent += min(cwnd, window_bytes)
+        cwnd *= 2
+        rounds += 1
+    return rounds * rtt_s
 
 
 def transfer_time(nbytes, rate_bps):

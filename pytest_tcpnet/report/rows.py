@@ -142,7 +142,7 @@ def _limited_by(result):
     if verdict is None:
         return None, None
     from ..analysis.limits import limited_by
-    return str(verdict), limited_by(_attr(result, "sender_tcp_info") or {})[1]
+    return str(verdict), limited_by(_attr(result, "sender_tcp_info"), _attr(result, "sender_active_s"))[1]
 
 
 def _events(result):

@@ -1,0 +1,115 @@
+"""The windows the kernel really uses: receive window from a buffer (C7, C8, C13) and the send-side limit (C11).
+
+Pure arithmetic on what a test knows before it runs: the kernel release, the sysctls and the
+setsockopt requests. The rules and constants follow net/ipv4/tcp_input.c, tcp_output.c and
+include/net/tcp.h of the kernels named below; docs/model.md has the measurements behind them.
+"""
+
+from .kernel import KernelVersion
+from .tcp import effective_socket_buffer
+from .units import parse_size
+
+__all__ = ["LEARNED_SCALING_RATIO", "DEFAULT_ADV_WIN_SCALE", "HOST_SIZE_GOAL", "receive_space",
+           "advertised_window", "send_window", "sysctl_triple"]
+
+#: scaling_ratio (6.6+) once data has arrived: skb->len / skb->truesize of received segments,
+#: in 1/256 units. A 1448-byte segment on a 1500-MTU veth lands in a ~2.3 KB skb: measured on
+#: 6.18 as window / rcvbuf = 0.594 .. 0.630 for SO_RCVBUF 32 KB .. 256 KB, so 0.61.
+LEARNED_SCALING_RATIO = 0.61
+
+#: The unit the window is rounded down to: the receiver's MSS estimate as measured on a 1500-MTU
+#: veth with timestamps (6.1: 1460, 6.18: 1448).
+WINDOW_SEGMENT_OLD = 1460
+WINDOW_SEGMENT_NEW = 1448
+
+#: tcp_adv_win_scale's default since Linux 3.x (half the buffer is kept for overhead).
+DEFAULT_ADV_WIN_SCALE = 1
+
+#: The largest skb tcp_sendmsg fills (size_goal: GSO max size minus headers, ~64 KB) before it
+#: checks the send buffer again; one such skb can overshoot SO_SNDBUF (see send_window).
+HOST_SIZE_GOAL = 65536 - 1448
+
+
+def sysctl_triple(sysctls, name):
+    """(min, default, max) of tcp_rmem/tcp_wmem from a {name: "a b c"} dict, or None when absent."""
+    value = (sysctls or {}).get(name)
+    if value is None:
+        return None
+    parts = str(value).split()
+    if len(parts) != 3:
+        raise ValueError(f"sysctls[{name!r}]: expected three numbers 'min default max', got {value!r}")
+    return tuple(int(p) for p in parts)
+
+
+def _cap(sysctls, name, default):
+    value = (sysctls or {}).get(name)
+    return default if value is None else int(value)
+
+
+def receive_space(so_rcvbuf=None, *, sysctls=None):
+    """The receive buffer (bytes of memory, not payload) the socket ends up with.
+
+    so_rcvbuf is the setsockopt request (doubled, capped by net.core.rmem_max, floored); None
+    means the kernel sizes it from tcp_rmem: the default (middle) value when autotuning is
+    off (tcp_moderate_rcvbuf = 0), the maximum it may grow to when it is on.
+    """
+    if so_rcvbuf is not None:
+        request = int(parse_size(so_rcvbuf, "so_rcvbuf"))
+        return effective_socket_buffer(request, _cap(sysctls, "net.core.rmem_max", 212992), kind="rcv")
+    rmem = sysctl_triple(sysctls, "net.ipv4.tcp_rmem") or (4096, 131072, 6291456)
+    autotuning = str((sysctls or {}).get("net.ipv4.tcp_moderate_rcvbuf", "1")).strip() != "0"
+    return rmem[2] if autotuning else rmem[1]
+
+
+def advertised_window(so_rcvbuf=None, *, kernel, sysctls=None, scaling_ratio=None):
+    """The largest receive window (payload bytes) a fast-reading receiver advertises for a buffer (C7, C8).
+
+    kernel: a release string or KernelVersion. Before 6.6 the kernel keeps
+    space / 2^tcp_adv_win_scale for overhead (scale 1: half the buffer); from 6.6 on it
+    multiplies the space by scaling_ratio, which starts at a guess (1200 B per 4 KB page,
+    ~0.25, before 6.10; 0.5 after) and is then learned from the received skbs'
+    len/truesize: LEARNED_SCALING_RATIO on a 1500-MTU veth. Rounded down to whole segments.
+    Measured: exact on 6.1 from 4 KB to 416 KB of buffer; within 4% on 6.18 from 16 KB up
+    (below that 6.18 offers fewer segments than the ratio says; docs/model.md).
+    """
+    version = kernel if isinstance(kernel, KernelVersion) else KernelVersion.parse(str(kernel))
+    space = receive_space(so_rcvbuf, sysctls=sysctls)
+    if version.uses_scaling_ratio:
+        ratio = LEARNED_SCALING_RATIO if scaling_ratio is None else scaling_ratio
+        if not 0 < ratio <= 1:
+            raise ValueError(f"scaling_ratio: must be in (0, 1], got {ratio!r}")
+        window = int(space * ratio)
+    else:
+        scale = int((sysctls or {}).get("net.ipv4.tcp_adv_win_scale", DEFAULT_ADV_WIN_SCALE))
+        window = space - (space >> scale) if scale > 0 else space >> -scale
+    # The receiver offers whole segments of its MSS estimate (measured: multiples of 1460 on 6.1,
+    # of 1448 on 6.18), and at least one.
+    segment = WINDOW_SEGMENT_NEW if version.uses_scaling_ratio else WINDOW_SEGMENT_OLD
+    return max(segment, window // segment * segment)
+
+
+def send_window(so_sndbuf=None, *, kernel, sysctls=None, chunk_bytes=None):
+    """Bytes the sender can keep unacknowledged under its send buffer, at most (C11).
+
+    The kernel charges queued skbs (sent-but-unacked and unsent) to sk_wmem_queued and lets
+    tcp_sendmsg start a new skb only while sk_wmem_queued < sk_sndbuf; the check runs at
+    skb boundaries, not per byte, so one write() can overshoot the buffer. Measured with
+    SO_SNDBUF 16 KB (32 KB effective), 100 Mbit/s, 20 ms: writes no larger than the buffer
+    keep ~the buffer in flight (16 KB writes: 24 segments, 832 kB/s; C11's law). Larger
+    writes overshoot: on 6.1 by the whole write (64 KB writes: wmem_queued up to 115 KB;
+    256 KB: 329 KB; 1 MB: 710 KB, 474 segments unacked, 5.1 MB/s), on 6.18 by less than
+    two ~64 KB skbs (1 MB writes: 55-126 KB in flight over 12 runs; the skb started just
+    under the limit plus the unsent tail being topped up, as we read it). The 6.18 rule is taken from 6.6
+    on (the release between 6.1 and 6.18 where it changed was not measured). A locked SO_SNDBUF is never
+    expanded (tcp_sndbuf_expand skips SOCK_SNDBUF_LOCK). Without SO_SNDBUF: tcp_wmem[2].
+    """
+    if so_sndbuf is None:
+        wmem = sysctl_triple(sysctls, "net.ipv4.tcp_wmem") or (4096, 16384, 4194304)
+        return wmem[2]
+    version = kernel if isinstance(kernel, KernelVersion) else KernelVersion.parse(str(kernel))
+    request = int(parse_size(so_sndbuf, "so_sndbuf"))
+    buffer = effective_socket_buffer(request, _cap(sysctls, "net.core.wmem_max", 212992), kind="snd")
+    if chunk_bytes is None or chunk_bytes <= buffer:
+        return buffer
+    overshoot = chunk_bytes if not version.uses_scaling_ratio else min(chunk_bytes, 2 * HOST_SIZE_GOAL)
+    return buffer + overshoot

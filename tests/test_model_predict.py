@@ -1,0 +1,131 @@
+"""The kernel-aware window, buffer and throughput model (pure; no root)."""
+
+import pytest
+
+from pytest_tcpnet import Link, model
+from pytest_tcpnet.analysis.limits import limited_by
+
+BIG_CAPS = {"net.core.rmem_max": "4194304", "net.core.wmem_max": "4194304"}
+
+
+def test_setsockopt_doubles_caps_and_floors():
+    assert model.effective_socket_buffer(16384, 212992) == 32768
+    assert model.effective_socket_buffer(1_000_000, 212992) == 425984  # capped by *mem_max, then doubled
+    assert model.effective_socket_buffer(1, 212992, kind="rcv") == model.SOCK_MIN_RCVBUF == 2304
+    assert model.effective_socket_buffer(1, 212992, kind="snd") == model.SOCK_MIN_SNDBUF == 4608
+
+
+def test_window_before_6_6_is_half_the_doubled_buffer():
+    # C8 on 6.1: SO_RCVBUF 64 KB -> 128 KB buffer -> 64 KB, offered as 44 whole 1460-byte segments.
+    assert model.advertised_window(65536, kernel="6.1.0-56-amd64", sysctls=BIG_CAPS) == 64240  # measured: 64240
+    assert model.advertised_window(65536, kernel="6.1.0", sysctls={**BIG_CAPS, "net.ipv4.tcp_adv_win_scale": "2"}) \
+        == (131072 - 32768) // 1460 * 1460
+
+
+@pytest.mark.parametrize("request_bytes, measured", [(4096, 2920), (8192, 7300), (16384, 16060), (32768, 32120),
+                                                     (131072, 129624)])
+def test_window_on_6_1_matches_the_vm(request_bytes, measured):
+    # Measured in the 6.1 VM with pair.measure_advertised_window (rmem_max 212992 there).
+    assert model.advertised_window(request_bytes, kernel="6.1.0", sysctls={"net.core.rmem_max": "212992"}) \
+        == pytest.approx(measured, rel=0.01)
+
+
+def test_window_from_6_6_uses_the_learned_scaling_ratio():
+    # 6.18 measured 77.8-81.5 KB for SO_RCVBUF 64 KB: 0.61 of the 128 KB buffer.
+    window = model.advertised_window(65536, kernel="6.18.44", sysctls=BIG_CAPS)
+    assert window == int(131072 * model.LEARNED_SCALING_RATIO) // 1448 * 1448
+    assert 0.96 * 77836 < window < 1.04 * 81500
+    assert model.advertised_window(65536, kernel="6.18", sysctls=BIG_CAPS, scaling_ratio=0.5) == 65536 // 1448 * 1448
+
+
+def test_window_without_setsockopt_comes_from_tcp_rmem():
+    fixed = {"net.ipv4.tcp_rmem": "4096 131072 6291456", "net.ipv4.tcp_moderate_rcvbuf": "0"}
+    assert model.receive_space(None, sysctls=fixed) == 131072
+    assert model.receive_space(None, sysctls={"net.ipv4.tcp_rmem": "4096 131072 6291456"}) == 6291456
+    assert model.advertised_window(None, kernel="6.1", sysctls=fixed) == 64240  # measured in the VM: 64256
+
+
+def test_rmem_max_caps_the_request():
+    assert model.advertised_window(1 << 20, kernel="6.1", sysctls={"net.core.rmem_max": "212992"}) == 212992 // 1460 * 1460
+
+
+def test_send_window_small_writes_keep_the_buffer_in_flight():
+    assert model.send_window(16384, kernel="6.1", sysctls=BIG_CAPS, chunk_bytes=16384) == 32768
+    assert model.send_window(16384, kernel="6.18", sysctls=BIG_CAPS, chunk_bytes=4096) == 32768
+
+
+def test_send_window_large_writes_overshoot_by_kernel():
+    # 6.1: the whole write (measured 710 KB queued for 1 MB writes); 6.18: < two ~64 KB skbs (126 KB).
+    assert model.send_window(16384, kernel="6.1", sysctls=BIG_CAPS, chunk_bytes=1 << 20) == 32768 + (1 << 20)
+    assert model.send_window(16384, kernel="6.18", sysctls=BIG_CAPS, chunk_bytes=1 << 20) == 32768 + 2 * (65536 - 1448)
+    assert model.send_window(None, kernel="6.1", sysctls={"net.ipv4.tcp_wmem": "4096 16384 65536"}) == 65536
+
+
+def test_prediction_names_the_binding_bound():
+    link_bound = model.expected_throughput(model.Conditions(kernel="6.18", rtt_s=0.0001, rate_bps=50e6))
+    assert link_bound.bound == "link" and link_bound.bps == pytest.approx(50e6 * 1448 / 1514)
+    rwnd = model.expected_throughput(model.Conditions(kernel="6.1", rtt_s=0.05, rate_bps=100e6, so_rcvbuf=32768,
+                                                      receiver_sysctls=BIG_CAPS))
+    # Sustained: one 1460-byte segment short of the 32120-byte maximum (measured 30408 in the VM).
+    assert rwnd.bound == "rwnd" and rwnd.bps == pytest.approx((32120 - 1460) * 8 / 0.05)
+    assert "30.66 kB receive window" in rwnd.why and "6.6" in rwnd.why
+    loss = model.expected_throughput(model.Conditions(kernel="6.1", rtt_s=0.1, rate_bps=100e6, loss=0.01, cc="cubic"))
+    assert loss.bound == "loss" and loss.bps == pytest.approx(model.mathis_throughput(1448, 0.1, 0.01))
+
+
+def test_no_loss_bound_for_bbr():
+    prediction = model.expected_throughput(model.Conditions(kernel="6.1", rtt_s=0.1, rate_bps=100e6, loss=0.01,
+                                                            cc="bbr"))
+    assert "loss" not in prediction.bounds and model.loss_bound("bbr", 0.1, 0.01) is None
+
+
+def test_nothing_to_bound_is_an_error():
+    with pytest.raises(ValueError, match="no bound applies"):
+        model.expected_throughput(model.Conditions(kernel="6.18", rtt_s=0))
+
+
+@pytest.mark.parametrize("kwargs, field", [({"rtt_s": -1}, "rtt_s"), ({"rtt_s": 0.1, "loss": 1.5}, "loss"),
+                                           ({"rtt_s": 0.1, "rate_bps": 0}, "rate_bps")])
+def test_conditions_are_validated(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        model.Conditions(kernel="6.1", **kwargs)
+
+
+class _Result:
+    """The attributes Conditions.from_result reads, as a TransferResult has them."""
+
+    direction = "download"
+    kernel = "6.1.0-56-amd64"
+    link = Link(rate="100mbit", rtt="20ms")
+    sndbuf_requested = 16384
+    rcvbuf_requested = None
+    cc = "cubic"
+    min_rtt_s = 0.0203
+    rtt_s = 0.0251
+    sender_tcp_info = {"snd_wnd": 64240}
+    sysctls = {"client": {"net.ipv4.tcp_rmem": "4096 131072 6291456"}, "server": {"net.core.wmem_max": "212992"}}
+
+
+def test_conditions_from_a_result():
+    c = model.Conditions.from_result(_Result())
+    assert (c.rate_bps, c.rtt_s, c.so_sndbuf, c.cc) == (100e6, 0.0203, 16384, "cubic")
+    assert c.receiver_sysctls["net.ipv4.tcp_rmem"].startswith("4096")
+    assert model.Conditions.from_result(_Result(), observed=True).window_bytes == 64240
+    assert model.Conditions.from_result(_Result(), observed=True).rtt_s == 0.0251  # srtt, the RTT the flow saw
+
+
+def test_limited_by_reads_the_chrono_counters():
+    info = {"busy_time": 1_000_000, "rwnd_limited": 700_000, "sndbuf_limited": 100_000}
+    label, shares = limited_by(info)
+    assert label == "rwnd" and shares["cwnd"] == pytest.approx(0.2)
+    assert limited_by(info, duration_s=4.0)[0] == "app"
+    with pytest.raises(ValueError, match="busy_time"):
+        limited_by({"rtt": 1})
+
+
+def test_a_known_size_pays_for_slow_start():
+    steady = model.Conditions(kernel="6.1", rtt_s=0.05, rate_bps=100e6)
+    short = model.Conditions(kernel="6.1", rtt_s=0.05, rate_bps=100e6, nbytes=8_000_000)
+    assert model.expected_throughput(short).bound == "link"
+    assert model.expected_throughput(short).bps < 0.9 * model.expected_throughput(steady).bps
+    assert "round trips with slow start" in model.expected_throughput(short).why

@@ -1,0 +1,138 @@
+"""Verdicts over repeated measurements: sequential comparisons, majorities, intervals, readable failures."""
+
+import os
+import textwrap
+
+import pytest
+
+from pytest_tcpnet import Link, assert_faster, assert_intervals_within, assert_throughput_within
+from pytest_tcpnet.assertions.verdicts import confirm_failure, judge_trials
+
+pytest_plugins = ["pytester"]
+
+
+class Fake:
+    """A stand-in result for the verdict logic alone (the real-lab tests below use real transfers)."""
+
+    def __init__(self, bps, series=()):
+        self.throughput_bps = bps
+        self._series = list(series)
+        self.min_rtt_s = 0.01
+
+    def rate_series(self, interval=0.1):
+        return self._series
+
+    def describe(self):
+        return f"fake {self.throughput_bps:g}"
+
+
+def runner(values):
+    it = iter(values)
+    calls = []
+
+    def run():
+        value = next(it)
+        calls.append(value)
+        return Fake(value)
+    run.calls = calls
+    return run
+
+
+def test_clear_comparison_stops_after_the_minimum():
+    a, b = runner([100] * 10), runner([10] * 10)
+    trials = assert_faster(a, b, factor=3)
+    assert len(trials) == 2 and len(a.calls) == len(b.calls) == 2
+
+
+def test_noisy_comparison_runs_more_trials_and_interleaves():
+    a = runner([30, 60, 30, 60, 30, 60])
+    b = runner([10] * 6)
+    trials = assert_faster(a, b, factor=2, max_trials=6)
+    assert len(trials) > 2
+    assert [t.a_first for t in trials[:2]] == [True, False]
+
+
+def test_failed_comparison_lists_every_trial():
+    with pytest.raises(AssertionError) as info:
+        assert_faster(runner([11, 12, 9, 10, 11, 10]), runner([10] * 6), factor=3, label_a="bbr", label_b="cubic")
+    message = str(info.value)
+    assert "expected at least 3x" in message and message.count("bbr,cubic") + message.count("cubic,bbr") >= 2
+    assert "95% interval" in message
+
+
+def test_bad_arguments_fail_before_measuring():
+    with pytest.raises(ValueError, match="factor"):
+        assert_faster(runner([1]), runner([1]), factor=0)
+    with pytest.raises(TypeError, match="run_a"):
+        assert_faster(Fake(1), runner([1]))
+
+
+def test_majority_stops_early():
+    passed, results, verdicts = judge_trials(runner([10, 10, 0, 0, 0]), lambda r: r.throughput_bps > 5, trials=3)
+    assert passed and len(results) == 2
+    passed, results, _ = judge_trials(runner([0, 10, 0]), lambda r: r.throughput_bps > 5, trials=3)
+    assert not passed and len(results) == 3
+
+
+def test_repeated_throughput_claim_reports_all_trials():
+    with pytest.raises(AssertionError, match=r"2 of 2 trials outside ±10%"):
+        assert_throughput_within(runner([50, 51, 49]), 100, rel=0.1, trials=3)
+    assert assert_throughput_within(runner([95, 30, 104]), 100, rel=0.1, trials=3).throughput_bps == 104
+
+
+def test_confirm_failure_forgives_one_noisy_measurement():
+    def check(result):
+        assert result.throughput_bps > 50, "slow"
+
+    values = iter([1, 100])
+    assert confirm_failure(lambda: Fake(next(values)), check).throughput_bps == 100
+    with pytest.raises(AssertionError, match="all 2 measurements"):
+        confirm_failure(lambda: Fake(1), check)
+
+
+def test_k_of_n_intervals_after_slow_start():
+    series = [(0.05, 1e6), (0.15, 9e6), (0.25, 10e6), (0.35, 10.5e6), (0.45, 3e6), (0.55, 10e6), (0.65, 0)]
+    steady = assert_intervals_within(Fake(10e6, series), 10e6, rel=0.1, k=3, rtt_s=0.02)
+    assert steady[0][0] >= 0.06  # 10 Mbit/s x 20 ms = 17 segments: slow start skipped for ~3 RTTs
+    with pytest.raises(AssertionError, match="4 of 5 steady-state intervals"):
+        assert_intervals_within(Fake(10e6, series), 10e6, rel=0.1, k=5, rtt_s=0.02)
+
+
+@pytest.mark.tcpnet_needs("htb")
+def test_assert_faster_on_real_transfers(tcpnet):
+    fast = tcpnet.pair(link=Link(rate="40mbit"))
+    slow = tcpnet.pair(link=Link(rate="10mbit"))
+    trials = assert_faster(lambda: fast.transfer(nbytes=1_000_000), lambda: slow.transfer(nbytes=1_000_000),
+                           factor=2.5)
+    assert 2 <= len(trials) <= 6 and all(t.ratio > 2.5 for t in trials)
+
+
+@pytest.mark.tcpnet_needs("htb")
+def test_a_false_claim_fails_with_the_readable_report(pytester, monkeypatch):
+    # The inner session must import this checkout, not whatever copy is installed.
+    monkeypatch.setenv("PYTHONPATH", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    pytester.makepyfile(textwrap.dedent('''
+        from pytest_tcpnet import Link, assert_throughput_within
+
+        def test_twenty_megabit_link_carries_forty(tcpnet):
+            result = tcpnet.pair(link=Link(rate="20mbit")).transfer(nbytes=2_000_000, rcvbuf=262144)
+            assert_throughput_within(result, 40e6, rel=0.1)
+    '''))
+    outcome = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    outcome.assert_outcomes(failed=1)
+    text = outcome.stdout.str()
+    for words in ("AssertionError: throughput 1", "of the expected 40 Mbit/s", "measured", "predicted",
+                  "link 19.13 Mbit/s <- binds", "model: link-limited", "conditions: kernel", "link: both ways: 20 Mbit/s"):
+        assert words in text, text
+    print(text[text.index("def test_twenty"):text.index("short test summary")])
+
+
+@pytest.mark.tcpnet_needs("htb")
+def test_limited_by_tells_window_from_link_on_real_transfers(tcpnet):
+    from pytest_tcpnet import assert_limited_by
+    pair = tcpnet.pair(link=Link(rate="100mbit"))
+    assert_limited_by(pair.transfer(nbytes=2_000_000, rcvbuf=4096), "rwnd")
+    shares = assert_limited_by(pair.transfer(nbytes=2_000_000), "cwnd")
+    assert shares["rwnd"] < 0.5
+    with pytest.raises(AssertionError, match="sender was rwnd-limited, not cwnd-limited"):
+        assert_limited_by(pair.transfer(nbytes=2_000_000, rcvbuf=4096), "cwnd")
