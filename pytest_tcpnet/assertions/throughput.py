@@ -103,10 +103,8 @@ def assert_limited_by(result, label):
     from ..analysis.limits import LABELS, limited_by
     if label not in LABELS:
         raise ValueError(f"label: must be one of {', '.join(LABELS)}, got {label!r}")
-    found = getattr(result, "limited_by", None)
-    if found is None:
-        found = limited_by(result.sender_tcp_info, getattr(result, "duration_s", None))
-    got, shares = found if isinstance(found, tuple) else (found, {})
+    # The same verdict as result.limited_by, with the shares behind it for the message.
+    got, shares = limited_by(result.sender_tcp_info, getattr(result, "sender_active_s", None))
     if got == label:
         return shares
     share_text = ", ".join(f"{k} {v:.0%}" for k, v in shares.items()) or "no shares recorded"
