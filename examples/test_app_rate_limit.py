@@ -16,16 +16,15 @@ LIMIT = 200 * 1024  # curl's "200k" is 200 KiB/s
 def test_curl_limit_rate_averages_the_limit_but_bursts_far_above_it(tcpnet):
     """curl --limit-rate 200k over a 100 Mbit/s link: the average is the limit, 100 ms peaks are many times it.
 
-    Measured here with curl 7.88 (10 downloads of 1-3 MB on a loaded 2-core host): averages
-    209-249 KiB/s, i.e. 1.02-1.22x the limit (the source's 233 KiB/s is 1.14x): curl counts
-    its rate over its own time windows and overshoots at the start; 100 ms peaks 2.1-3.8 MB/s
-    at the client socket. Asserted: the average between 0.9x and 1.3x the limit (the measured
-    band, not the ±15% a symmetric guess would give: 1 run in 10 exceeded 1.15x), and the
-    highest 100 ms rate at least 3x it (curl sleeps between reads; the kernel buffer fills at
-    line rate meanwhile).
+    curl reads in bursts and sleeps between them: the client socket sees 300-1000 KiB bursts
+    separated by silences of up to 2 s. A short download's average is therefore quantized by
+    a burst: 1-1.5 MB downloads averaged 209-309 KiB/s here (curl 7.88); 4 MB ones 206-209
+    KiB/s (3 MB: 212), so the claim is judged on 4 MB (~19 s). Asserted: the average within
+    ±15% of 200 KiB/s (the source: 233 KB/s); the highest 100 ms rate at least 3x the limit
+    (measured 2.1-3.8 MB/s: the kernel buffer fills at line rate while curl sleeps).
     """
-    result = tcpnet.pair(link=Link(rate="100mbit")).http_download(1_000_000, limit_rate="200k")
-    assert 0.9 * LIMIT <= result.throughput_bps / 8 <= 1.3 * LIMIT, result.describe()
+    result = tcpnet.pair(link=Link(rate="100mbit")).http_download(4_000_000, limit_rate="200k")
+    assert result.throughput_bps / 8 == pytest.approx(LIMIT, rel=0.15), result.describe()
     peak = max(bps for _, bps in result.rate_series(0.1, source="socket")) / 8
     assert peak >= 3 * LIMIT, f"highest 100 ms rate {peak / 1024:.0f} KiB/s\n{result.describe()}"
 

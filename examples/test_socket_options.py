@@ -32,4 +32,6 @@ def test_setting_the_buffer_turns_autotuning_off(tcpnet):
     assert {v for _, v in fixed.series("rcvbuf", side="receiver")} == {2 * 65536}
     auto = pair.transfer(20_000_000)
     sizes = [v for _, v in auto.series("rcvbuf", side="receiver")]
-    assert max(sizes) > sizes[0], sizes
+    # Against the size at connect (tcp_rmem's default): on a fast path autotuning has often grown
+    # the buffer before the first sample.
+    assert max(sizes) > auto.effective_rcvbuf, (auto.effective_rcvbuf, sizes)
