@@ -248,6 +248,7 @@ class Pair:
         server_opts = sender_opts if listener_role == "sender" else receiver_opts
         client_opts = receiver_opts if listener_role == "sender" else sender_opts
         with measurement_slot(timeout):
+            client_proc = None
             server_proc = self.server.popen(
                 [sys.executable, BULK_SCRIPT, "serve", f"--role={listener_role}", f"--bind={self.server.address}",
                  *server_opts], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -260,8 +261,10 @@ class Pair:
                 client_record = _await_result(client_proc, deadline, "client")
                 server_record = _await_result(server_proc, deadline, "server")
             finally:
-                for node in (self.server, self.client):
-                    node.processes.stop_all()
+                # Only the flow's own processes: a capture running on a node must outlive the transfer.
+                self.server.processes.stop(server_proc, grace=0.2)
+                if client_proc is not None:
+                    self.client.processes.stop(client_proc, grace=0.2)
         if listener_role == "sender":
             return server_record, client_record
         return client_record, server_record
