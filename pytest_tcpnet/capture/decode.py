@@ -27,6 +27,9 @@ EVENT_KINDS = tuple(EVENT_FIELDS)
 # tcp.window_size is the *calculated* window (the raw field shifted by the scale seen in the SYNs).
 _VALUE_FIELDS = ("frame.time_relative", "tcp.stream", "ip.src", "tcp.srcport", "ip.dst", "tcp.dstport", "tcp.seq",
                  "tcp.ack", "tcp.len", "tcp.window_size", "tcp.analysis.bytes_in_flight", "tcp.flags")
+# Linux probes a zero window from its persist timer with a keep-alive-shaped segment (seq = snd_una - 1,
+# no payload), which tshark labels "TCP Keep-Alive", not "ZeroWindowProbe" (that needs a 1-byte probe).
+_KEEP_ALIVE = "tcp.analysis.keep_alive"
 _FLAG_LETTERS = ((0x01, "F"), (0x02, "S"), (0x04, "R"), (0x08, "P"), (0x10, "A"), (0x20, "U"), (0x40, "E"),
                  (0x80, "C"))
 
@@ -67,7 +70,7 @@ def tshark_path():
 
 def decode_pcap(pcap, *, timeout=300):
     """All TCP packets of pcap as Packet records, in capture order (tshark -T fields)."""
-    fields = _VALUE_FIELDS + tuple(EVENT_FIELDS.values())
+    fields = _VALUE_FIELDS + tuple(EVENT_FIELDS.values()) + (_KEEP_ALIVE,)
     argv = [tshark_path(), "-n", "-r", str(pcap), "-Y", "tcp", "-T", "fields", "-E", "separator=\t",
             "-E", "occurrence=f", "-o", "tcp.analyze_sequence_numbers:TRUE",
             "-o", "tcp.relative_sequence_numbers:TRUE"]
@@ -93,11 +96,14 @@ def _records(rows, nvalues):
         expert = tuple(kind for kind, value in zip(EVENT_KINDS, row[nvalues:]) if value)
         window = int(row[9] or 0)
         last_window[(row[1], src)] = window
+        peer_window = last_window.get((row[1], f"{row[4]}:{row[5]}"))
+        if row[-1] and peer_window == 0 and "zero_window_probe" not in expert:
+            expert += ("zero_window_probe",)  # a keep-alive into a zero window: Linux's persist-timer probe
         packets.append(Packet(
             time=float(row[0]), stream=int(row[1] or 0), src=src, dst=f"{row[4]}:{row[5]}",
             direction="data" if src == senders[row[1]] else "ack",
             seq=int(row[6] or 0), ack=int(row[7] or 0), len=int(row[8] or 0), window=window,
-            peer_window=last_window.get((row[1], f"{row[4]}:{row[5]}")),
+            peer_window=peer_window,
             bytes_in_flight=int(row[10]) if row[10] else None,
             flags="".join(letter for bit, letter in _FLAG_LETTERS if flags & bit), expert=expert))
     return packets
