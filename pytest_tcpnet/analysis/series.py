@@ -82,7 +82,8 @@ def acked_rate_series(packets, interval):
     acks = [(p.time - origin, p.ack) for p in packets if p.direction == "ack" and "A" in p.flags]
     if not acks:
         return []
-    series, highest, bin_end, bin_start_ack = [], acks[0][1], interval, acks[0][1]
+    first_seq = next((p.seq for p in packets if p.direction == "data" and p.len > 0), acks[0][1])
+    series, highest, bin_end, bin_start_ack = [], first_seq, interval, first_seq
     for t, ack in acks:
         while t > bin_end:
             series.append((bin_end, (highest - bin_start_ack) * 8 / interval))
