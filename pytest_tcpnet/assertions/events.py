@@ -48,11 +48,14 @@ def assert_no_retransmissions(result):
         _fail(result, capture, "retransmissions: " + ", ".join(f"{k} {capture.events[k]}" for k in kinds), first)
 
 
-def assert_loss_signature(result, loss, *, factor=4.0, dup_ack_factor=None):
-    """Assert retransmissions and duplicate ACKs per data segment are of the order of a random loss rate.
+def assert_loss_signature(result, loss, *, factor=3.0, dup_ack_factor=None):
+    """Assert resent segments and duplicate ACKs per data segment are of the order of a random loss rate.
 
     Both rates must lie within [loss / factor, loss * factor] (dup acks: dup_ack_factor, default
-    factor): each lost segment is retransmitted about once, and each causes one or more dup acks.
+    factor): each lost segment is sent again about once, and each causes one or more dup acks.
+    A resend is what tshark flags "Retransmission" or "Out-Of-Order": it calls a resent segment
+    out-of-order when it follows the previous one by less than an RTT, which a sender-side
+    capture of a short-RTT flow does for most fast retransmissions.
     """
     if not 0 < loss < 1:
         raise ValueError(f"loss: must be a fraction in (0, 1) (0.01 for 1%), got {loss!r}")
@@ -60,16 +63,19 @@ def assert_loss_signature(result, loss, *, factor=4.0, dup_ack_factor=None):
         if value is not None and not value > 1:
             raise ValueError(f"{name}: must be > 1 (the allowed ratio either way), got {value!r}")
     capture = _capture_of(result)
-    checks = (("retransmission", factor), ("duplicate_ack", dup_ack_factor or factor))
+    segments = max(1, capture.data_segments)
+    resent = capture.resent_segments
+    checks = (("resent segment", "retransmission", resent, factor),
+              ("duplicate_ack", "duplicate_ack", capture.events["duplicate_ack"], dup_ack_factor or factor))
     problems = []
-    for kind, allowed in checks:
-        rate = capture.rate(kind)
+    for label, kind, count, allowed in checks:
+        rate = count / segments
         if not loss / allowed <= rate <= loss * allowed:
-            problems.append(f"{kind} rate {rate:.3%} ({capture.events[kind]} / {capture.data_segments} data "
-                            f"segments) is not within {loss / allowed:.3%}..{loss * allowed:.3%} "
-                            f"(loss {loss:.2%}, factor {allowed:g})")
+            problems.append((kind, f"{label} rate {rate:.3%} ({count} / {capture.data_segments} data segments) "
+                                   f"is not within {loss / allowed:.3%}..{loss * allowed:.3%} "
+                                   f"(loss {loss:.2%}, factor {allowed:g})"))
     if problems:
-        _fail(result, capture, "\n".join(problems), problems[0].split()[0])
+        _fail(result, capture, "\n".join(text for _, text in problems), problems[0][0])
 
 
 def _check_count(name, value):

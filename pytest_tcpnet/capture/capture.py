@@ -168,6 +168,12 @@ class CaptureResult:
         """Packets of the data direction that carry payload (retransmissions included)."""
         return sum(1 for p in self.packets if p.direction == "data" and p.len > 0)
 
+    @property
+    def resent_segments(self):
+        """Segments sent again: tshark's Retransmission plus Out-Of-Order (its name for a resend that
+        follows the previous segment by less than an RTT, as fast retransmissions on short paths do)."""
+        return self.events["retransmission"] + self.events["out_of_order"]
+
     def rate(self, kind):
         """Events of kind per data segment sent (e.g. 0.01 when 1 segment in 100 was retransmitted)."""
         return self.events[kind] / max(1, self.data_segments)
