@@ -48,7 +48,7 @@ def test_c11_small_sndbuf_time_sequence(tcpnet, tmp_path):
     assert len(paths) == 3
     ts = time_sequence(cap.result.packets)
     # The 20 ms plateaus: the sender sends a burst, then waits a round trip for ACKs.
-    assert _rounds(ts, 0.020) >= 5
+    assert _rounds(ts, 0.020) >= 4
     in_flight = max(p.bytes_in_flight or 0 for p in cap.result.packets)
     # What the 6.1 kernel really does (measured: 170 KB in flight with SO_SNDBUF 16384 -> 32768):
     # the flight is not capped at the send buffer; it grows round by round as in slow start.

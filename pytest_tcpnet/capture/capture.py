@@ -64,6 +64,7 @@ class Capture:
         self._proc = None
         self._stderr = []
         self._ready = threading.Event()
+        self._opened = False
         self._reader = None
 
     def start(self):
@@ -81,7 +82,7 @@ class Capture:
         self._reader = threading.Thread(target=self._read_stderr, name=f"dumpcap {self.point}", daemon=True)
         self._reader.start()
         # dumpcap prints "File: ..." once the interface is open with its filter and the file is created.
-        if not self._ready.wait(self.ready_timeout) or self._proc.poll() is not None:
+        if not self._ready.wait(self.ready_timeout) or not self._opened:
             self.node.processes.stop(self._proc)
             self._reader.join(timeout=2)
             raise LabError(f"dumpcap did not start capturing on {self.point} within {self.ready_timeout} s: "
@@ -92,6 +93,7 @@ class Capture:
         for line in self._proc.stderr:
             self._stderr.append(line)
             if line.startswith("File:"):
+                self._opened = True
                 self._ready.set()
         self._ready.set()  # exited: let start() see it
 
