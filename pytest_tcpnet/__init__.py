@@ -1,15 +1,18 @@
 """pytest-tcpnet: TCP performance claims as reproducible property tests in network namespaces."""
 
 from . import model
-from .assertions import (assert_faster, assert_intervals_within, assert_limited_by,
-                         assert_receive_window_within, assert_throughput_within)
+from .assertions import (assert_faster, assert_intervals_within, assert_limited_by, assert_loss_signature,
+                         assert_no_retransmissions, assert_no_window_full, assert_receive_window_within,
+                         assert_throughput_within, assert_window_full, assert_zero_window)
 from .errors import LabError, MissingCapability, TcpnetError
 from .model import Host, Link
 from .model.app import Flow, Pace, Pause
 
 __all__ = ["Host", "Link", "Flow", "Pace", "Pause", "model", "assert_throughput_within", "assert_receive_window_within",
            "assert_limited_by", "assert_faster", "assert_intervals_within", "Lab", "Pair", "TransferResult",
-           "ConcurrentResult", "LabError", "MissingCapability", "TcpnetError"]
+           "ConcurrentResult", "LabError", "MissingCapability", "TcpnetError", "Capture", "CaptureResult",
+           "assert_no_window_full", "assert_window_full", "assert_zero_window", "assert_no_retransmissions",
+           "assert_loss_signature"]
 
 
 def __getattr__(name):
@@ -17,6 +20,9 @@ def __getattr__(name):
     if name in ("Lab", "Pair"):
         from . import lab
         return getattr(lab, name)
+    if name in ("Capture", "CaptureResult"):
+        from . import capture
+        return getattr(capture, name)
     if name in ("TransferResult", "ConcurrentResult"):
         from . import results
         return getattr(results, name)

@@ -1,1 +1,1 @@
-"""Pure analysis of measurements: series, expert-event counts, limited-by diagnosis, plots (matplotlib, lazy)."""
+"""Pure analysis of measurements: series from captures, limited-by diagnosis, plots (matplotlib, lazily)."""

@@ -1,0 +1,211 @@
+"""Plots of a flow: tcptrace-style time-sequence graph, windows over time, throughput over time.
+
+matplotlib is an optional extra (``pip install 'pytest-tcpnet[plots]'``), imported only when a plot
+is drawn. The plot_* functions take plain data (unit-testable); plot_result reads a result.
+"""
+
+import textwrap
+from pathlib import Path
+
+from ..errors import MissingCapability
+from .series import acked_rate_series, capture_windows, ewma, suggest_interval, time_sequence
+
+__all__ = ["PlotsUnavailable", "plot_time_sequence", "plot_windows", "plot_throughput", "plot_result",
+           "conditions_title"]
+
+
+class PlotsUnavailable(MissingCapability):
+    """matplotlib is not installed."""
+
+    def __init__(self):
+        super().__init__("matplotlib", "plots need matplotlib: pip install 'pytest-tcpnet[plots]'")
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotsUnavailable() from None
+    matplotlib.use("Agg", force=False)  # files only, never a display
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path, title):
+    fig.suptitle(textwrap.fill(title, 110), fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return path
+
+
+def plot_time_sequence(ts, path, *, title=""):
+    """Draw a series.TimeSequence: segments as vertical bars, ACK and window-edge lines, events marked."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 6))
+    if ts.segments:
+        ax.vlines([t for t, _, _ in ts.segments], [s for _, s, _ in ts.segments], [e for _, _, e in ts.segments],
+                  colors="black", linewidth=0.8, label="data segments")
+    if ts.retransmissions:
+        ax.vlines([t for t, _, _ in ts.retransmissions], [s for _, s, _ in ts.retransmissions],
+                  [e for _, _, e in ts.retransmissions], colors="red", linewidth=1.5, label="retransmissions")
+        ax.plot([t for t, _, _ in ts.retransmissions], [e for _, _, e in ts.retransmissions], "rx", markersize=5)
+    if ts.acks:
+        ax.step([t for t, _ in ts.acks], [a for _, a in ts.acks], where="post", color="tab:green", linewidth=1,
+                label="ACK (cumulative)")
+    if ts.window_edge:
+        ax.step([t for t, _ in ts.window_edge], [w for _, w in ts.window_edge], where="post", color="tab:olive",
+                linewidth=1, label="receive window edge (ACK + window)")
+    if ts.window_full:
+        ax.plot([t for t, _ in ts.window_full], [s for _, s in ts.window_full], "^", color="tab:orange",
+                markersize=3, label=f"window full ({len(ts.window_full)})")
+    if ts.zero_windows:
+        ax.plot([t for t, _ in ts.zero_windows], [a for _, a in ts.zero_windows], "o", color="tab:purple",
+                markersize=6, label=f"zero window ({len(ts.zero_windows)})")
+    if ts.probes:
+        ax.plot([t for t, _ in ts.probes], [s for _, s in ts.probes], "D", color="tab:blue", markersize=5,
+                label=f"zero-window probes ({len(ts.probes)})")
+    ax.set_xlabel("time since first data byte (s)")
+    ax.set_ylabel("relative sequence number (bytes)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    return _save(fig, path, "time-sequence graph: " + title)
+
+
+def plot_windows(lines, path, *, title=""):
+    """Draw {label: [(t_s, bytes)]} (advertised window, bytes in flight, cwnd, ...) against time."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 5))
+    for label, points in lines.items():
+        if points:
+            ax.step([t for t, _ in points], [v / 1024 for _, v in points], where="post", linewidth=1, label=label)
+    ax.set_xlabel("time since first data byte (s)")
+    ax.set_ylabel("KiB")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+    return _save(fig, path, "windows over time: " + title)
+
+
+def plot_throughput(rate, path, *, smoothed=None, predicted_bps=None, predicted_label="model", interval=None,
+                    title=""):
+    """Draw per-interval throughput [(t_s, bit/s)], its EWMA and the model's prediction, in Mbit/s."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 5))
+    if rate:
+        width = interval or (rate[1][0] - rate[0][0] if len(rate) > 1 else 0)
+        label = f"per {width * 1000:g} ms interval" if width else "per interval"
+        ax.step([t for t, _ in rate], [v / 1e6 for _, v in rate], where="pre", color="tab:blue", linewidth=1,
+                label=label)
+    if smoothed:
+        ax.plot([t for t, _ in smoothed], [v / 1e6 for _, v in smoothed], color="tab:orange", linewidth=1.5,
+                label="EWMA")
+    if predicted_bps:
+        ax.axhline(predicted_bps / 1e6, color="tab:red", linestyle="--", linewidth=1,
+                   label=f"{predicted_label}: {predicted_bps / 1e6:.3g} Mbit/s")
+    ax.set_xlabel("time since first data byte (s)")
+    ax.set_ylabel("throughput (Mbit/s)")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+    return _save(fig, path, "throughput over time: " + title)
+
+
+def conditions_title(result):
+    """One line naming the conditions: link, endpoints, buffers, measured rate, kernel (what a result knows)."""
+    parts = []
+    link = getattr(result, "link", None)
+    if link is not None:
+        parts.append(f"link {link.describe()}")
+    for role in ("client", "server"):
+        host = getattr(result, role, None)
+        if host is not None and hasattr(host, "describe") and host.describe() != "defaults":
+            parts.append(f"{role} {host.describe()}")
+    for name, label in (("sndbuf_requested", "SO_SNDBUF"), ("rcvbuf_requested", "SO_RCVBUF")):
+        if getattr(result, name, None):
+            parts.append(f"{label} {getattr(result, name)}")
+    if getattr(result, "throughput_bps", None):
+        parts.append(f"measured {result.throughput_bps / 1e6:.3g} Mbit/s")
+    if getattr(result, "kernel", None):
+        parts.append(f"kernel {result.kernel}")
+    capture = getattr(result, "capture", None)
+    if capture is not None:
+        parts.append(f"captured at {capture.point}")
+    return "; ".join(parts)
+
+
+def plot_result(result, directory):
+    """Write the plots a result supports into directory; return their paths.
+
+    Uses only: result.capture (packets), result.series(field, side), result.rate_series,
+    result.ewma_series, the conditions; a CaptureResult alone gives the capture-based plots.
+    """
+    _pyplot()  # fail early, with the install hint, before any work
+    directory = Path(directory)
+    capture = getattr(result, "capture", None)
+    title = conditions_title(result)
+    stem = capture.pcap.stem if capture is not None else f"flow-{id(result):x}"
+    paths = []
+    packets = capture.packets if capture is not None else []
+    if packets:
+        paths.append(plot_time_sequence(time_sequence(packets), directory / f"{stem}-timeseq.png", title=title))
+    lines = capture_windows(packets) if packets else {}
+    lines.update(_tcp_info_lines(result))
+    if any(lines.values()):
+        paths.append(plot_windows(lines, directory / f"{stem}-windows.png", title=title))
+    duration = getattr(result, "duration_s", None) or (packets[-1].time - packets[0].time if packets else 0)
+    interval = suggest_interval(duration)
+    rate = _call(result, "rate_series", interval=interval) or (acked_rate_series(packets, interval) if packets else [])
+    if rate:
+        smoothed = _call(result, "ewma_series") or ewma(rate)
+        prediction = _prediction(result)
+        paths.append(plot_throughput(rate, directory / f"{stem}-throughput.png", smoothed=smoothed,
+                                     predicted_bps=prediction[0], predicted_label=prediction[1], interval=interval,
+                                     title=title))
+    return paths
+
+
+def _call(result, name, **kwargs):
+    """result.name(**kwargs) when the result offers it and has data, else None."""
+    method = getattr(result, name, None)
+    if not callable(method):
+        return None
+    try:
+        return method(**kwargs) or None
+    except (KeyError, ValueError, TypeError):  # a series this result did not record
+        return None
+
+
+def _tcp_info_lines(result):
+    """The sender's cwnd (bytes) and send window from sampled TCP_INFO, when the result has them."""
+    series = getattr(result, "series", None)
+    if not callable(series):
+        return {}
+    lines = {}
+    try:
+        cwnd = series("snd_cwnd", side="sender")
+        mss = series("snd_mss", side="sender")
+    except (KeyError, ValueError, TypeError):
+        return {}
+    if cwnd:
+        size = (mss[-1][1] if mss else None) or 1448
+        lines["cwnd (TCP_INFO, x MSS)"] = [(t, v * size) for t, v in cwnd if v is not None]
+    return lines
+
+
+def _prediction(result):
+    """(bit/s, label) of the model's expected throughput for result's conditions, or (None, None)."""
+    if getattr(result, "link", None) is None:
+        return None, None
+    try:
+        from .. import model
+        expected = getattr(model, "expected_throughput", None)
+        if expected is None:
+            return None, None
+        prediction = expected(result)
+        return prediction.bps, f"model ({prediction.bound})"
+    except Exception:  # the model may not cover these conditions; the plot is still worth drawing
+        return None, None

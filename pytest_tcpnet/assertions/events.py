@@ -1,0 +1,126 @@
+"""TCP expert-event checks on a capture: window full, zero window, retransmissions, loss signatures.
+
+Each takes a transfer result (anything with ``.capture`` and ``.describe()``) or a CaptureResult;
+a failure shows the counts, the first offending packets, the conditions and the pcap/plot paths.
+"""
+
+__all__ = ["assert_no_window_full", "assert_window_full", "assert_zero_window", "assert_no_retransmissions",
+           "assert_loss_signature"]
+
+_SHOWN = 5
+_HOW_TO_CAPTURE = ("no capture was taken for this result: ask for one with `pair.transfer(..., capture=True)`, "
+                   "or wrap the workload: `with Capture(pair.server) as cap: ...` and check `cap.result`")
+
+
+def assert_no_window_full(result):
+    """Assert the sender never filled the receiver's advertised window (tshark's "TCP Window Full")."""
+    capture = _capture_of(result)
+    count = capture.events["window_full"]
+    if count:
+        _fail(result, capture, f"{count} TCP Window Full events: the sender stopped because the receive window "
+                               f"was full", "window_full")
+
+
+def assert_window_full(result, at_least=1):
+    """Assert the sender filled the receive window at least `at_least` times."""
+    _check_count("at_least", at_least)
+    capture = _capture_of(result)
+    count = capture.events["window_full"]
+    if count < at_least:
+        _fail(result, capture, f"{count} TCP Window Full events, expected at least {at_least}", None)
+
+
+def assert_zero_window(result, at_least=1):
+    """Assert the receiver advertised a zero window at least `at_least` times (its application stopped reading)."""
+    _check_count("at_least", at_least)
+    capture = _capture_of(result)
+    count = capture.events["zero_window"]
+    if count < at_least:
+        _fail(result, capture, f"{count} TCP ZeroWindow events, expected at least {at_least}", None)
+
+
+def assert_no_retransmissions(result):
+    """Assert no segment was retransmitted (any kind: timeout, fast, spurious)."""
+    capture = _capture_of(result)
+    kinds = ("retransmission", "fast_retransmission", "spurious_retransmission")
+    if any(capture.events[k] for k in kinds):
+        first = next(k for k in kinds if capture.events[k])
+        _fail(result, capture, "retransmissions: " + ", ".join(f"{k} {capture.events[k]}" for k in kinds), first)
+
+
+def assert_loss_signature(result, loss, *, factor=3.0, dup_ack_factor=None):
+    """Assert resent segments and duplicate ACKs per data segment are of the order of a random loss rate.
+
+    Both rates must lie within [loss / factor, loss * factor] (dup acks: dup_ack_factor, default
+    factor): each lost segment is sent again about once, and each causes one or more dup acks.
+    A resend is what tshark flags "Retransmission" or "Out-Of-Order": it calls a resent segment
+    out-of-order when it follows the previous one by less than an RTT, which a sender-side
+    capture of a short-RTT flow does for most fast retransmissions.
+    """
+    if not 0 < loss < 1:
+        raise ValueError(f"loss: must be a fraction in (0, 1) (0.01 for 1%), got {loss!r}")
+    for name, value in (("factor", factor), ("dup_ack_factor", dup_ack_factor)):
+        if value is not None and not value > 1:
+            raise ValueError(f"{name}: must be > 1 (the allowed ratio either way), got {value!r}")
+    capture = _capture_of(result)
+    segments = max(1, capture.data_segments)
+    resent = capture.resent_segments
+    checks = (("resent segment", "retransmission", resent, factor),
+              ("duplicate_ack", "duplicate_ack", capture.events["duplicate_ack"], dup_ack_factor or factor))
+    problems = []
+    for label, kind, count, allowed in checks:
+        rate = count / segments
+        if not loss / allowed <= rate <= loss * allowed:
+            problems.append((kind, f"{label} rate {rate:.3%} ({count} / {capture.data_segments} data segments) "
+                                   f"is not within {loss / allowed:.3%}..{loss * allowed:.3%} "
+                                   f"(loss {loss:.2%}, factor {allowed:g})"))
+    if problems:
+        _fail(result, capture, "\n".join(text for _, text in problems), problems[0][0])
+
+
+def _check_count(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: must be an int >= 1, got {value!r}")
+
+
+def _capture_of(result):
+    """The CaptureResult of result (or result itself); an AssertionError explaining how to get one."""
+    capture = getattr(result, "capture", None)
+    if capture is None:
+        conditions = _conditions(result)
+        raise AssertionError(_HOW_TO_CAPTURE + (f"\n{conditions}" if conditions else ""))
+    if not hasattr(capture, "events") or not hasattr(capture, "offending"):
+        raise TypeError(f"result.capture: expected a CaptureResult, got {capture!r}")
+    return capture
+
+
+def _conditions(result):
+    describe = getattr(result, "describe", None)
+    return describe() if callable(describe) else ""
+
+
+def _fail(result, capture, headline, kind):
+    """Raise an AssertionError: headline, counts, offending packets, conditions, pcap and plot paths."""
+    lines = [headline, "counts: " + ", ".join(f"{k} {v}" for k, v in capture.events.items())]
+    if kind:
+        lines.append(f"first {kind} packets:")
+        lines += [f"  {p.brief()}" for p in capture.offending(kind, _SHOWN)]
+    conditions = _conditions(result) if result is not capture else ""
+    if conditions:
+        lines.append(conditions)
+    lines.append(capture.describe())
+    lines.append(_plots_line(result, capture))
+    raise AssertionError("\n".join(lines))
+
+
+def _plots_line(result, capture):
+    """Draw the plots beside the pcap so the failure comes with a picture (when matplotlib is installed)."""
+    from ..analysis.plots import PlotsUnavailable, plot_result
+
+    try:
+        paths = plot_result(result, capture.pcap.parent)
+    except PlotsUnavailable as exc:
+        return f"plots: {exc}"
+    except Exception as exc:  # a failing plot must never hide the assertion's own message
+        return f"plots: could not be drawn ({type(exc).__name__}: {exc})"
+    return "plots: " + ", ".join(str(p) for p in paths)

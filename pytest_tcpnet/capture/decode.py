@@ -1,0 +1,118 @@
+"""Decode a pcap with tshark's own TCP dissector and expert analysis into plain per-packet records."""
+
+import shutil
+import subprocess
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from ..errors import MissingCapability
+
+__all__ = ["EVENT_KINDS", "Packet", "decode_pcap", "count_events"]
+
+#: Expert events we count, by the name used in results, and the tshark field that flags each.
+EVENT_FIELDS = {
+    "window_full": "tcp.analysis.window_full",
+    "zero_window": "tcp.analysis.zero_window",
+    "zero_window_probe": "tcp.analysis.zero_window_probe",
+    "window_update": "tcp.analysis.window_update",
+    "retransmission": "tcp.analysis.retransmission",
+    "fast_retransmission": "tcp.analysis.fast_retransmission",
+    "spurious_retransmission": "tcp.analysis.spurious_retransmission",
+    "duplicate_ack": "tcp.analysis.duplicate_ack",
+    "out_of_order": "tcp.analysis.out_of_order",
+    "lost_segment": "tcp.analysis.lost_segment",
+}
+EVENT_KINDS = tuple(EVENT_FIELDS)
+
+# tcp.window_size is the *calculated* window (the raw field shifted by the scale seen in the SYNs).
+_VALUE_FIELDS = ("frame.time_relative", "tcp.stream", "ip.src", "tcp.srcport", "ip.dst", "tcp.dstport", "tcp.seq",
+                 "tcp.ack", "tcp.len", "tcp.window_size", "tcp.analysis.bytes_in_flight", "tcp.flags")
+# Linux probes a zero window from its persist timer with a keep-alive-shaped segment (seq = snd_una - 1,
+# no payload), which tshark labels "TCP Keep-Alive", not "ZeroWindowProbe" (that needs a 1-byte probe).
+_KEEP_ALIVE = "tcp.analysis.keep_alive"
+_FLAG_LETTERS = ((0x01, "F"), (0x02, "S"), (0x04, "R"), (0x08, "P"), (0x10, "A"), (0x20, "U"), (0x40, "E"),
+                 (0x80, "C"))
+
+
+@dataclass(frozen=True)
+class Packet:
+    """One TCP segment as tshark decoded it; sequence numbers are relative to the flow's ISN."""
+
+    time: float  # seconds since the first captured packet
+    stream: int
+    src: str  # "address:port"
+    dst: str
+    direction: str  # "data" (from the side that sent the most payload) or "ack"
+    seq: int
+    ack: int
+    window: int  # receive window this packet advertises, in bytes (scaled)
+    peer_window: "int | None"  # the window the other side last advertised: the sender's limit
+    len: int  # payload bytes
+    bytes_in_flight: "int | None"  # tshark's estimate, on data segments only
+    flags: str  # e.g. "SA", "A", "PA", "FA"
+    expert: tuple  # event kinds flagged on this packet, e.g. ("window_full",)
+
+    def brief(self):
+        """One line for failure messages: time, direction, seq/ack, length, window, events."""
+        events = f" [{', '.join(self.expert)}]" if self.expert else ""
+        flight = "" if self.bytes_in_flight is None else f" in_flight={self.bytes_in_flight}"
+        return (f"t={self.time:.6f}s {self.direction:4} {self.src}->{self.dst} seq={self.seq} ack={self.ack} "
+                f"len={self.len} win={self.window} peer_win={self.peer_window}{flight}{events}")
+
+
+def tshark_path():
+    """Path of tshark (Wireshark's command-line analyser)."""
+    path = shutil.which("tshark")
+    if path is None:
+        raise MissingCapability("tshark", "tshark is not on PATH (apt-get install tshark)")
+    return path
+
+
+def decode_pcap(pcap, *, timeout=300):
+    """All TCP packets of pcap as Packet records, in capture order (tshark -T fields)."""
+    fields = _VALUE_FIELDS + tuple(EVENT_FIELDS.values()) + (_KEEP_ALIVE,)
+    argv = [tshark_path(), "-n", "-r", str(pcap), "-Y", "tcp", "-T", "fields", "-E", "separator=\t",
+            "-E", "occurrence=f", "-o", "tcp.analyze_sequence_numbers:TRUE",
+            "-o", "tcp.relative_sequence_numbers:TRUE"]
+    for name in fields:
+        argv += ["-e", name]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"tshark could not decode {pcap}: exit {proc.returncode}: {proc.stderr.strip()}")
+    rows = [line.split("\t") for line in proc.stdout.splitlines() if line]
+    return _records(rows, len(_VALUE_FIELDS))
+
+
+def _records(rows, nvalues):
+    """Packet records from tshark field rows; each stream's data direction is the one that sent most payload."""
+    payload = defaultdict(Counter)
+    for row in rows:
+        payload[row[1]][f"{row[2]}:{row[3]}"] += int(row[8] or 0)
+    senders = {stream: counts.most_common(1)[0][0] for stream, counts in payload.items()}
+    packets, last_window = [], {}  # (stream, src) -> window that side last advertised
+    for row in rows:
+        flags = int(row[11], 16) if row[11] else 0
+        src = f"{row[2]}:{row[3]}"
+        expert = tuple(kind for kind, value in zip(EVENT_KINDS, row[nvalues:]) if value)
+        window = int(row[9] or 0)
+        last_window[(row[1], src)] = window
+        peer_window = last_window.get((row[1], f"{row[4]}:{row[5]}"))
+        if row[-1] and peer_window == 0 and "zero_window_probe" not in expert:
+            expert += ("zero_window_probe",)  # a keep-alive into a zero window: Linux's persist-timer probe
+        packets.append(Packet(
+            time=float(row[0]), stream=int(row[1] or 0), src=src, dst=f"{row[4]}:{row[5]}",
+            direction="data" if src == senders[row[1]] else "ack",
+            seq=int(row[6] or 0), ack=int(row[7] or 0), len=int(row[8] or 0), window=window,
+            peer_window=peer_window,
+            bytes_in_flight=int(row[10]) if row[10] else None,
+            flags="".join(letter for bit, letter in _FLAG_LETTERS if flags & bit), expert=expert))
+    return packets
+
+
+def count_events(packets):
+    """{kind: count} over packets, every kind present (0 when never flagged)."""
+    counts = dict.fromkeys(EVENT_KINDS, 0)
+    for packet in packets:
+        for kind in packet.expert:
+            counts[kind] += 1
+    return counts

@@ -1,0 +1,155 @@
+"""Capture against real namespaces, dumpcap and tshark: readiness, flushing, wire-sized frames, expert events."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pytest_tcpnet import Host, Lab, LabError
+from pytest_tcpnet.assertions.events import assert_no_window_full, assert_window_full, assert_zero_window
+from pytest_tcpnet.capture import DEFAULT_SNAPLEN, Capture, CaptureResult
+from pytest_tcpnet.workload import BULK_SCRIPT
+
+pytestmark = [pytest.mark.tcpnet_needs("privilege"), pytest.mark.tcpnet_needs("tshark")]
+
+TINY_RMEM = Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"})
+# Default autotuning starts from a ~77 KB window, which a 0 ms flow fills once in its first
+# millisecond (measured: exactly 1 Window Full in 3 of 3 runs); a 1 MB initial buffer never is.
+TUNED_RMEM = Host(sysctls={"net.ipv4.tcp_rmem": "4096 1048576 6291456"})
+
+# A receiver that reads `first` bytes, stops reading for `pause` seconds, then reads to the end:
+# its buffer fills, it advertises a zero window, the sender probes, a window update resumes the flow.
+PAUSING_READER = """
+import socket, sys, time
+host, port, first, pause, rcvbuf = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+sock = socket.socket()
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+sock.connect((host, port))
+got = 0
+while got < first:
+    got += len(sock.recv(65536))
+time.sleep(pause)
+while True:
+    chunk = sock.recv(65536)
+    if not chunk:
+        break
+    got += len(chunk)
+print(got)
+"""
+
+
+def pausing_download(pair, nbytes, *, first, pause, rcvbuf=16384):
+    """Send nbytes server -> client to PAUSING_READER; return the byte count the reader got."""
+    server = pair.server.popen([sys.executable, BULK_SCRIPT, "serve", "--role=sender", f"--bind={pair.server.address}",
+                                f"--nbytes={nbytes}", "--timeout=30"], stdout=subprocess.PIPE, text=True)
+    try:
+        port = json.loads(server.stdout.readline())["port"]
+        reader = pair.client.run([sys.executable, "-c", PAUSING_READER, pair.server.address, str(port), str(first),
+                                  str(pause), str(rcvbuf)], timeout=30, check=True)
+        server.wait(timeout=10)
+    finally:
+        pair.server.processes.stop(server)
+    return int(reader.stdout)
+
+
+def test_capture_is_ready_before_and_flushed_after_the_flow(tcpnet, tmp_path):
+    pair = tcpnet.pair()
+    with Capture(pair.server, directory=tmp_path) as cap:
+        pair.transfer(nbytes=2_000_000)
+    result = cap.result
+    assert result.pcap.parent == tmp_path and result.point == "server/veth-rtr"
+    assert result.dropped == 0 and result.received == len(result.packets)
+    flags = [p.flags for p in result.packets]
+    # The SYN (first packet, so it was live before the connect) and both FINs (so nothing was left unflushed).
+    assert flags[0] == "S" and sum("F" in f for f in flags) == 2
+    data = [p for p in result.packets if p.direction == "data" and p.len]
+    assert max(p.seq + p.len for p in data) == 2_000_000 + 1  # relative sequence numbers start at 1
+    assert result.events["retransmission"] == 0
+
+
+def test_captured_interface_carries_wire_sized_packets(tcpnet, tmp_path):
+    # The lab's "wire" offload policy: TSO off at the endpoints, so the capture (and the router) see
+    # MTU-sized segments, not 64 KB super-packets; tshark's per-segment analysis depends on it.
+    pair = tcpnet.pair()
+    assert pair.offloads["server/veth-rtr"]  # the policy was applied and recorded for this interface
+    with Capture(pair.server, directory=tmp_path) as cap:
+        pair.transfer(nbytes=3_000_000)
+    sizes = [p.len for p in cap.result.packets if p.direction == "data"]
+    assert len(sizes) > 2000 and max(sizes) <= 1448  # MTU 1500 - IP 20 - TCP 32 (timestamps)
+    # Headers only: the pcap holds at most snaplen bytes (+16 of pcap record header) per packet.
+    assert cap.result.pcap.stat().st_size <= 24 + len(cap.result.packets) * (DEFAULT_SNAPLEN + 16)
+
+
+def test_window_full_under_a_tiny_client_rmem_and_not_when_tuned(tcpnet, tmp_path):
+    """C3/C9 on the host (0 ms RTT); examples/test_rmem_vs_wmem.py has the 10 ms VM version."""
+    tiny, tuned = tcpnet.pair(client=TINY_RMEM), tcpnet.pair(client=TUNED_RMEM)
+    with Capture(tiny.server, directory=tmp_path) as small:
+        tiny.transfer(nbytes=500_000)
+    with Capture(tuned.server, directory=tmp_path) as big:
+        tuned.transfer(nbytes=500_000)
+    # Measured: ~300 Window Full in ~650 data segments (the 1.5 KB window holds two 768 B segments).
+    assert_window_full(small.result, at_least=50)
+    assert_no_window_full(big.result)
+    with pytest.raises(AssertionError) as failure:
+        assert_no_window_full(small.result)
+    message = str(failure.value)
+    assert "TCP Window Full events" in message and "window_full" in message
+    assert "peer_win=" in message.split("first window_full packets:")[1]  # the window the sender filled
+    assert str(small.result.pcap) in message
+
+
+def test_pausing_reader_gives_zero_window_probes_and_update(tcpnet, tmp_path):
+    """C14: the reader stops for 2 s; the persist timer sends probes (first after ~200 ms, then doubling)."""
+    pair = tcpnet.pair()
+    with Capture(pair.server, directory=tmp_path) as cap:
+        assert pausing_download(pair, 400_000, first=50_000, pause=2.0) == 400_000
+    events = cap.result.events
+    assert_zero_window(cap.result)
+    # 2 s of pause with the persist timer backing off from 200 ms: measured 3-4 probes.
+    assert events["zero_window_probe"] >= 2, cap.result.describe()
+    assert events["window_update"] >= 1, cap.result.describe()
+    probes = cap.result.offending("zero_window_probe", 10)
+    assert probes[-1].time - probes[0].time > 0.5  # spread over the pause, not a burst
+
+
+def test_assertions_without_a_capture_say_how_to_get_one(tcpnet):
+    result = tcpnet.pair().transfer(nbytes=100_000)
+    assert getattr(result, "capture", None) is None
+    with pytest.raises(AssertionError, match=r"capture=True.*with Capture\(pair.server\)"):
+        assert_no_window_full(result)
+
+
+def test_capture_rejects_bad_input_before_starting_anything(tcpnet):
+    pair = tcpnet.pair()
+    with pytest.raises(ValueError, match="snaplen"):
+        Capture(pair.server, snaplen=10)
+    with pytest.raises(ValueError, match="filter"):
+        Capture(pair.server, filter="tcp\nport 1")
+    with pytest.raises(ValueError, match="interface"):
+        Capture(pair.server, interface="no such interface")
+    with pytest.raises(TypeError, match="node"):
+        Capture("server")
+    with pytest.raises(LabError, match="did not start capturing.*veth-nope"):
+        Capture(pair.server, interface="veth-nope").start()
+    with pytest.raises(LabError, match="did not start capturing"):
+        Capture(pair.server, filter="not a filter ((").start()
+    assert not pair.server.processes._running  # a failed start leaves no dumpcap behind
+
+
+def test_capture_result_decodes_once(tmp_path, tcpnet):
+    pair = tcpnet.pair()
+    with Capture(pair.server, directory=tmp_path) as cap:
+        pair.transfer(nbytes=200_000)
+    reopened = CaptureResult(cap.result.pcap, cap.result.point)
+    assert reopened.packets is reopened.packets and reopened.events == cap.result.events
+    with pytest.raises(ValueError, match="kind"):
+        reopened.offending("window_ful")
+
+
+def test_lab_close_stops_a_running_capture():
+    with Lab() as lab:
+        pair = lab.pair()
+        cap = Capture(pair.server).start()
+        proc = cap._proc
+    assert proc.poll() is not None  # stopped by pid with the pair
