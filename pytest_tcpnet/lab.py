@@ -17,6 +17,7 @@ import weakref
 
 from . import netlink
 from .errors import LabError, MissingCapability
+from .locks import open_lock_file
 from .model import Host, Link, check_congestion_control, parse_size, transfer_time
 from .requirements import check_need
 from .results import TransferResult, WindowProbe
@@ -434,9 +435,6 @@ def _stats_delta(before, after):
     return delta
 
 
-_SLOT_DIR = "/run/lock"
-
-
 @contextlib.contextmanager
 def measurement_slot(timeout):
     """Hold one of N machine-wide measurement slots (flock), so xdist workers don't measure each other's CPU load.
@@ -445,11 +443,10 @@ def measurement_slot(timeout):
     receiver busy, one core each (DESIGN pitfall 5).
     """
     slots = int(os.environ.get("TCPNET_MEASUREMENT_SLOTS", max(1, (os.cpu_count() or 2) // 2)))
-    directory = _SLOT_DIR if os.path.isdir(_SLOT_DIR) and os.access(_SLOT_DIR, os.W_OK) else "/tmp"
     deadline = time.monotonic() + timeout
     while True:
         for slot in range(slots):
-            fd = os.open(os.path.join(directory, f"pytest-tcpnet-slot-{slot}.lock"), os.O_CREAT | os.O_RDWR, 0o666)
+            fd = open_lock_file(f"measurement-slot-{slot}.lock")  # private dir, no symlinks followed
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
