@@ -129,13 +129,24 @@ def _directory_problem(info, path):
         return f"writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
     parent = os.path.dirname(path.rstrip("/")) or "/"
     pinfo = os.stat(parent)
-    if pinfo.st_uid not in (0, os.geteuid()):
+    if pinfo.st_uid not in (0, os.geteuid(), *_unmapped_owner()):
         return f"its parent {parent} belongs to uid {pinfo.st_uid}, who could swap it"
     # Someone who may write the parent could rename our directory away and put theirs in its place,
     # unless the sticky bit (as on /tmp and /run/lock) reserves that to the owner.
     if pinfo.st_mode & _NO_OTHER_WRITERS and not pinfo.st_mode & stat.S_ISVTX:
         return f"its parent {parent} is writable by others without the sticky bit"
     return None
+
+
+def _unmapped_owner():
+    """In a user namespace, owners outside the map (root of the real /tmp among them) read as the overflow uid."""
+    if not in_user_namespace():
+        return ()
+    try:
+        with open("/proc/sys/kernel/overflowuid") as f:
+            return (int(f.read()),)
+    except (OSError, ValueError):
+        return (65534,)
 
 
 def _file_problem(info):

@@ -24,6 +24,12 @@ def pytest_addoption(parser):
              "(default: $TCPNET_STRICT or off)")
     from . import vm
     vm.add_options(group)
+    from .rootless import MODE_ENV, MODES
+    group.addoption(
+        "--tcpnet-rootless", dest="tcpnet_rootless", choices=MODES, default=os.environ.get(MODE_ENV) or "auto",
+        help="without root, re-run the session in a user namespace of its own so labs still build: 'auto' "
+             "(default; where unprivileged user namespaces are allowed), 'on' (fail if they are not), 'off' "
+             "(lab tests skip). Env: TCPNET_ROOTLESS")
 
 
 def pytest_configure(config):
@@ -39,8 +45,9 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    from . import vm
-    return vm.maybe_run_in_vm(config)
+    from . import rootless, vm
+    code = vm.maybe_run_in_vm(config)
+    return code if code is not None else rootless.maybe_run_rootless(config)
 
 
 def pytest_report_header(config):
