@@ -41,6 +41,7 @@ def pytest_configure(config):
     for need in ("netem", "bbr", "tshark", "iperf3", "curl", "privilege"):
         config.addinivalue_line("markers", f"needs_{need}: added automatically from tcpnet_needs('{need}')")
     config.addinivalue_line("markers", "tcpnet_vm_boot: boots a real VM (slow: about a minute each)")
+    config.pluginmanager.register(_SigtermTeardown(), "tcpnet-sigterm")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -48,6 +49,40 @@ def pytest_cmdline_main(config):
     from . import rootless, vm
     code = vm.maybe_run_in_vm(config)
     return code if code is not None else rootless.maybe_run_rootless(config)
+
+
+class _SigtermTeardown:
+    """SIGTERM ends the session the way Ctrl-C does (KeyboardInterrupt), so fixtures tear their labs down.
+
+    Installed only where SIGTERM still has its default action (whoever set another one keeps it);
+    repeated SIGTERMs are ignored while the teardown runs; the default comes back at unconfigure.
+    """
+
+    def __init__(self):
+        self.installed = False
+        self.received = False
+
+    def pytest_configure(self, config):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, self._interrupt)
+            self.installed = True
+
+    def _interrupt(self, signum, frame):
+        if self.received:
+            return
+        self.received = True
+        raise KeyboardInterrupt("SIGTERM: tearing the labs down")
+
+    def pytest_unconfigure(self, config):
+        import signal
+
+        if self.installed:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            self.installed = False
 
 
 def pytest_report_header(config):
