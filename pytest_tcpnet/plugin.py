@@ -24,6 +24,12 @@ def pytest_addoption(parser):
              "(default: $TCPNET_STRICT or off)")
     from . import vm
     vm.add_options(group)
+    group.addoption(
+        "--tcpnet-host-guard", dest="tcpnet_host_guard", action="store_true",
+        default=os.environ.get("TCPNET_HOST_GUARD") == "1",
+        help="snapshot the host namespace's links, addresses, routes (all tables), rules, qdiscs and net "
+             "sysctls at session start and fail the session, naming each difference, if any changed by its "
+             "end (env TCPNET_HOST_GUARD=1)")
     from .rootless import MODE_ENV, MODES
     group.addoption(
         "--tcpnet-rootless", dest="tcpnet_rootless", choices=MODES, default=os.environ.get(MODE_ENV) or "auto",
@@ -42,6 +48,8 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"needs_{need}: added automatically from tcpnet_needs('{need}')")
     config.addinivalue_line("markers", "tcpnet_vm_boot: boots a real VM (slow: about a minute each)")
     config.pluginmanager.register(_SigtermTeardown(), "tcpnet-sigterm")
+    if config.getoption("tcpnet_host_guard") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_HostGuard(), "tcpnet-host-guard")  # xdist: the controller guards
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -83,6 +91,35 @@ class _SigtermTeardown:
         if self.installed:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             self.installed = False
+
+
+class _HostGuard:
+    """--tcpnet-host-guard: the host namespace at the end of the session must equal its start."""
+
+    def __init__(self):
+        self.before = None
+        self.changes = []
+
+    def pytest_sessionstart(self, session):
+        from . import hostguard
+        self.before = hostguard.snapshot()
+
+    @pytest.hookimpl(trylast=True)  # after the session-scoped fixtures' teardown
+    def pytest_sessionfinish(self, session):
+        from . import hostguard
+        if self.before is None:
+            return
+        self.changes = hostguard.differences(self.before, hostguard.snapshot())
+        if self.changes:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.changes:
+            terminalreporter.section("tcpnet host guard: the host namespace changed", red=True, bold=True)
+            for line in self.changes:
+                terminalreporter.line(line)
+        elif self.before is not None:
+            terminalreporter.line("tcpnet host guard: host namespace unchanged")
 
 
 def pytest_report_header(config):
