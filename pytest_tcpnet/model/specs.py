@@ -35,7 +35,7 @@ HOST_GLOBAL_SYSCTLS = frozenset({
 
 _SYSCTL_NAME = re.compile(r"net(\.[A-Za-z0-9_\-]+)+")  # used with fullmatch: "$" would let "...\n" through
 #: Newline, NUL and other control characters: a newline in a value would make the kernel take a second one.
-_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 _MAX_SYSCTL_TEXT = 1024
 _TRIPLE_SYSCTLS = {"net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"}
 _CC_SYSCTL = "net.ipv4.tcp_congestion_control"
