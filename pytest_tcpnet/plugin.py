@@ -69,6 +69,7 @@ class _SigtermTeardown:
     def __init__(self):
         self.installed = False
         self.received = False
+        self.pid = os.getpid()
 
     def pytest_configure(self, config):
         import signal
@@ -80,6 +81,13 @@ class _SigtermTeardown:
             self.installed = True
 
     def _interrupt(self, signum, frame):
+        if os.getpid() != self.pid:
+            # A forked helper (pyroute2 forks to create namespaces) inherits this handler: it must die
+            # as SIGTERM says, not unwind a copy of the session's stack.
+            import signal
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         if self.received:
             return
         self.received = True
