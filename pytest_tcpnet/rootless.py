@@ -111,7 +111,19 @@ def maybe_run_rootless(config):
             return _EXIT_USAGE
         return None  # lab tests skip, naming the blocker (requirements.check_need)
     _say("not root: running this session rootless, in a user namespace of its own (--tcpnet-rootless=off: don't)")
-    return _run(rootless_command(list(config.invocation_params.args)), str(config.invocation_params.dir))
+    guard = config.getoption("tcpnet_host_guard", default=False)
+    if guard:
+        # Inside, the guard watches the session's own namespace; the real host is checked from here.
+        from . import hostguard
+        before = hostguard.snapshot()
+    code = _run(rootless_command(list(config.invocation_params.args)), str(config.invocation_params.dir))
+    if guard:
+        changes = hostguard.differences(before, hostguard.snapshot())
+        for line in changes:
+            _say(f"host guard: the host namespace changed: {line}")
+        if changes and code == 0:
+            return 1
+    return code
 
 
 def _run(argv, cwd):

@@ -56,10 +56,12 @@ def _session(tmp_path, *args, prefix=(), env=None):
 
 
 def test_without_privilege_labs_build_in_a_user_namespace(tmp_path):
-    out = _session(tmp_path)
+    out = _session(tmp_path, "--tcpnet-host-guard")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 passed" in out.stdout
     assert "running this session rootless" in out.stderr
+    # Guarded twice: the session's own namespace from inside, the real host from the outer pytest.
+    assert "tcpnet host guard: host namespace unchanged" in out.stdout and "host guard" not in out.stderr
     # The lab's namespaces lived in the session's private /run/netns, never in the host's.
     names = (tmp_path / "mark").read_text().split()
     assert len(names) == 3 and not set(names) & set(os.listdir(netlink.NETNS_DIR))
