@@ -37,8 +37,15 @@ def in_user_namespace():
     return _uid_map() != [(0, 0, 4294967295)]
 
 
+#: Set by a rootless session for the sessions it starts: a nested user namespace's map only reaches its parent.
+REAL_UID_ENV = "TCPNET_REAL_UID"
+
+
 def real_uid():
     """This process's uid as the initial user namespace sees it (the user who started the session)."""
+    inherited = os.environ.get(REAL_UID_ENV, "")
+    if inherited.isdigit() and in_user_namespace():
+        return int(inherited)
     uid = os.geteuid()
     for inside, outside, count in _uid_map():
         if inside <= uid < inside + count:

@@ -132,6 +132,8 @@ def _run(argv, cwd):
     # Inside, the uid reads 0: keep the real user's name so pytest's tmp_path stays /tmp/pytest-of-USER
     # (a directory this user owns) instead of root's.
     env["USER"] = env["LOGNAME"] = _user_name()
+    from .locks import REAL_UID_ENV, real_uid
+    env[REAL_UID_ENV] = str(real_uid())
     proc = subprocess.Popen(argv, cwd=cwd, env=env)
 
     def forward(signum, frame):
@@ -150,12 +152,17 @@ def _run(argv, cwd):
 
 
 def _user_name():
+    """The name of the user who started the session (already set by an enclosing rootless session)."""
     import pwd
 
+    from .locks import in_user_namespace, real_uid
+
+    if in_user_namespace() and os.environ.get("USER"):
+        return os.environ["USER"]
     try:
-        return pwd.getpwuid(os.getuid()).pw_name
+        return pwd.getpwuid(real_uid()).pw_name
     except KeyError:
-        return f"uid{os.getuid()}"
+        return f"uid{real_uid()}"
 
 
 def _say(message):
