@@ -22,7 +22,7 @@ PROJECT = textwrap.dedent('''
         pair = tcpnet.pair(link=Link(rate="20mbit"))
         sleeper = pair.server.popen(["sleep", "600"])
         with open(os.environ["TCPNET_TEST_MARK"] + "." + worker_id, "w") as f:
-            f.write(" ".join([str(sleeper.pid)] + [n.namespace for n in pair.nodes]))
+            f.write(" ".join([str(os.getpid()), str(sleeper.pid)] + [n.namespace for n in pair.nodes]))
         time.sleep(600)
 
     test_second = test_sleeps_with_a_pair
@@ -53,12 +53,13 @@ def _wait_for_marks(proc, tmp_path, count):
 
 def _leftovers(marks):
     found = []
-    for pid, *namespaces in marks:
-        deadline = time.monotonic() + 5
-        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if os.path.exists(f"/proc/{pid}"):
-            found.append(f"process {pid}")
+    for session_pid, sleeper_pid, *namespaces in marks:  # the pytest process (or xdist worker) and its sleeper
+        for pid in (session_pid, sleeper_pid):
+            deadline = time.monotonic() + 5
+            while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if os.path.exists(f"/proc/{pid}"):
+                found.append(f"process {pid}")
         found += [f"namespace {n}" for n in namespaces if n in netlink.lab_namespaces()]
     return found
 
