@@ -1,8 +1,8 @@
-"""Labs without root: re-run the session inside a user namespace where it is root of its own net and mount namespaces.
+"""Labs without root: re-run the session in a user namespace of its own, where it may create network namespaces.
 
-Like ``unshare --user --map-root-user --net --mount`` (which it uses): the session gets a
-network namespace of its own (the labs' "host"; the real host's network is out of its
-reach), and a private tmpfs on /run/netns for the named lab namespaces, so every piece of
+Like ``unshare --user --map-root-user --mount`` (which it uses): the session stays in the
+host's network namespace but has no power over it, the namespaces its labs create belong to
+its user namespace, and a private tmpfs on /run/netns holds their names, so every piece of
 lab code runs unchanged. Interface used by ``plugin.py``:
 
 - ``maybe_run_rootless(config) -> int | None``: when this process cannot build labs and
@@ -11,7 +11,7 @@ lab code runs unchanged. Interface used by ``plugin.py``:
 - ``privilege_hint() -> str``: what to do when labs cannot be built here (names a blocking setting).
 
 ``python -m pytest_tcpnet.rootless ARGS`` is the stage that runs inside the namespaces:
-it mounts the private directories, brings loopback up and execs ``python -m pytest ARGS``.
+it mounts the private directories and execs ``python -m pytest ARGS``.
 """
 
 import ctypes
@@ -82,8 +82,10 @@ def privilege_hint():
 
 
 def _unshare_argv():
-    return [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--net", "--mount",
-            "--propagation", "private"]
+    # No --net: the session stays in the host's network namespace, where root of a user namespace has no
+    # power (CAP_NET_ADMIN there is checked against the initial user namespace), so tests that use the
+    # network (localhost services, the internet) keep working; the labs' namespaces belong to this one.
+    return [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", "--propagation", "private"]
 
 
 def rootless_command(pytest_args):
@@ -111,19 +113,7 @@ def maybe_run_rootless(config):
             return _EXIT_USAGE
         return None  # lab tests skip, naming the blocker (requirements.check_need)
     _say("not root: running this session rootless, in a user namespace of its own (--tcpnet-rootless=off: don't)")
-    guard = config.getoption("tcpnet_host_guard", default=False)
-    if guard:
-        # Inside, the guard watches the session's own namespace; the real host is checked from here.
-        from . import hostguard
-        before = hostguard.snapshot()
-    code = _run(rootless_command(list(config.invocation_params.args)), str(config.invocation_params.dir))
-    if guard:
-        changes = hostguard.differences(before, hostguard.snapshot())
-        for line in changes:
-            _say(f"host guard: the host namespace changed: {line}")
-        if changes and code == 0:
-            return 1
-    return code
+    return _run(rootless_command(list(config.invocation_params.args)), str(config.invocation_params.dir))
 
 
 def _run(argv, cwd):
@@ -179,8 +169,8 @@ def _mount_tmpfs(target, mode):
 
 
 def _prepare_namespaces():
-    """Inside the new namespaces: a private /run/netns, loopback up, and die with the parent session."""
-    from .netlink import NETNS_DIR, set_loopback_up
+    """Inside the new namespaces: a private /run/netns, and die with the parent session."""
+    from .netlink import NETNS_DIR
 
     netns_dir = os.path.realpath(NETNS_DIR)
     if os.path.isdir(netns_dir):
@@ -189,7 +179,6 @@ def _prepare_namespaces():
         # An unprivileged user cannot create it in the host's /run: give the session a /run of its own.
         _mount_tmpfs(os.path.dirname(netns_dir), 0o755)
         os.makedirs(netns_dir, 0o755)
-    set_loopback_up()
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)  # the outer pytest died: tear down, don't run on alone
     if os.environ.get("TCPNET_ROOTLESS_PARENT") not in (None, str(os.getppid())):

@@ -29,6 +29,8 @@ PROJECT = textwrap.dedent('''
         pair = tcpnet.pair(link=Link(rate="50mbit"), client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 65536 262144"}))
         with open(os.environ["MARK"], "w") as f:
             f.write(" ".join(n.namespace for n in pair.nodes))
+        with open(os.environ["MARK"] + ".netns", "w") as f:
+            f.write(str(os.stat("/proc/self/ns/net").st_ino))
         result = pair.transfer(nbytes=500_000)
         assert rootless.inside()
         assert result.sysctls["client"]["net.ipv4.tcp_rmem"] == "4096 65536 262144"
@@ -60,11 +62,13 @@ def test_without_privilege_labs_build_in_a_user_namespace(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 passed" in out.stdout
     assert "running this session rootless" in out.stderr
-    # Guarded twice: the session's own namespace from inside, the real host from the outer pytest.
+    # The rootless session shares the host's network namespace (without power over it): guarded from inside.
     assert "tcpnet host guard: host namespace unchanged" in out.stdout and "host guard" not in out.stderr
     # The lab's namespaces lived in the session's private /run/netns, never in the host's.
     names = (tmp_path / "mark").read_text().split()
     assert len(names) == 3 and not set(names) & set(os.listdir(netlink.NETNS_DIR))
+    # ... while the session itself stayed in the host's network namespace (localhost, internet as usual).
+    assert int((tmp_path / "mark.netns").read_text()) == os.stat("/proc/self/ns/net").st_ino
 
 
 def test_rootless_also_runs_under_xdist(tmp_path):

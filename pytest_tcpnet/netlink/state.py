@@ -1,10 +1,10 @@
-"""Read-only views of a namespace's network configuration (for the host guard); loopback up for rootless sessions."""
+"""Read-only views of a namespace's network configuration (for the host guard)."""
 
 from pyroute2 import IPRoute
 
 from .namespaces import with_iproute
 
-__all__ = ["network_state", "set_loopback_up"]
+__all__ = ["network_state"]
 
 _FAMILIES = (2, 10)  # AF_INET, AF_INET6
 
@@ -59,10 +59,3 @@ def network_state(namespace=None):
             return _read(ipr)
     return with_iproute(namespace, _read)
 
-
-def set_loopback_up():
-    """Bring lo up in the calling thread's namespace (a fresh one starts with it down)."""
-    with IPRoute() as ipr:
-        index = ipr.link_lookup(ifname="lo")
-        if index:
-            ipr.link("set", index=index[0], state="up")
