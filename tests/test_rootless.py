@@ -5,10 +5,12 @@ capabilities dropped (setpriv). dev/test-rootless runs the whole suite as a real
 """
 
 import os
+import signal
 import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -107,3 +109,52 @@ def test_rootless_on_where_forbidden_is_a_usage_error_naming_the_setting(tmp_pat
 def test_the_blockers_each_name_their_setting_and_the_fix():
     for path, forbidding, what, how in rootless._BLOCKING_SETTINGS:
         assert what.split("=")[0].replace(".", "/") in path and how.startswith("sudo sysctl -w")
+
+
+SLEEPER = textwrap.dedent('''
+    import os, time
+
+    def test_sleeps_with_a_pair(tcpnet):
+        pair = tcpnet.pair()
+        with open(os.environ["MARK"], "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(600)
+''')
+
+
+def _sleeping_rootless_session(tmp_path):
+    (tmp_path / "test_sleeper.py").write_text(SLEEPER)
+    environment = {k: v for k, v in os.environ.items() if k not in (rootless.INSIDE_ENV, rootless.MODE_ENV)}
+    environment.update(PYTHONPATH=REPO, MARK=str(tmp_path / "mark"))
+    proc = subprocess.Popen([*DROP_PRIVILEGE, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                             "test_sleeper.py"], cwd=tmp_path, env=environment, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "mark").exists() or not (tmp_path / "mark").read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+        time.sleep(0.05)
+    return proc, int((tmp_path / "mark").read_text())
+
+
+def _gone_within(pid, seconds):
+    deadline = time.monotonic() + seconds
+    while os.path.exists(f"/proc/{pid}"):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_sigterm_to_the_outer_pytest_tears_the_rootless_session_down(tmp_path):
+    proc, inner = _sleeping_rootless_session(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, out
+    assert "SIGTERM: tearing the labs down" in out and _gone_within(inner, 5)
+
+
+def test_a_killed_outer_pytest_takes_the_rootless_session_with_it(tmp_path):
+    proc, inner = _sleeping_rootless_session(tmp_path)
+    proc.kill()  # SIGKILL: the outer runs no code; the session gets SIGTERM as its parent-death signal
+    proc.communicate(timeout=30)
+    assert _gone_within(inner, 30)
