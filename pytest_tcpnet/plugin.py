@@ -25,6 +25,18 @@ def pytest_addoption(parser):
     from . import vm
     vm.add_options(group)
     _add_report_options(group)
+    group.addoption(
+        "--tcpnet-host-guard", dest="tcpnet_host_guard", action="store_true",
+        default=os.environ.get("TCPNET_HOST_GUARD") == "1",
+        help="snapshot the host namespace's links, addresses, routes (all tables), rules, qdiscs and net "
+             "sysctls at session start and fail the session, naming each difference, if any changed by its "
+             "end (env TCPNET_HOST_GUARD=1)")
+    from .rootless import MODE_ENV, MODES
+    group.addoption(
+        "--tcpnet-rootless", dest="tcpnet_rootless", choices=MODES, default=os.environ.get(MODE_ENV) or "auto",
+        help="without root, re-run the session in a user namespace of its own so labs still build: 'auto' "
+             "(default; where unprivileged user namespaces are allowed), 'on' (fail if they are not), 'off' "
+             "(lab tests skip). Env: TCPNET_ROOTLESS")
 
 
 def pytest_configure(config):
@@ -37,12 +49,87 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"needs_{need}: added automatically from tcpnet_needs('{need}')")
     config.addinivalue_line("markers", "tcpnet_vm_boot: boots a real VM (slow: about a minute each)")
     config.pluginmanager.register(_ReportPlugin(config), "tcpnet-report")
+    config.pluginmanager.register(_SigtermTeardown(), "tcpnet-sigterm")
+    if config.getoption("tcpnet_host_guard") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_HostGuard(), "tcpnet-host-guard")  # xdist: the controller guards
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    from . import vm
-    return vm.maybe_run_in_vm(config)
+    from . import rootless, vm
+    code = vm.maybe_run_in_vm(config)
+    return code if code is not None else rootless.maybe_run_rootless(config)
+
+
+class _SigtermTeardown:
+    """SIGTERM ends the session the way Ctrl-C does (KeyboardInterrupt), so fixtures tear their labs down.
+
+    Installed only where SIGTERM still has its default action (whoever set another one keeps it);
+    repeated SIGTERMs are ignored while the teardown runs; the default comes back at unconfigure.
+    """
+
+    def __init__(self):
+        self.installed = False
+        self.received = False
+        self.pid = os.getpid()
+
+    def pytest_configure(self, config):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, self._interrupt)
+            self.installed = True
+
+    def _interrupt(self, signum, frame):
+        if os.getpid() != self.pid:
+            # A forked helper (pyroute2 forks to create namespaces) inherits this handler: it must die
+            # as SIGTERM says, not unwind a copy of the session's stack.
+            import signal
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        if self.received:
+            return
+        self.received = True
+        raise KeyboardInterrupt("SIGTERM: tearing the labs down")
+
+    def pytest_unconfigure(self, config):
+        import signal
+
+        if self.installed:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            self.installed = False
+
+
+class _HostGuard:
+    """--tcpnet-host-guard: the host namespace at the end of the session must equal its start."""
+
+    def __init__(self):
+        self.before = None
+        self.changes = []
+
+    def pytest_sessionstart(self, session):
+        from . import hostguard
+        self.before = hostguard.snapshot()
+
+    @pytest.hookimpl(trylast=True)  # after the session-scoped fixtures' teardown
+    def pytest_sessionfinish(self, session):
+        from . import hostguard
+        if self.before is None:
+            return
+        self.changes = hostguard.differences(self.before, hostguard.snapshot())
+        if self.changes:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.changes:
+            terminalreporter.section("tcpnet host guard: the host namespace changed", red=True, bold=True)
+            for line in self.changes:
+                terminalreporter.line(line)
+        elif self.before is not None:
+            terminalreporter.line("tcpnet host guard: host namespace unchanged")
 
 
 def pytest_report_header(config):

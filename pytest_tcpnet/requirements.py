@@ -24,8 +24,8 @@ def check_need(need):
     release = netlink.kernel_release()
     if need in ("root", "privilege"):
         if not netlink.has_net_admin():
-            raise MissingCapability(need, "building a lab needs CAP_NET_ADMIN and CAP_SYS_ADMIN "
-                                    "(run as root, e.g. `sudo -E pytest`)")
+            from .rootless import privilege_hint
+            raise MissingCapability(need, f"building a lab needs CAP_NET_ADMIN and CAP_SYS_ADMIN {privilege_hint()}")
         return
     if need in QDISC_NEEDS:
         if not netlink.has_net_admin():

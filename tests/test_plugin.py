@@ -37,6 +37,7 @@ def _run(tmp_path, *args, unprivileged=False, env=None, quiet=True):
         # Root without CAP_NET_ADMIN/CAP_SYS_ADMIN, as a container or a CI job without privileges.
         argv = [shutil.which("setpriv"), "--bounding-set=-net_admin,-sys_admin",
                 "--inh-caps=-net_admin,-sys_admin", "--", *argv]
+        env = {"TCPNET_ROOTLESS": "off", **(env or {})}  # labs would otherwise build rootless (test_rootless.py)
     return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, **(env or {})))
 

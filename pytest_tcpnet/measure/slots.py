@@ -6,11 +6,9 @@ import os
 import time
 
 from ..errors import LabError
+from ..locks import open_lock_file
 
 __all__ = ["measurement_slot"]
-
-_SLOT_DIR = "/run/lock"
-
 
 @contextlib.contextmanager
 def measurement_slot(timeout):
@@ -20,11 +18,10 @@ def measurement_slot(timeout):
     receiver busy, one core each (DESIGN pitfall 5).
     """
     slots = int(os.environ.get("TCPNET_MEASUREMENT_SLOTS", max(1, (os.cpu_count() or 2) // 2)))
-    directory = _SLOT_DIR if os.path.isdir(_SLOT_DIR) and os.access(_SLOT_DIR, os.W_OK) else "/tmp"
     deadline = time.monotonic() + timeout
     while True:
         for slot in range(slots):
-            fd = os.open(os.path.join(directory, f"pytest-tcpnet-slot-{slot}.lock"), os.O_CREAT | os.O_RDWR, 0o666)
+            fd = open_lock_file(f"measurement-slot-{slot}.lock")  # private dir, no symlinks followed
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -33,7 +33,10 @@ HOST_GLOBAL_SYSCTLS = frozenset({
     "net.ipv4.tcp_mem", "net.ipv4.udp_mem", "net.ipv4.tcp_max_orphans", "net.ipv4.tcp_low_latency",
 })
 
-_SYSCTL_NAME = re.compile(r"^net(\.[A-Za-z0-9_\-]+)+$")
+_SYSCTL_NAME = re.compile(r"net(\.[A-Za-z0-9_\-]+)+")  # used with fullmatch: "$" would let "...\n" through
+#: Newline, NUL and other control characters: a newline in a value would make the kernel take a second one.
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_MAX_SYSCTL_TEXT = 1024
 _TRIPLE_SYSCTLS = {"net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"}
 _CC_SYSCTL = "net.ipv4.tcp_congestion_control"
 
@@ -255,6 +258,11 @@ def _normalize_sysctl_value(name, value):
         return " ".join(str(v) for v in value)
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, str) and _CONTROL_CHARACTERS.search(value):
+        raise ValueError(f"sysctls[{name!r}]: newlines, NUL and other control characters are refused "
+                         f"(one value per sysctl), got {value!r}")
+    if isinstance(value, str) and len(value) > _MAX_SYSCTL_TEXT:
+        raise ValueError(f"sysctls[{name!r}]: at most {_MAX_SYSCTL_TEXT} characters, got {len(value)}")
     if isinstance(value, str) and value.strip():
         return " ".join(value.split())
     raise TypeError(f"sysctls[{name!r}]: expected a non-empty string, an int or a tuple of ints, got {value!r}")
@@ -295,7 +303,7 @@ class Host:
             raise TypeError(f"sysctls: expected a dict of 'net.*' names to values, got {raw!r}")
         clean = {}
         for name, value in raw.items():
-            if not isinstance(name, str) or not _SYSCTL_NAME.match(name):
+            if not isinstance(name, str) or len(name) > 200 or not _SYSCTL_NAME.fullmatch(name):
                 raise ValueError(f"sysctls: {name!r} is not a network sysctl name; expected dotted 'net.…' "
                                  "(e.g. 'net.ipv4.tcp_rmem'); other sysctls are host-wide and not per namespace")
             if name in HOST_GLOBAL_SYSCTLS:

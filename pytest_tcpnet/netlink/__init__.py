@@ -4,6 +4,7 @@ from .namespaces import (NETNS_DIR, PREFIX, create_namespace, lab_namespaces, na
                          pids_in_namespace, read_sysctls, remove_namespace, run_in_namespace, sweep_stale_namespaces,
                          sysctl_exists, write_sysctls)
 from .probe import available_congestion_controls, has_net_admin, kernel_release, qdisc_supported
+from .state import network_state
 from .qdisc import htb_burst_bytes, qdisc_stats, shape_egress
 from .topology import OFFLOAD_FEATURES, interface_counters, TSO_FEATURES, PATH_ADDRESSES, PathAddresses, get_offloads, set_offloads, wire_path
 
@@ -13,4 +14,5 @@ __all__ = [
     "sysctl_exists", "write_sysctls", "available_congestion_controls", "has_net_admin", "kernel_release",
     "qdisc_supported", "htb_burst_bytes", "qdisc_stats", "shape_egress", "OFFLOAD_FEATURES", "TSO_FEATURES", "PATH_ADDRESSES",
     "PathAddresses", "interface_counters", "get_offloads", "set_offloads", "wire_path",
+    "network_state",
 ]

@@ -117,8 +117,22 @@ def _setns(fd):
         raise OSError(err, f"setns: {os.strerror(err)}")
 
 
+# The model's rules again, right where the path is built and the file written (defence in depth).
+from ..model.specs import _CONTROL_CHARACTERS as _SYSCTL_VALUE_REFUSED, _SYSCTL_NAME as _SYSCTL_KEY  # noqa: E402
+
+
 def _sysctl_path(name):
+    """The /proc/sys file of a dotted net.* name; a name that could point anywhere else is refused."""
+    if not isinstance(name, str) or len(name) > 200 or not _SYSCTL_KEY.fullmatch(name):
+        raise ValueError(f"sysctl name: expected dotted 'net.…' (letters, digits, '_', '-'), got {name!r}")
     return "/proc/sys/" + name.replace(".", "/")
+
+
+def _sysctl_text(key, value):
+    """The text written for one sysctl: one line, so the kernel cannot take a second value from it."""
+    if not isinstance(value, str) or _SYSCTL_VALUE_REFUSED.search(value):
+        raise ValueError(f"sysctl {key}: expected one line of text without control characters, got {value!r}")
+    return value
 
 
 def sysctl_exists(name):
@@ -129,10 +143,12 @@ def sysctl_exists(name):
 def write_sysctls(name, values):
     """Write sysctls inside namespace `name`; raise LabError naming the one the kernel refused."""
 
+    checked = {_sysctl_path(key): (key, _sysctl_text(key, value)) for key, value in values.items()}
+
     def write_all():
-        for key, value in values.items():
+        for path, (key, value) in checked.items():
             try:
-                with open(_sysctl_path(key), "w") as f:
+                with open(path, "w") as f:
                     f.write(value)
             except OSError as exc:
                 raise LabError(f"sysctl {key} = {value!r} refused in namespace {name}: "

@@ -7,6 +7,7 @@ import os
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from ..locks import in_user_namespace
 from ..model import KNOWN_CONGESTION_CONTROLS
 from .namespaces import call_in_own_thread
 
@@ -71,6 +72,8 @@ def available_congestion_controls():
             names.update(f.read().split())
     except OSError:
         pass
+    if in_user_namespace():
+        return names  # the kernel autoloads a module only for the initial namespace's CAP_NET_ADMIN
     moddir = f"/lib/modules/{kernel_release()}/kernel/net/ipv4"
     try:
         for entry in os.listdir(moddir):
