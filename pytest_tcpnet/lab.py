@@ -388,8 +388,18 @@ def _close_forgotten_labs():
             lab.close()
 
 
+_LONGEST_DEADLINE = 24 * 3600.0  # poll() takes at most ~24 days; no test should wait a day anyway
+
+
 def _default_timeout(flow, link):
-    """Generous deadline: 10x the time at the slowest shaped rate (or 1 Mbit/s) plus start-up and pauses."""
+    """Generous deadline: 10x the time at 1 Mbit/s (or a slower shaped rate) plus start-up and pauses; at most a day.
+
+    Not the link's rate: a window-limited flow can be far slower than its link.
+    """
+    return min(_LONGEST_DEADLINE, _unbounded_timeout(flow, link))
+
+
+def _unbounded_timeout(flow, link):
     rates = [w.rate_bps for w in (link.toward_client, link.toward_server) if w.rate_bps]
     slowest = min(rates + [1e6]) if rates else 1e6
     pauses = sum(p.seconds for p in (flow.reader, flow.writer) if hasattr(p, "seconds"))

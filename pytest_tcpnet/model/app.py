@@ -18,12 +18,18 @@ def _positive_number(field, value):
     return value
 
 
+MAX_TRANSFER_BYTES = 2**40  # 1 TiB: far beyond any test, small enough that deadlines stay computable
+
+
 def check_positive_bytes(field, value):
-    """A byte count: a positive int or a size string like '1mb'."""
+    """A byte count: a positive int (up to 1 TiB) or a size string like '1mb'."""
     nbytes = parse_size(value, field) if isinstance(value, str) else value
-    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or nbytes != int(nbytes) or nbytes <= 0:
-        raise ValueError(f"{field}: must be a positive whole number of bytes (or a size like '1mb'), got {value!r}")
-    return int(nbytes)
+    if isinstance(value, str) and nbytes == int(nbytes):
+        nbytes = int(nbytes)
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or not 0 < nbytes <= MAX_TRANSFER_BYTES:
+        raise ValueError(f"{field}: must be a positive int of bytes up to 2^40 (or a size like '1mb'), "
+                         f"got {value!r}")
+    return nbytes
 
 
 def check_buffer_bytes(field, value):
