@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from .cache import cache_dir
 from .errors import VMUsageError
 from .kernel import Kernel
 
@@ -20,8 +21,7 @@ CACHE_NAME = "vm-accel.json"
 
 def cache_path() -> Path:
     """Return the file caching KVM probe results (under $XDG_CACHE_HOME or ~/.cache)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "pytest-tcpnet" / CACHE_NAME
+    return cache_dir() / CACHE_NAME
 
 
 def qemu_version(qemu: str) -> str:

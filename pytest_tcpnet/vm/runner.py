@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from . import IN_VM_ENV
 from .accel import choose_accel
 from .args import artifact_dirs, check_shareable, guest_environment, share_dirs, strip_vm_args
+from . import fastboot
 from .errors import EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED, VMError, VMUsageError
 from .kernel import Kernel, has_module, resolve_kernel
 from .launch import LaunchResult, launch
+from .lock import VMLock
 from .options import ACCEL_CHOICES
 
 # Loaded in the guest before pytest starts; the labs need them and the Debian kernel has
@@ -51,6 +53,7 @@ class Plan:
     cpus: int
     memory: str
     boot_timeout: float
+    lock_timeout: float
     cwd: str
     python: str
     pytest_args: list
@@ -133,6 +136,7 @@ def plan_from_config(config) -> Plan:
         cpus=_number_option(config, "tcpnet_vm_cpus", "--tcpnet-vm-cpus", 1),
         memory=memory,
         boot_timeout=_number_option(config, "tcpnet_vm_boot_timeout", "--tcpnet-vm-boot-timeout", 0.1),
+        lock_timeout=_number_option(config, "tcpnet_vm_lock_timeout", "--tcpnet-vm-lock-timeout", 0),
         cwd=cwd,
         python=sys.executable,
         pytest_args=strip_vm_args(list(params.args)),
@@ -242,9 +246,18 @@ def _explain(plan: Plan, accel: str, result: LaunchResult) -> VMError:
 
 
 def run_plan(plan: Plan) -> int:
-    """Boot the VM, run pytest there with live output, and return pytest's exit code."""
+    """Take the host's VM lock, boot the VM, run pytest there, and return pytest's exit code."""
     for w in plan.warnings:
         say(f"warning: {w}")
+    try:
+        with VMLock(plan.lock_timeout, say):
+            return _run_locked(plan)
+    except KeyboardInterrupt:
+        say("interrupted while waiting for the VM lock")
+        return EXIT_INTERRUPTED
+
+
+def _run_locked(plan: Plan) -> int:
 
     def probe(timeout: float):
         say(f"probing KVM with a trivial boot (at most {timeout:g} s, result cached)...")
@@ -257,20 +270,33 @@ def run_plan(plan: Plan) -> int:
         return EXIT_INTERRUPTED
     say(f"accel={accel} ({why})")
 
+    try:
+        boot = fastboot.prepare(plan.kernel, plan.qemu)
+        how = "fast boot: qemu microvm, uncompressed kernel, cached read-only root"
+    except fastboot.Unavailable as why_not:
+        boot = None
+        how = f"with vng; fast boot unavailable: {why_not}"
+
     workdir = tempfile.mkdtemp(prefix="tcpnet-vm-")
     try:
         check_shareable(workdir, "the runner's temporary directory")
         script = os.path.join(workdir, "run.sh")
         exit_file = os.path.join(workdir, "exitcode")
         sentinel = f"TCPNET-VM-STARTED-{secrets.token_hex(8)}"
+        body = guest_script(plan, sentinel, exit_file)
         with open(script, "w", encoding="utf-8") as f:
-            f.write(guest_script(plan, sentinel, exit_file))
+            f.write(fastboot.session_script(body) if boot else body)
         shares = plan.shares + [workdir]
-        say(f"booting {plan.kernel.release} ({plan.kernel.path}), {plan.cpus} CPUs, "
+        if boot:
+            cmd = fastboot.qemu_command(plan.qemu, boot, accel, plan.cpus, plan.memory,
+                                        shares, script, debug=plan.echo_boot)
+        else:
+            cmd = vng_command(plan, accel, script, shares)
+        say(f"booting {plan.kernel.release} ({plan.kernel.path}, {how}), {plan.cpus} CPUs, "
             f"{plan.memory}, no network device; the guest must start within "
             f"{plan.boot_timeout:g} s; shared read-write: {', '.join(plan.shares)}")
         result = launch(
-            vng_command(plan, accel, script, shares),
+            cmd,
             cwd=plan.cwd,
             sentinel=sentinel.encode(),
             boot_timeout=plan.boot_timeout,
