@@ -95,7 +95,11 @@ exec switch_root /newroot /bin/sh "$tcpnet_script" < /newroot/dev/null > "$out" 
 # Appended to the session script: the script is PID 1, so it powers the machine off itself.
 EPILOGUE = "sync\necho o > /proc/sysrq-trigger\nsleep 30\n"
 # Prepended: what virtme-ng's init would have done that the session relies on.
-PROLOGUE = "unset tcpnet_shares tcpnet_script\nip link set lo up 2>/dev/null\n"
+PROLOGUE = (
+    "unset tcpnet_shares tcpnet_script\n"
+    "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+    "ip link set lo up 2>/dev/null\n"
+)
 
 
 class Unavailable(Exception):

@@ -207,7 +207,7 @@ def kvm_probe(plan: Plan, timeout: float) -> "tuple[bool, str]":
     return False, f"vng exited with {result.returncode}: {last}"
 
 
-def _boot_hints(plan: Plan, tail: list) -> list:
+def _boot_hints(plan: Plan, tail: list, fast: bool = False) -> list:
     text = "\n".join(tail)
     hints = []
     if re.search(r"too old to load a ram disk|Error loading|could not load (PVH|kernel)|"
@@ -220,11 +220,13 @@ def _boot_hints(plan: Plan, tail: list) -> list:
         shutil.which(b) for b in ("busybox", "busybox-static", "busybox.static")
     ):
         hints.append("virtme-ng needs busybox for its initramfs: apt-get install busybox-static")
+    if fast:
+        hints.append("this was a fast boot (qemu microvm); TCPNET_VM_FASTBOOT=0 boots with vng instead")
     hints.append("TCPNET_VM_DEBUG=1 shows the whole boot log live")
     return hints
 
 
-def _explain(plan: Plan, accel: str, result: LaunchResult) -> VMError:
+def _explain(plan: Plan, accel: str, result: LaunchResult, fast: bool = False) -> VMError:
     """Turn a VM that never started our command into an error that names the cause."""
     shown = "\n".join("    " + ln for ln in result.tail[-25:]) or "    (no output)"
     if result.timed_out:
@@ -237,9 +239,9 @@ def _explain(plan: Plan, accel: str, result: LaunchResult) -> VMError:
             f"guest did not start within {plan.boot_timeout:g} s under {accel.upper()}; "
             f"VM killed; {advice}. Last lines of its boot log:\n{shown}"
         )
-    hints = "".join(f"\n  hint: {h}" for h in _boot_hints(plan, result.tail))
+    hints = "".join(f"\n  hint: {h}" for h in _boot_hints(plan, result.tail, fast))
     return VMError(
-        f"the VM exited (vng status {result.returncode}) before the guest started the "
+        f"the VM exited ({'qemu' if fast else 'vng'} status {result.returncode}) before the guest started the "
         f"session, booting {plan.kernel.path} under {accel.upper()}. Last lines of its "
         f"output:\n{shown}{hints}"
     )
@@ -308,7 +310,7 @@ def _run_locked(plan: Plan) -> int:
             say("interrupted; VM stopped")
             return EXIT_INTERRUPTED
         if not result.started:
-            raise _explain(plan, accel, result)
+            raise _explain(plan, accel, result, fast=boot is not None)
         try:
             with open(exit_file, encoding="utf-8") as f:
                 code = int(f.read().strip())
