@@ -190,13 +190,25 @@ def vng_command(plan: Plan, accel: str, script: str, shares: list) -> list:
     return cmd
 
 
-def kvm_probe(plan: Plan, timeout: float) -> "tuple[bool, str]":
-    """Boot a trivial guest under KVM; return (reached its command within ``timeout``, detail)."""
+def kvm_probe(plan: Plan, timeout: float, boot: "fastboot.FastBoot | None" = None) -> "tuple[bool, str]":
+    """Boot a trivial guest under KVM the way the session will; return (it started, detail)."""
     sentinel = f"TCPNET-KVM-PROBE-{secrets.token_hex(8)}"
-    cmd = [plan.vng, "--run", plan.kernel.path, "--cpus", "1", "--memory", "512M",
-           "--force-9p", "--exec", f"echo {sentinel}"]
-    result = launch(cmd, cwd=tempfile.gettempdir(), sentinel=sentinel.encode(),
-                    boot_timeout=timeout, echo=False, after_start_timeout=15)
+    workdir = None
+    try:
+        if boot:
+            workdir = check_shareable(tempfile.mkdtemp(prefix="tcpnet-vm-"), "a temporary directory")
+            script = os.path.join(workdir, "probe.sh")
+            with open(script, "w", encoding="utf-8") as f:
+                f.write(fastboot.session_script(f"echo {sentinel}\n"))
+            cmd = fastboot.qemu_command(plan.qemu, boot, "kvm", 1, "512M", [workdir], script)
+        else:
+            cmd = [plan.vng, "--run", plan.kernel.path, "--cpus", "1", "--memory", "512M",
+                   "--force-9p", "--exec", f"echo {sentinel}"]
+        result = launch(cmd, cwd=tempfile.gettempdir(), sentinel=sentinel.encode(),
+                        boot_timeout=timeout, echo=False, after_start_timeout=15, cleanup=workdir)
+    finally:
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
     if result.interrupted:
         raise KeyboardInterrupt
     if result.started:
@@ -204,7 +216,7 @@ def kvm_probe(plan: Plan, timeout: float) -> "tuple[bool, str]":
     if result.timed_out:
         return False, f"no start within {timeout:.0f} s"
     last = result.tail[-1] if result.tail else "no output"
-    return False, f"vng exited with {result.returncode}: {last}"
+    return False, f"{'qemu' if boot else 'vng'} exited with {result.returncode}: {last}"
 
 
 def _boot_hints(plan: Plan, tail: list, fast: bool = False) -> list:
@@ -260,24 +272,24 @@ def run_plan(plan: Plan) -> int:
 
 
 def _run_locked(plan: Plan) -> int:
-
-    def probe(timeout: float):
-        say(f"probing KVM with a trivial boot (at most {timeout:g} s, result cached)...")
-        return kvm_probe(plan, timeout)
-
-    try:
-        accel, why = choose_accel(plan.accel, plan.kernel, plan.qemu, probe)
-    except KeyboardInterrupt:
-        say("interrupted during the KVM probe; VM stopped")
-        return EXIT_INTERRUPTED
-    say(f"accel={accel} ({why})")
-
     try:
         boot = fastboot.prepare(plan.kernel, plan.qemu)
         how = "fast boot: qemu microvm, uncompressed kernel, cached read-only root"
     except fastboot.Unavailable as why_not:
         boot = None
         how = f"with vng; fast boot unavailable: {why_not}"
+
+    def probe(timeout: float):
+        say(f"probing KVM with a trivial boot (at most {timeout:g} s, result cached)...")
+        return kvm_probe(plan, timeout, boot)
+
+    try:
+        accel, why = choose_accel(plan.accel, plan.kernel, plan.qemu, probe,
+                                  method="fast" if boot else "vng")
+    except KeyboardInterrupt:
+        say("interrupted during the KVM probe; VM stopped")
+        return EXIT_INTERRUPTED
+    say(f"accel={accel} ({why})")
 
     workdir = tempfile.mkdtemp(prefix="tcpnet-vm-")
     try:
