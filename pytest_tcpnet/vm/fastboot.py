@@ -38,7 +38,7 @@ from .kernel import Kernel
 
 # Modules the initramfs loads (with their dependencies, from modules.dep): the transport of
 # microvm's devices, the 9p filesystem and its virtio transport, and the console ports.
-INITRAMFS_MODULES = ("virtio_mmio", "9pnet_virtio", "9p", "virtio_console")
+INITRAMFS_MODULES = ("virtio_pci", "9pnet_virtio", "9p", "virtio_console")
 # 9p message size: large reads of Python files in few round trips (the kernel caps it).
 MSIZE = 512000
 BUSYBOX_NAMES = ("busybox-static", "busybox.static", "busybox")
@@ -89,11 +89,13 @@ for p in $ports/*; do
 done
 [ -n "$out" ] && [ -n "$err" ] || fail "console ports not named tcpnet.stdout/tcpnet.stderr"
 [ -r "/newroot$tcpnet_script" ] || fail "no session script $tcpnet_script"
+# The session script is PID 1 from here on and powers off with this at its end.
+mkdir -p /newroot/run/tcpnet && cp /bin/busybox /newroot/run/tcpnet/busybox || fail "cannot copy busybox to /run"
 exec switch_root /newroot /bin/sh "$tcpnet_script" < /newroot/dev/null > "$out" 2> "$err"
 """.replace("@MSIZE@", str(MSIZE))
 
 # Appended to the session script: the script is PID 1, so it powers the machine off itself.
-EPILOGUE = "sync\necho o > /proc/sysrq-trigger\nsleep 30\n"
+EPILOGUE = "sync\nexec /run/tcpnet/busybox poweroff -f\n"
 # Prepended: what virtme-ng's init would have done that the session relies on.
 PROLOGUE = (
     "unset tcpnet_shares tcpnet_script\n"
@@ -284,7 +286,7 @@ def build_initramfs(busybox: str, modules: "list[tuple[str, bytes]]") -> bytes:
     cw.mkchardev(b"dev/null", (1, 3), mode=0o666)
     with open(busybox, "rb") as f:
         cw.write_file(b"bin/busybox", body=f, mode=0o755)
-    for tool in ("sh", "mount", "insmod", "switch_root", "mkdir", "ln", "cat", "echo", "tr",
+    for tool in ("sh", "mount", "insmod", "switch_root", "mkdir", "ln", "cat", "cp", "echo", "tr",
                  "sleep", "sync", "poweroff"):
         cw.symlink(b"busybox", f"bin/{tool}".encode())
     names = []
@@ -358,21 +360,21 @@ def kernel_cmdline(shares: list, script: str, debug: bool = False) -> str:
 def qemu_command(qemu: str, boot: FastBoot, accel: str, cpus: int, memory: str,
                  shares: list, script: str, debug: bool = False) -> list:
     """Return the qemu command line: microvm, no network device, host root read-only, shares rw."""
-    cmd = [qemu, "-M", f"microvm,accel={accel}", "-cpu", "host" if accel == "kvm" else "max",
+    cmd = [qemu, "-M", f"q35,accel={accel}", "-cpu", "host" if accel == "kvm" else "max",
            "-smp", str(cpus), "-m", memory, "-no-reboot", "-nodefaults", "-no-user-config",
            "-display", "none",
            # Kernel console (boot log, panics) and the script's stdout/stderr, as vng wires them.
            "-serial", "chardev:console", "-chardev", "file,id=console,path=/proc/self/fd/2",
-           "-device", "virtio-serial-device",
+           "-device", "virtio-serial-pci",
            "-chardev", "file,id=out,path=/proc/self/fd/1",
            "-device", "virtserialport,chardev=out,name=tcpnet.stdout",
            "-chardev", "file,id=err,path=/proc/self/fd/2",
            "-device", "virtserialport,chardev=err,name=tcpnet.stderr",
            "-fsdev", "local,id=root,path=/,security_model=none,readonly=on,multidevs=remap",
-           "-device", "virtio-9p-device,fsdev=root,mount_tag=root"]
+           "-device", "virtio-9p-pci,fsdev=root,mount_tag=root"]
     for i, path in enumerate(shares):
         cmd += ["-fsdev", f"local,id=tcpnet{i},path={path},security_model=none,multidevs=remap",
-                "-device", f"virtio-9p-device,fsdev=tcpnet{i},mount_tag=tcpnet{i}"]
+                "-device", f"virtio-9p-pci,fsdev=tcpnet{i},mount_tag=tcpnet{i}"]
     cmd += ["-kernel", boot.vmlinux, "-initrd", boot.initramfs,
             "-append", kernel_cmdline(shares, script, debug)]
     return cmd
