@@ -392,7 +392,8 @@ def test_the_installed_kernel_has_a_pvh_entry(tmp_path):
 
 def test_module_order_puts_dependencies_first(tmp_path):
     (tmp_path / "modules.dep").write_text(
-        "kernel/virtio_mmio.ko: kernel/virtio.ko kernel/virtio_ring.ko\n"
+        "kernel/virtio_pci.ko: kernel/virtio_pci_modern_dev.ko kernel/virtio.ko kernel/virtio_ring.ko\n"
+        "kernel/virtio_pci_modern_dev.ko:\n"
         "kernel/virtio.ko: kernel/virtio_ring.ko\n"
         "kernel/virtio_ring.ko:\n"
         "kernel/9p.ko.xz: kernel/9pnet.ko kernel/fscache.ko kernel/netfs.ko\n"
@@ -401,7 +402,8 @@ def test_module_order_puts_dependencies_first(tmp_path):
     )
     (tmp_path / "modules.builtin").write_text("kernel/drivers/char/virtio_console.ko\n")
     order = fastboot.module_order(str(tmp_path))
-    assert order == ["kernel/virtio_ring.ko", "kernel/virtio.ko", "kernel/virtio_mmio.ko",
+    assert order == ["kernel/virtio_ring.ko", "kernel/virtio.ko", "kernel/virtio_pci_modern_dev.ko",
+                     "kernel/virtio_pci.ko",
                      "kernel/9pnet.ko", "kernel/9pnet_virtio.ko", "kernel/netfs.ko",
                      "kernel/fscache.ko", "kernel/9p.ko.xz"]
     (tmp_path / "modules.builtin").write_text("")
@@ -451,7 +453,7 @@ def test_fast_qemu_command_has_no_network_and_a_read_only_root(tmp_path):
     cmd = fastboot.qemu_command("/usr/bin/qemu-system-x86_64", boot, "tcg", 2, "1G",
                                 [str(tmp_path), "/tmp/w"], "/tmp/w/run.sh")
     text = " ".join(cmd)
-    assert "microvm,accel=tcg" in text and "-nodefaults" in cmd
+    assert "q35,accel=tcg" in text and "-nodefaults" in cmd
     assert not any(a in ("-netdev", "-nic", "-net") for a in cmd)
     fsdevs = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-fsdev"]
     assert fsdevs[0] == "local,id=root,path=/,security_model=none,readonly=on,multidevs=remap"
@@ -461,7 +463,7 @@ def test_fast_qemu_command_has_no_network_and_a_read_only_root(tmp_path):
     assert f"tcpnet_shares={tmp_path},/tmp/w" in append and "tcpnet_script=/tmp/w/run.sh" in append
     assert "quiet" in append
     kvm = fastboot.qemu_command("q", boot, "kvm", 1, "1G", [], "/s", debug=True)
-    assert "microvm,accel=kvm" in kvm and kvm[kvm.index("-cpu") + 1] == "host"
+    assert "q35,accel=kvm" in kvm and kvm[kvm.index("-cpu") + 1] == "host"
     assert "quiet" not in kvm[kvm.index("-append") + 1]
 
 

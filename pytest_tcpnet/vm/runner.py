@@ -233,7 +233,7 @@ def _boot_hints(plan: Plan, tail: list, fast: bool = False) -> list:
     ):
         hints.append("virtme-ng needs busybox for its initramfs: apt-get install busybox-static")
     if fast:
-        hints.append("this was a fast boot (qemu microvm); TCPNET_VM_FASTBOOT=0 boots with vng instead")
+        hints.append("this was a fast boot; TCPNET_VM_FASTBOOT=0 boots with vng instead")
     hints.append("TCPNET_VM_DEBUG=1 shows the whole boot log live")
     return hints
 
@@ -274,7 +274,7 @@ def run_plan(plan: Plan) -> int:
 def _run_locked(plan: Plan) -> int:
     try:
         boot = fastboot.prepare(plan.kernel, plan.qemu)
-        how = "fast boot: qemu microvm, uncompressed kernel, cached read-only root"
+        how = "fast boot: uncompressed kernel, own init, cached read-only root"
     except fastboot.Unavailable as why_not:
         boot = None
         how = f"with vng; fast boot unavailable: {why_not}"
