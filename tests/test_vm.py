@@ -726,10 +726,11 @@ def test_vm_session_refuses_while_another_holds_the_lock(tmp_path, vm_kernel, lo
 def test_boot_deadline_kills_the_vm(tmp_path, vm_kernel):
     proj = _project(tmp_path, "def test_never_runs():\n    pass\n")
     t0 = time.monotonic()
-    out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-accel=tcg", "--tcpnet-vm-boot-timeout=3"],
+    # 0.5 s: a fast boot reaches its first command in ~3 s, so 3 s would be a race.
+    out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-accel=tcg", "--tcpnet-vm-boot-timeout=0.5"],
                   timeout=120)
     assert out.returncode == 3, out.stderr
-    assert "guest did not start within 3 s under TCG" in out.stderr
+    assert "guest did not start within 0.5 s under TCG" in out.stderr
     assert "VM killed" in out.stderr and "--tcpnet-vm-boot-timeout" in out.stderr
     assert time.monotonic() - t0 < 60
     assert not _qemus_in(proj)
