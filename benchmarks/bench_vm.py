@@ -1,17 +1,24 @@
 #!/usr/bin/env python3
-"""Measure what ``--tcpnet-vm`` costs: boot time to first command, and Python slowdown in the guest.
+"""Measure what ``--tcpnet-vm`` costs, before and after fast boot, side by side in one run.
 
-Side by side in one run: boot to first command under TCG (software emulation) and, if
-/dev/kvm is usable, under KVM (a hang is reported as such after --kvm-timeout); then the
-same Python workload on the host and in each guest that booted, with guest/host ratios:
+Each guest is booted twice, the old way (virtme-ng: a PC with firmware, udev, uncached 9p root,
+as the runner did before fast boot and still does as its fallback) and the new way (fast boot:
+microvm, uncompressed kernel, own init, cached read-only root), under TCG (software emulation)
+and, with --kvm, under KVM. Measured in each guest, and on the host for the ratios:
 
-- interpreter start (``python -c pass``),
-- ``import pytest, pyroute2`` in a fresh interpreter, cold (first) and warm (second),
-- a CPU loop in pure Python.
+- boot to first command (wall time from starting the VM to the guest's first line),
+- interpreter start (``python -c pass``), and small stdlib imports,
+- ``import pytest, pyroute2, hypothesis`` in a fresh interpreter, cold (first) and warm (second),
+- a CPU loop in pure Python (what emulation costs, independent of files).
 
-Usage: python benchmarks/bench_vm.py [--kernel PATH|RELEASE] [--no-kvm] [--kvm-timeout 30]
-Not a test: it prints a table. The host's load average is printed too, because other VMs
-or test sessions on a 2-core machine change every number here.
+With --suite, also the VM part of CI (``pytest --tcpnet-vm ... -m "needs_netem or
+kernel_comparison" tests examples``), timed with fast boot off (TCPNET_VM_FASTBOOT=0, the
+old runner) and on.
+
+Usage: flock /tmp/tcpnet-dev-vm.lock python benchmarks/bench_vm.py [--kernel PATH|RELEASE]
+       [--kvm] [--suite] [--repeat N]
+Not a test: it prints a table (and a JSON line). The host's load average is printed too,
+because other VMs or test sessions on a 2-core machine change every number here.
 """
 
 from __future__ import annotations
@@ -21,14 +28,19 @@ import io
 import json
 import os
 import secrets
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
-from pytest_tcpnet.vm.accel import kvm_usable
-from pytest_tcpnet.vm.kernel import resolve_kernel
-from pytest_tcpnet.vm.launch import launch
-from pytest_tcpnet.vm.runner import find_tools
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pytest_tcpnet.vm import fastboot  # noqa: E402
+from pytest_tcpnet.vm.accel import kvm_usable  # noqa: E402
+from pytest_tcpnet.vm.kernel import resolve_kernel  # noqa: E402
+from pytest_tcpnet.vm.launch import launch  # noqa: E402
+from pytest_tcpnet.vm.runner import find_tools  # noqa: E402
 
 WORKLOAD = r'''
 import json, subprocess, sys, time
@@ -41,8 +53,9 @@ def timed(argv):
 py = sys.executable
 out = {
     "start": timed([py, "-c", "pass"]),
-    "import_cold": timed([py, "-c", "import pytest, pyroute2"]),
-    "import_warm": timed([py, "-c", "import pytest, pyroute2"]),
+    "stdlib": timed([py, "-c", "import socket, json, struct, time"]),
+    "import_cold": timed([py, "-c", "import pytest, pyroute2, hypothesis"]),
+    "import_warm": timed([py, "-c", "import pytest, pyroute2, hypothesis"]),
 }
 t = time.perf_counter()
 total = 0
@@ -53,11 +66,16 @@ print("BENCH-RESULT " + json.dumps(out), flush=True)
 '''
 
 METRICS = [
+    ("boot", "boot to first command"),
     ("start", "python -c pass"),
-    ("import_cold", "import pytest, pyroute2 (cold)"),
-    ("import_warm", "import pytest, pyroute2 (warm)"),
+    ("stdlib", "import socket, json, struct, time"),
+    ("import_cold", "import pytest, pyroute2, hypothesis (cold)"),
+    ("import_warm", "import pytest, pyroute2, hypothesis (warm)"),
     ("cpu_loop", "CPU loop, 3M iterations"),
 ]
+
+SUITE = [sys.executable, "-m", "pytest", "--tcpnet-vm", "--tcpnet-strict=all", "-p", "no:cacheprovider",
+         "-q", "-m", "needs_netem or kernel_comparison", "tests", "examples"]
 
 
 def parse_result(text: str) -> "dict | None":
@@ -74,68 +92,123 @@ def run_host(script: str) -> dict:
     return parse_result(out.stdout)
 
 
-def run_guest(vng: str, kernel_path: str, accel: str, script: str, timeout: float) -> dict:
+def boot_command(how: str, vng: str, qemu: str, kernel, accel: str, workdir: str,
+                 sentinel: str, script: str) -> list:
+    """Return the command that boots a guest the old way ("vng") or the new way ("fast")."""
+    body = f"echo {sentinel}\ncd {workdir}\n{sys.executable} {script}\n"
+    if how == "vng":
+        cmd = [vng, "--run", kernel.path, "--cpus", "2", "--memory", "2G", "--force-9p",
+               "--rwdir", workdir]
+        if accel == "tcg":
+            cmd.append("--disable-kvm")
+        return cmd + ["--exec", body.replace("\n", "; ")]
+    run_sh = os.path.join(workdir, "run.sh")
+    with open(run_sh, "w", encoding="utf-8") as f:
+        f.write(fastboot.session_script(body))
+    boot = fastboot.prepare(kernel, qemu)
+    return fastboot.qemu_command(qemu, boot, accel, 2, "2G", [workdir], run_sh)
+
+
+def run_guest(how: str, vng: str, qemu: str, kernel, accel: str, script: str, timeout: float) -> dict:
     """Boot a guest, time it to its first command, run the workload there."""
     sentinel = f"BENCH-STARTED-{secrets.token_hex(6)}"
-    cmd = [vng, "--run", kernel_path, "--cpus", "2", "--memory", "2G", "--force-9p"]
-    if accel == "tcg":
-        cmd.append("--disable-kvm")
-    cmd += ["--exec", f"echo {sentinel}; {sys.executable} {script}"]
+    workdir = os.path.dirname(script)
+    try:
+        cmd = boot_command(how, vng, qemu, kernel, accel, workdir, sentinel, script)
+    except fastboot.Unavailable as err:
+        return {"how": how, "accel": accel, "boot": None, "error": f"unavailable: {err}"}
     captured = io.StringIO()
-    res = launch(cmd, cwd=os.path.dirname(script), sentinel=sentinel.encode(),
-                 boot_timeout=timeout, stdout=captured, stderr=io.StringIO())
+    res = launch(cmd, cwd=workdir, sentinel=sentinel.encode(), boot_timeout=timeout,
+                 stdout=captured, stderr=io.StringIO())
     if not res.started:
-        why = "hung: no first command" if res.timed_out else f"vng exited {res.returncode}"
-        return {"accel": accel, "boot": None, "error": f"{why} within {timeout:g} s"}
+        why = "hung: no first command" if res.timed_out else f"exited {res.returncode}"
+        return {"how": how, "accel": accel, "boot": None, "error": f"{why} within {timeout:g} s"}
     result = parse_result(captured.getvalue()) or {}
-    return {"accel": accel, "boot": res.start_seconds, "total": res.total_seconds, **result}
+    return {"how": how, "accel": accel, "boot": res.start_seconds, "total": res.total_seconds, **result}
+
+
+def run_suite(fast: bool) -> dict:
+    """Time the VM part of CI with fast boot on or off."""
+    env = dict(os.environ, TCPNET_VM_FASTBOOT="1" if fast else "0")
+    t = time.monotonic()
+    out = subprocess.run(SUITE, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         env=env, capture_output=True, text=True, check=False)
+    took = time.monotonic() - t
+    last = (out.stdout.strip().splitlines() or [""])[-1]
+    return {"fast": fast, "seconds": took, "returncode": out.returncode, "summary": last}
+
+
+def _median(runs: list, key: str) -> "float | None":
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.median(values) if values else None
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kernel", default=None, help="vmlinuz path or release (default as --tcpnet-vm)")
-    ap.add_argument("--no-kvm", action="store_true", help="skip the KVM boot")
+    ap.add_argument("--kvm", action="store_true", help="also boot under KVM (if /dev/kvm is usable)")
     ap.add_argument("--kvm-timeout", type=float, default=30.0, help="seconds before a KVM boot counts as hung")
     ap.add_argument("--tcg-timeout", type=float, default=180.0)
+    ap.add_argument("--repeat", type=int, default=1, help="boots per configuration (median shown)")
+    ap.add_argument("--suite", action="store_true", help="also time the VM part of CI, old and new")
     opts = ap.parse_args()
 
-    vng, _ = find_tools()
+    vng, qemu = find_tools()
     kernel = resolve_kernel(opts.kernel)
     print(f"host {os.uname().release}, guest {kernel.release} ({kernel.path}); "
           f"load average before: {os.getloadavg()[0]:.2f}")
+    configs = [("vng", "tcg"), ("fast", "tcg")]
+    if opts.kvm:
+        usable, why = kvm_usable()
+        if usable:
+            configs += [("vng", "kvm"), ("fast", "kvm")]
+        else:
+            print(f"KVM skipped: {why}")
+    columns = {}
     with tempfile.TemporaryDirectory(prefix="tcpnet-bench-") as tmp:
         script = os.path.join(tmp, "workload.py")
         with open(script, "w", encoding="utf-8") as f:
             f.write(WORKLOAD)
         run_host(script)  # warm the host's page cache so "cold" means cold in the guest only
         host = run_host(script)
-        guests = [run_guest(vng, kernel.path, "tcg", script, opts.tcg_timeout)]
-        usable, why = kvm_usable()
-        if opts.no_kvm:
-            guests.append({"accel": "kvm", "boot": None, "error": "skipped (--no-kvm)"})
-        elif not usable:
-            guests.append({"accel": "kvm", "boot": None, "error": why})
-        else:
-            guests.append(run_guest(vng, kernel.path, "kvm", script, opts.kvm_timeout))
+        # Interleaved (old, new, old, new, ...) so that a change in the machine's load hits both.
+        runs = {c: [] for c in configs}
+        for _ in range(opts.repeat):
+            for how, acc in configs:
+                timeout = opts.kvm_timeout if acc == "kvm" else opts.tcg_timeout
+                runs[(how, acc)].append(run_guest(how, vng, qemu, kernel, acc, script, timeout))
+        for c, rs in runs.items():
+            errors = [r["error"] for r in rs if r.get("error")]
+            columns[c] = {k: _median(rs, k) for k, _ in METRICS}
+            columns[c]["error"] = errors[0] if errors and columns[c]["boot"] is None else None
+    suite = [run_suite(fast=False), run_suite(fast=True)] if opts.suite else []
 
     print(f"load average after: {os.getloadavg()[0]:.2f}\n")
-    print(f"{'boot to first command':34s}", end="")
-    for g in guests:
-        cell = f"{g['boot']:.1f} s" if g["boot"] is not None else g["error"]
-        print(f"  {g['accel']}: {cell}", end="")
-    print("\n")
-    header = f"{'workload (seconds)':34s} {'host':>8s}"
-    for g in guests:
-        if g["boot"] is not None:
-            header += f" {g['accel']:>8s} {'ratio':>7s}"
+    header = f"{'seconds (median of %d)' % opts.repeat:44s} {'host':>7s}"
+    for how, acc in configs:
+        header += f" {how + '/' + acc:>10s}"
+    header += "   speed-up (old/new)"
     print(header)
     for key, label in METRICS:
-        row = f"{label:34s} {host[key]:8.3f}"
-        for g in guests:
-            if g["boot"] is not None and key in g:
-                row += f" {g[key]:8.3f} {g[key] / host[key]:6.1f}x"
+        row = f"{label:44s} {host.get(key, 0.0) if key != 'boot' else 0.0:7.3f}"
+        for c in configs:
+            v = columns[c][key]
+            row += f" {v:10.2f}" if v is not None else f" {'-':>10s}"
+        for acc in dict.fromkeys(a for _, a in configs):
+            old, new = columns.get(("vng", acc), {}).get(key), columns.get(("fast", acc), {}).get(key)
+            if old and new:
+                row += f"   {acc}: {old / new:4.1f}x"
         print(row)
-    print("\nJSON " + json.dumps({"host": host, "guests": guests}))
+    for c in configs:
+        if columns[c]["error"]:
+            print(f"{c[0]}/{c[1]}: {columns[c]['error']}")
+    if suite:
+        old, new = suite
+        print(f"\nVM part of CI, fast boot off: {old['seconds']:6.1f} s (exit {old['returncode']}: {old['summary']})")
+        print(f"VM part of CI, fast boot on:  {new['seconds']:6.1f} s (exit {new['returncode']}: {new['summary']})")
+        print(f"speed-up: {old['seconds'] / new['seconds']:.1f}x")
+    print("\nJSON " + json.dumps({"host": host, "guests": {f"{h}/{a}": v for (h, a), v in columns.items()},
+                                  "suite": suite}))
     return 0
 
 

@@ -25,10 +25,11 @@ from xml.etree import ElementTree
 import pytest
 
 from pytest_tcpnet import vm
-from pytest_tcpnet.vm import accel, args, kernel, runner
-from pytest_tcpnet.vm.errors import VMUsageError
+from pytest_tcpnet.vm import accel, args, fastboot, kernel, lock, runner
+from pytest_tcpnet.vm.errors import VMError, VMUsageError
 
 FIXTURES = Path(__file__).parent / "vm_fixtures"
+REPO = Path(__file__).resolve().parent.parent
 
 
 # ---------------------------------------------------------------- pure logic
@@ -200,7 +201,7 @@ def _plan(tmp_path, **over):
     fields = dict(
         vng="/usr/bin/vng", qemu="/usr/bin/qemu-system-x86_64",
         kernel=kernel.Kernel("/boot/vmlinuz-r", "r", "/lib/modules/r"),
-        accel="tcg", cpus=2, memory="2G", boot_timeout=60.0, cwd=str(tmp_path),
+        accel="tcg", cpus=2, memory="2G", boot_timeout=60.0, lock_timeout=5.0, cwd=str(tmp_path),
         python="/usr/bin/python3", pytest_args=["-k", "a and not 'b c'", "it's.py", "$HOME"],
         env={"TCPNET_IN_VM": "1", "TCPNET_Q": "x'y \"z\" $PATH"}, shares=[str(tmp_path)],
     )
@@ -302,6 +303,263 @@ def test_options_are_registered_on_pytest(tmp_path):
         assert opt in out.stdout
 
 
+# ---------------------------------------------------------------- fast boot (pure parts)
+
+
+def _elf_with_notes(notes) -> bytes:
+    """A minimal 64-bit little-endian ELF whose one program header is a PT_NOTE segment."""
+    import struct
+
+    body = b""
+    for name, ntype, desc in notes:
+        name += b"\0"
+        body += struct.pack("<III", len(name), len(desc), ntype)
+        body += name + b"\0" * (-len(name) % 4) + desc + b"\0" * (-len(desc) % 4)
+    header = bytearray(64)
+    header[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<Q", header, 0x20, 64)  # e_phoff
+    struct.pack_into("<HH", header, 0x36, 56, 1)  # e_phentsize, e_phnum
+    phdr = struct.pack("<IIQQQQQQ", 4, 0, 64 + 56, 0, 0, len(body), len(body), 4)
+    return bytes(header) + phdr + body
+
+
+def _bzimage(payload: bytes, setup_sects: int = 1) -> bytes:
+    """An x86 boot sector + setup header pointing at ``payload`` (boot protocol 2.15)."""
+    import struct
+
+    image = bytearray((setup_sects + 1) * 512)
+    image[0x1F1] = setup_sects
+    image[0x202:0x206] = b"HdrS"
+    struct.pack_into("<H", image, 0x206, 0x020F)
+    struct.pack_into("<II", image, 0x248, 16, len(payload))  # payload_offset, payload_length
+    return bytes(image) + b"\0" * 16 + payload + b"\0\0\0\0"
+
+
+PVH_NOTE = (b"Xen", 18, b"\x00\x10\x00\x01")
+
+
+@pytest.mark.parametrize("compress", ["xz", "gzip", "bzip2"])
+def test_vmlinux_is_extracted_once_into_the_cache(tmp_path, compress):
+    import bz2
+    import gzip
+    import lzma
+
+    elf = _elf_with_notes([(b"Linux", 6, b"x" * 5), PVH_NOTE])
+    packed = {"xz": lambda d: lzma.compress(d, lzma.FORMAT_XZ), "gzip": gzip.compress,
+              "bzip2": bz2.compress}[compress](elf)
+    image = tmp_path / "vmlinuz-9.9"
+    image.write_bytes(_bzimage(packed))
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    k = kernel.Kernel(str(image), "9.9", str(tmp_path))
+    path = fastboot.vmlinux_for(k, cache)
+    assert Path(path).read_bytes() == elf and Path(path).parent == cache
+    assert oct(os.stat(path).st_mode & 0o777) == oct(0o600)
+    first = os.stat(path).st_mtime_ns
+    assert fastboot.vmlinux_for(k, cache) == path and os.stat(path).st_mtime_ns == first
+
+
+def test_vmlinux_without_pvh_or_with_unknown_compression_is_refused(tmp_path):
+    import lzma
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    no_pvh = tmp_path / "vmlinuz-a"
+    no_pvh.write_bytes(_bzimage(lzma.compress(_elf_with_notes([(b"Linux", 6, b"abcd")]))))
+    with pytest.raises(fastboot.Unavailable, match="no PVH entry point"):
+        fastboot.vmlinux_for(kernel.Kernel(str(no_pvh), "a", str(tmp_path)), cache)
+    lz4 = tmp_path / "vmlinuz-b"
+    lz4.write_bytes(_bzimage(b"\x02\x21\x4c\x18" + os.urandom(64)))
+    with pytest.raises(fastboot.Unavailable, match="unknown kernel compression"):
+        fastboot.vmlinux_for(kernel.Kernel(str(lz4), "b", str(tmp_path)), cache)
+    junk = tmp_path / "vmlinuz-c"
+    junk.write_bytes(os.urandom(4096))
+    with pytest.raises(fastboot.Unavailable, match="not an x86 bzImage"):
+        fastboot.vmlinux_for(kernel.Kernel(str(junk), "c", str(tmp_path)), cache)
+    assert not list(cache.iterdir())  # nothing half-written is left behind
+
+
+def test_the_installed_kernel_has_a_pvh_entry(tmp_path):
+    """The real kernel the VM boots: its payload decompresses to an ELF with a PVH note."""
+    try:
+        k = kernel.resolve_kernel(os.environ.get("TCPNET_VM_TEST_KERNEL"))
+    except VMUsageError as err:
+        pytest.skip(f"no kernel to boot here: {err}")
+    with open(k.path, "rb") as f:
+        elf = fastboot.decompress(fastboot.bzimage_payload(f.read()))
+    assert fastboot.has_pvh_entry(elf)
+
+
+def test_module_order_puts_dependencies_first(tmp_path):
+    (tmp_path / "modules.dep").write_text(
+        "kernel/virtio_pci.ko: kernel/virtio_pci_modern_dev.ko kernel/virtio.ko kernel/virtio_ring.ko\n"
+        "kernel/virtio_pci_modern_dev.ko:\n"
+        "kernel/virtio.ko: kernel/virtio_ring.ko\n"
+        "kernel/virtio_ring.ko:\n"
+        "kernel/9p.ko.xz: kernel/9pnet.ko kernel/fscache.ko kernel/netfs.ko\n"
+        "kernel/9pnet.ko:\nkernel/fscache.ko: kernel/netfs.ko\nkernel/netfs.ko:\n"
+        "kernel/9pnet_virtio.ko: kernel/9pnet.ko kernel/virtio.ko kernel/virtio_ring.ko\n"
+    )
+    (tmp_path / "modules.builtin").write_text("kernel/drivers/char/virtio_console.ko\n")
+    order = fastboot.module_order(str(tmp_path))
+    assert order == ["kernel/virtio_ring.ko", "kernel/virtio.ko", "kernel/virtio_pci_modern_dev.ko",
+                     "kernel/virtio_pci.ko",
+                     "kernel/9pnet.ko", "kernel/9pnet_virtio.ko", "kernel/netfs.ko",
+                     "kernel/fscache.ko", "kernel/9p.ko.xz"]
+    (tmp_path / "modules.builtin").write_text("")
+    with pytest.raises(fastboot.Unavailable, match="virtio_console is neither built into"):
+        fastboot.module_order(str(tmp_path))
+
+
+def _cpio_names(data: bytes) -> dict:
+    """Map each name in a newc cpio archive to its contents."""
+    entries, pos = {}, 0
+    while True:
+        head = data[pos:pos + 110]
+        namesize, filesize = int(head[94:102], 16), int(head[54:62], 16)
+        name = data[pos + 110:pos + 110 + namesize - 1].decode()
+        pos += 110 + namesize
+        pos += -pos % 4
+        if name == "TRAILER!!!":
+            return entries
+        entries[name] = data[pos:pos + filesize]
+        pos += filesize + (-filesize % 4)
+
+
+def test_initramfs_has_busybox_modules_and_init(tmp_path):
+    try:
+        busybox = fastboot.find_busybox()
+    except fastboot.Unavailable as err:
+        pytest.skip(str(err))
+    archive = fastboot.build_initramfs(busybox, [("virtio.ko", b"m1"), ("9p.ko", b"m2")])
+    entries = _cpio_names(archive)
+    assert entries["init"].decode() == fastboot.INIT
+    assert entries["modules/order"] == b"virtio.ko\n9p.ko\n"
+    assert entries["modules/9p.ko"] == b"m2" and "bin/busybox" in entries
+    assert entries["bin/switch_root"] == b"busybox"  # a symlink's body is its target
+    subprocess.run(["sh", "-n"], input=fastboot.INIT, text=True, check=True)
+
+
+def test_session_script_powers_off_after_the_body(tmp_path):
+    body = runner.guest_script(_plan(tmp_path), "SENTINEL-1", "/tmp/w/exitcode")
+    text = fastboot.session_script(body)
+    subprocess.run(["sh", "-n"], input=text, text=True, check=True)
+    assert text.index("SENTINEL-1") < text.index("poweroff -f")
+    assert "(\n" + body + ")\n" in text  # the body's `exit` leaves a subshell, not PID 1
+
+
+def test_fast_qemu_command_has_no_network_and_a_read_only_root(tmp_path):
+    boot = fastboot.FastBoot("/c/vmlinux", "/c/initramfs.cpio")
+    cmd = fastboot.qemu_command("/usr/bin/qemu-system-x86_64", boot, "tcg", 2, "1G",
+                                [str(tmp_path), "/tmp/w"], "/tmp/w/run.sh")
+    text = " ".join(cmd)
+    assert "q35,accel=tcg" in text and "-nodefaults" in cmd
+    assert not any(a in ("-netdev", "-nic", "-net") for a in cmd)
+    fsdevs = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-fsdev"]
+    assert fsdevs[0] == "local,id=root,path=/,security_model=none,readonly=on,multidevs=remap"
+    assert [f for f in fsdevs[1:] if "readonly" in f] == []
+    assert [f.split(",")[2] for f in fsdevs[1:]] == [f"path={tmp_path}", "path=/tmp/w"]
+    append = cmd[cmd.index("-append") + 1]
+    assert f"tcpnet_shares={tmp_path},/tmp/w" in append and "tcpnet_script=/tmp/w/run.sh" in append
+    assert "quiet" in append
+    kvm = fastboot.qemu_command("q", boot, "kvm", 1, "1G", [], "/s", debug=True)
+    assert "q35,accel=kvm" in kvm and kvm[kvm.index("-cpu") + 1] == "host"
+    assert "quiet" not in kvm[kvm.index("-append") + 1]
+
+
+def test_fast_boot_can_be_disabled(monkeypatch):
+    monkeypatch.setenv("TCPNET_VM_FASTBOOT", "0")
+    with pytest.raises(fastboot.Unavailable, match="TCPNET_VM_FASTBOOT=0"):
+        fastboot.prepare(kernel.Kernel("/k", "r", "/m"), "/usr/bin/qemu-system-x86_64")
+
+
+# ---------------------------------------------------------------- one VM at a time
+
+
+@pytest.fixture
+def lock_dir(tmp_path):
+    d = tmp_path / "lockdir"
+    d.mkdir(mode=0o700)
+    return d
+
+
+def test_second_session_waits_and_names_the_holder(lock_dir):
+    import threading
+
+    holder = lock.VMLock(directory=lock_dir)
+    holder.acquire()
+    said = []
+    timer = threading.Timer(0.5, holder.release)
+    timer.start()
+    t0 = time.monotonic()
+    with lock.VMLock(timeout=10, say=said.append, directory=lock_dir, poll=0.05):
+        waited = time.monotonic() - t0
+        info = json.loads((lock_dir / "vm.lock").read_text())
+    timer.join()
+    assert 0.4 < waited < 5
+    assert len(said) == 1 and f"held by pid {os.getpid()}" in said[0], said
+    assert info["pid"] == os.getpid() and info["cwd"] == os.getcwd()
+    assert (lock_dir / "vm.lock").read_text() == ""  # released: nobody named any more
+
+
+def test_second_session_refuses_after_the_timeout(lock_dir):
+    with lock.VMLock(directory=lock_dir):
+        t0 = time.monotonic()
+        with pytest.raises(lock.VMBusy, match=rf"pid {os.getpid()} .*gave up after 0.3 s"):
+            lock.VMLock(timeout=0.3, directory=lock_dir, poll=0.05).acquire()
+        assert time.monotonic() - t0 < 3
+
+
+def test_lock_file_is_private_and_cannot_be_planted(lock_dir, tmp_path):
+    with lock.VMLock(directory=lock_dir):
+        st = os.stat(lock_dir / "vm.lock")
+        assert st.st_mode & 0o777 == 0o644 and st.st_uid == os.geteuid()
+    # A symlink planted at the lock's path is refused, and its target left alone.
+    (lock_dir / "vm.lock").unlink()
+    target = tmp_path / "victim"
+    target.write_text("precious")
+    (lock_dir / "vm.lock").symlink_to(target)
+    with pytest.raises(VMError, match="symbolic link"):
+        lock.VMLock(directory=lock_dir).acquire()
+    assert target.read_text() == "precious"
+    # A world-writable lock file (or one with a second link) is refused too.
+    (lock_dir / "vm.lock").unlink()
+    (lock_dir / "vm.lock").write_text("")
+    os.chmod(lock_dir / "vm.lock", 0o666)
+    with pytest.raises(VMError, match="mode 0644"):
+        lock.VMLock(directory=lock_dir).acquire()
+    os.chmod(lock_dir / "vm.lock", 0o644)
+    os.link(lock_dir / "vm.lock", tmp_path / "second-link")
+    with pytest.raises(VMError, match="2 links"):
+        lock.VMLock(directory=lock_dir).acquire()
+
+
+def test_lock_directory_must_not_be_writable_by_others(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # like /tmp
+    with pytest.raises(VMError, match="not writable by group or others"):
+        lock.VMLock(directory=shared).acquire()
+    assert not (shared / "vm.lock").exists()
+    if os.geteuid() == 0:
+        foreign = tmp_path / "foreign"
+        foreign.mkdir(mode=0o755)
+        os.chown(foreign, 65534, 65534)  # another user's directory
+        with pytest.raises(VMError, match="must be owned by uid 0"):
+            lock.VMLock(directory=foreign).acquire()
+
+
+def test_default_lock_dir(monkeypatch, tmp_path):
+    monkeypatch.delenv("TCPNET_VM_LOCK_DIR", raising=False)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert lock.default_lock_dir() == Path("/run/pytest-tcpnet")  # /run: root-only
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert lock.default_lock_dir() == tmp_path / "pytest-tcpnet"
+    monkeypatch.setenv("TCPNET_VM_LOCK_DIR", "/elsewhere")
+    assert lock.default_lock_dir() == Path("/elsewhere")
+
+
 # ---------------------------------------------------------------- real VMs
 
 
@@ -322,6 +580,8 @@ def _base_args():
 def _env(**extra):
     env = dict(os.environ)
     env.pop("TCPNET_IN_VM", None)
+    # The projects run elsewhere: make them import this checkout, not an installed copy.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.update(extra)
     return env
 
@@ -450,14 +710,27 @@ def test_session_runs_in_vm(tmp_path, vm_kernel):
     assert not _qemus_in(proj)
 
 
+def test_vm_session_refuses_while_another_holds_the_lock(tmp_path, vm_kernel, lock_dir):
+    """No VM boots while another session holds the host's VM lock: it waits, names it, gives up."""
+    proj = _project(tmp_path, "def test_never_runs():\n    pass\n")
+    with lock.VMLock(directory=lock_dir):
+        out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-accel=tcg", "--tcpnet-vm-lock-timeout=1"],
+                      timeout=120, env=_env(TCPNET_VM_LOCK_DIR=str(lock_dir)))
+    assert out.returncode == 3, out.stderr
+    assert f"waiting for the VM lock held by pid {os.getpid()}" in out.stderr
+    assert "gave up after 1 s" in out.stderr and "booting" not in out.stderr
+    assert not _qemus_in(proj)
+
+
 @pytest.mark.tcpnet_vm_boot
 def test_boot_deadline_kills_the_vm(tmp_path, vm_kernel):
     proj = _project(tmp_path, "def test_never_runs():\n    pass\n")
     t0 = time.monotonic()
-    out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-accel=tcg", "--tcpnet-vm-boot-timeout=3"],
+    # 0.5 s: a fast boot reaches its first command in ~3 s, so 3 s would be a race.
+    out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-accel=tcg", "--tcpnet-vm-boot-timeout=0.5"],
                   timeout=120)
     assert out.returncode == 3, out.stderr
-    assert "guest did not start within 3 s under TCG" in out.stderr
+    assert "guest did not start within 0.5 s under TCG" in out.stderr
     assert "VM killed" in out.stderr and "--tcpnet-vm-boot-timeout" in out.stderr
     assert time.monotonic() - t0 < 60
     assert not _qemus_in(proj)

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from .cache import cache_dir
 from .errors import VMUsageError
 from .kernel import Kernel
 
@@ -20,8 +21,7 @@ CACHE_NAME = "vm-accel.json"
 
 def cache_path() -> Path:
     """Return the file caching KVM probe results (under $XDG_CACHE_HOME or ~/.cache)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "pytest-tcpnet" / CACHE_NAME
+    return cache_dir() / CACHE_NAME
 
 
 def qemu_version(qemu: str) -> str:
@@ -35,15 +35,18 @@ def qemu_version(qemu: str) -> str:
     return out.splitlines()[0].strip() if out else ""
 
 
-def cache_key(kernel: Kernel, qemu_ver: str, host_release: "str | None" = None) -> str:
-    """Key a probe result by guest kernel, qemu and host kernel (which provides KVM)."""
+def cache_key(kernel: Kernel, qemu_ver: str, host_release: "str | None" = None,
+              method: str = "vng") -> str:
+    """Key a probe result by guest kernel, qemu, host kernel (which provides KVM) and boot method."""
     try:
         st = os.stat(kernel.path)
         image = f"{kernel.path}:{st.st_size}:{int(st.st_mtime)}"
     except OSError:
         image = kernel.path
     host = host_release if host_release is not None else os.uname().release
-    return f"guest={kernel.release} image={image} qemu={qemu_ver} host={host}"
+    key = f"guest={kernel.release} image={image} qemu={qemu_ver} host={host}"
+    # A PVH kernel on microvm and a bzImage on a PC fail under KVM in different ways.
+    return key if method == "vng" else f"{key} boot={method}"
 
 
 def read_cache(key: str, path: "Path | None" = None) -> "dict | None":
@@ -92,6 +95,7 @@ def choose_accel(
     qemu: str,
     probe: Callable[[float], "tuple[bool, str]"],
     probe_timeout: "float | None" = None,
+    method: str = "vng",
 ) -> "tuple[str, str]":
     """Return ("kvm" | "tcg", reason); ``probe(timeout)`` boots a trivial guest under KVM."""
     if requested == "tcg":
@@ -105,7 +109,7 @@ def choose_accel(
         raise VMUsageError(f"--tcpnet-vm-accel must be auto, kvm or tcg, not {requested!r}")
     if not ok:
         return "tcg", f"auto: {why_not}"
-    key = cache_key(kernel, qemu_version(qemu))
+    key = cache_key(kernel, qemu_version(qemu), method=method)
     cached = read_cache(key)
     if cached:
         return cached["accel"], f"auto, cached {cached['when']}: {cached['reason']} ({cache_path()})"

@@ -197,14 +197,15 @@ def launch(
         os.close(lifeline_r)
     main = threading.current_thread() is threading.main_thread()
     old_handlers = {}
-    if main:
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            old_handlers[sig] = signal.signal(sig, _raise_terminated)
     sel = selectors.DefaultSelector()
     pending = b""  # stdout before the sentinel
     err_filter = _ConsoleFilter()
     exited_at = None
     try:
+        # Inside the try: a Ctrl-C that lands here must stop the VM like any other.
+        if main:
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                old_handlers[sig] = signal.signal(sig, _raise_terminated)
         for f in (proc.stdout, proc.stderr):
             os.set_blocking(f.fileno(), False)
             sel.register(f, selectors.EVENT_READ)

@@ -13,6 +13,7 @@ VALUE_OPTIONS = (
     "--tcpnet-vm-cpus",
     "--tcpnet-vm-memory",
     "--tcpnet-vm-boot-timeout",
+    "--tcpnet-vm-lock-timeout",
 )
 
 ACCEL_CHOICES = ("auto", "kvm", "tcg")
@@ -21,6 +22,8 @@ DEFAULT_MEMORY = "2G"
 # Software emulation reaches our command in ~20-30 s on the project's 2-core machines;
 # 120 s leaves room for a loaded CI host without letting a hung guest block for long.
 DEFAULT_BOOT_TIMEOUT = 120.0
+# A second VM session waits this long for the first (see lock.py) before refusing.
+DEFAULT_LOCK_TIMEOUT = 1800.0
 
 
 def _env(name: str, default: str) -> str:
@@ -86,5 +89,16 @@ def add_options(group) -> None:
         metavar="SECONDS",
         help="seconds the guest may take to start the session before the VM is "
         "killed (env TCPNET_VM_BOOT_TIMEOUT); the session itself is not limited. "
+        "Default: %(default)s.",
+    )
+    group.addoption(
+        "--tcpnet-vm-lock-timeout",
+        action="store",
+        type=float,
+        default=_env("TCPNET_VM_LOCK_TIMEOUT", str(DEFAULT_LOCK_TIMEOUT)),
+        dest="tcpnet_vm_lock_timeout",
+        metavar="SECONDS",
+        help="one --tcpnet-vm session at a time per host: how long to wait for another "
+        "session's VM before refusing (env TCPNET_VM_LOCK_TIMEOUT; 0: do not wait). "
         "Default: %(default)s.",
     )

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from . import IN_VM_ENV
 from .accel import choose_accel
 from .args import artifact_dirs, check_shareable, guest_environment, share_dirs, strip_vm_args
+from . import fastboot
 from .errors import EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED, VMError, VMUsageError
 from .kernel import Kernel, has_module, resolve_kernel
 from .launch import LaunchResult, launch
+from .lock import VMLock
 from .options import ACCEL_CHOICES
 
 # Loaded in the guest before pytest starts; the labs need them and the Debian kernel has
@@ -51,6 +53,7 @@ class Plan:
     cpus: int
     memory: str
     boot_timeout: float
+    lock_timeout: float
     cwd: str
     python: str
     pytest_args: list
@@ -133,6 +136,7 @@ def plan_from_config(config) -> Plan:
         cpus=_number_option(config, "tcpnet_vm_cpus", "--tcpnet-vm-cpus", 1),
         memory=memory,
         boot_timeout=_number_option(config, "tcpnet_vm_boot_timeout", "--tcpnet-vm-boot-timeout", 0.1),
+        lock_timeout=_number_option(config, "tcpnet_vm_lock_timeout", "--tcpnet-vm-lock-timeout", 0),
         cwd=cwd,
         python=sys.executable,
         pytest_args=strip_vm_args(list(params.args)),
@@ -186,13 +190,25 @@ def vng_command(plan: Plan, accel: str, script: str, shares: list) -> list:
     return cmd
 
 
-def kvm_probe(plan: Plan, timeout: float) -> "tuple[bool, str]":
-    """Boot a trivial guest under KVM; return (reached its command within ``timeout``, detail)."""
+def kvm_probe(plan: Plan, timeout: float, boot: "fastboot.FastBoot | None" = None) -> "tuple[bool, str]":
+    """Boot a trivial guest under KVM the way the session will; return (it started, detail)."""
     sentinel = f"TCPNET-KVM-PROBE-{secrets.token_hex(8)}"
-    cmd = [plan.vng, "--run", plan.kernel.path, "--cpus", "1", "--memory", "512M",
-           "--force-9p", "--exec", f"echo {sentinel}"]
-    result = launch(cmd, cwd=tempfile.gettempdir(), sentinel=sentinel.encode(),
-                    boot_timeout=timeout, echo=False, after_start_timeout=15)
+    workdir = None
+    try:
+        if boot:
+            workdir = check_shareable(tempfile.mkdtemp(prefix="tcpnet-vm-"), "a temporary directory")
+            script = os.path.join(workdir, "probe.sh")
+            with open(script, "w", encoding="utf-8") as f:
+                f.write(fastboot.session_script(f"echo {sentinel}\n"))
+            cmd = fastboot.qemu_command(plan.qemu, boot, "kvm", 1, "512M", [workdir], script)
+        else:
+            cmd = [plan.vng, "--run", plan.kernel.path, "--cpus", "1", "--memory", "512M",
+                   "--force-9p", "--exec", f"echo {sentinel}"]
+        result = launch(cmd, cwd=tempfile.gettempdir(), sentinel=sentinel.encode(),
+                        boot_timeout=timeout, echo=False, after_start_timeout=15, cleanup=workdir)
+    finally:
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
     if result.interrupted:
         raise KeyboardInterrupt
     if result.started:
@@ -200,10 +216,10 @@ def kvm_probe(plan: Plan, timeout: float) -> "tuple[bool, str]":
     if result.timed_out:
         return False, f"no start within {timeout:.0f} s"
     last = result.tail[-1] if result.tail else "no output"
-    return False, f"vng exited with {result.returncode}: {last}"
+    return False, f"{'qemu' if boot else 'vng'} exited with {result.returncode}: {last}"
 
 
-def _boot_hints(plan: Plan, tail: list) -> list:
+def _boot_hints(plan: Plan, tail: list, fast: bool = False) -> list:
     text = "\n".join(tail)
     hints = []
     if re.search(r"too old to load a ram disk|Error loading|could not load (PVH|kernel)|"
@@ -216,11 +232,13 @@ def _boot_hints(plan: Plan, tail: list) -> list:
         shutil.which(b) for b in ("busybox", "busybox-static", "busybox.static")
     ):
         hints.append("virtme-ng needs busybox for its initramfs: apt-get install busybox-static")
+    if fast:
+        hints.append("this was a fast boot; TCPNET_VM_FASTBOOT=0 boots with vng instead")
     hints.append("TCPNET_VM_DEBUG=1 shows the whole boot log live")
     return hints
 
 
-def _explain(plan: Plan, accel: str, result: LaunchResult) -> VMError:
+def _explain(plan: Plan, accel: str, result: LaunchResult, fast: bool = False) -> VMError:
     """Turn a VM that never started our command into an error that names the cause."""
     shown = "\n".join("    " + ln for ln in result.tail[-25:]) or "    (no output)"
     if result.timed_out:
@@ -233,25 +251,41 @@ def _explain(plan: Plan, accel: str, result: LaunchResult) -> VMError:
             f"guest did not start within {plan.boot_timeout:g} s under {accel.upper()}; "
             f"VM killed; {advice}. Last lines of its boot log:\n{shown}"
         )
-    hints = "".join(f"\n  hint: {h}" for h in _boot_hints(plan, result.tail))
+    hints = "".join(f"\n  hint: {h}" for h in _boot_hints(plan, result.tail, fast))
     return VMError(
-        f"the VM exited (vng status {result.returncode}) before the guest started the "
+        f"the VM exited ({'qemu' if fast else 'vng'} status {result.returncode}) before the guest started the "
         f"session, booting {plan.kernel.path} under {accel.upper()}. Last lines of its "
         f"output:\n{shown}{hints}"
     )
 
 
 def run_plan(plan: Plan) -> int:
-    """Boot the VM, run pytest there with live output, and return pytest's exit code."""
+    """Take the host's VM lock, boot the VM, run pytest there, and return pytest's exit code."""
     for w in plan.warnings:
         say(f"warning: {w}")
+    try:
+        with VMLock(plan.lock_timeout, say):
+            return _run_locked(plan)
+    except KeyboardInterrupt:
+        say("interrupted while waiting for the VM lock")
+        return EXIT_INTERRUPTED
+
+
+def _run_locked(plan: Plan) -> int:
+    try:
+        boot = fastboot.prepare(plan.kernel, plan.qemu)
+        how = "fast boot: uncompressed kernel, own init, cached read-only root"
+    except fastboot.Unavailable as why_not:
+        boot = None
+        how = f"with vng; fast boot unavailable: {why_not}"
 
     def probe(timeout: float):
         say(f"probing KVM with a trivial boot (at most {timeout:g} s, result cached)...")
-        return kvm_probe(plan, timeout)
+        return kvm_probe(plan, timeout, boot)
 
     try:
-        accel, why = choose_accel(plan.accel, plan.kernel, plan.qemu, probe)
+        accel, why = choose_accel(plan.accel, plan.kernel, plan.qemu, probe,
+                                  method="fast" if boot else "vng")
     except KeyboardInterrupt:
         say("interrupted during the KVM probe; VM stopped")
         return EXIT_INTERRUPTED
@@ -263,14 +297,20 @@ def run_plan(plan: Plan) -> int:
         script = os.path.join(workdir, "run.sh")
         exit_file = os.path.join(workdir, "exitcode")
         sentinel = f"TCPNET-VM-STARTED-{secrets.token_hex(8)}"
+        body = guest_script(plan, sentinel, exit_file)
         with open(script, "w", encoding="utf-8") as f:
-            f.write(guest_script(plan, sentinel, exit_file))
+            f.write(fastboot.session_script(body) if boot else body)
         shares = plan.shares + [workdir]
-        say(f"booting {plan.kernel.release} ({plan.kernel.path}), {plan.cpus} CPUs, "
+        if boot:
+            cmd = fastboot.qemu_command(plan.qemu, boot, accel, plan.cpus, plan.memory,
+                                        shares, script, debug=plan.echo_boot)
+        else:
+            cmd = vng_command(plan, accel, script, shares)
+        say(f"booting {plan.kernel.release} ({plan.kernel.path}, {how}), {plan.cpus} CPUs, "
             f"{plan.memory}, no network device; the guest must start within "
             f"{plan.boot_timeout:g} s; shared read-write: {', '.join(plan.shares)}")
         result = launch(
-            vng_command(plan, accel, script, shares),
+            cmd,
             cwd=plan.cwd,
             sentinel=sentinel.encode(),
             boot_timeout=plan.boot_timeout,
@@ -282,7 +322,7 @@ def run_plan(plan: Plan) -> int:
             say("interrupted; VM stopped")
             return EXIT_INTERRUPTED
         if not result.started:
-            raise _explain(plan, accel, result)
+            raise _explain(plan, accel, result, fast=boot is not None)
         try:
             with open(exit_file, encoding="utf-8") as f:
                 code = int(f.read().strip())
