@@ -110,7 +110,8 @@ def plan_from_config(config) -> Plan:
         # Other plugins' report files, when those plugins are installed.
         report_files=[
             f for f in (config.getoption("report_log", default=None),
-                        config.getoption("htmlpath", default=None)) if f
+                        config.getoption("htmlpath", default=None),
+                        config.getoption("tcpnet_results", default=None)) if f
         ],
     )
     for d in wanted:
