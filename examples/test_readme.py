@@ -1,8 +1,11 @@
-"""The two tests the README opens with, verbatim."""
+"""The README's examples, verbatim (a README snippet that stops working fails here)."""
 
 import pytest
 
-from pytest_tcpnet import Host, Link, assert_throughput_within
+from pytest_tcpnet import Host, Link, assert_throughput_within, model  # noqa: F401  (the README's own import)
+from pytest_tcpnet import Flow, Pace, Pause
+from pytest_tcpnet import assert_no_window_full, assert_window_full
+from pytest_tcpnet import assert_limited_by
 
 
 @pytest.mark.tcpnet_needs("netem")                 # delay needs sch_netem (or --tcpnet-vm)
@@ -17,3 +20,38 @@ def test_tiny_receive_buffer_is_window_limited(tcpnet):
 def test_link_rate(tcpnet):
     r = tcpnet.pair(link=Link(rate="50mbit")).transfer(nbytes=20_000_000, sndbuf=None)
     assert_throughput_within(r, 50e6, rel=0.15)
+
+
+@pytest.mark.tcpnet_needs("iperf3", "curl")
+def test_workloads(tcpnet):
+    pair = tcpnet.pair(link=Link(rate="50mbit"))
+    bulk = pair.transfer(2_000_000, sndbuf="64kb", rcvbuf="64kb")           # bytes, or duration=seconds
+    paced = pair.transfer(20_000, reader=Pace(chunk=1024, per_second=20))   # C4's slow reader
+    paused = pair.transfer(3_000_000, reader=Pause(after=500_000, seconds=0.5))  # C14
+    starved = pair.transfer(1_000_000, starve_receiver=True)                # C10: nice 19 + a CPU hog
+    two = pair.concurrent([Flow(duration=1, cc="reno"), Flow(duration=1, cc="reno", start=0.2)])
+    iperf = pair.iperf3(duration=1, cc="reno")                              # libiperf via the bindings
+    curl = pair.http_download(500_000, limit_rate="1m")                     # curl --limit-rate
+    assert paced.throughput_bps / 8 < 25 * 1024 and two.jain_index > 0
+    assert all(r.throughput_bps > 0 for r in (bulk, paused, starved, iperf, curl))
+
+
+def test_what_a_result_measures(tcpnet):
+    r = tcpnet.pair(link=Link(rate="20mbit")).transfer(2_000_000)
+    assert r.limited_by == "cwnd" and r.effective_rcvbuf > 0
+    assert max(cwnd for _, cwnd in r.series("snd_cwnd")) >= 10
+    assert len(r.rate_series(0.1)) >= 5
+
+
+@pytest.mark.tcpnet_needs("tshark")
+def test_window_full(tcpnet):
+    tiny = tcpnet.pair(client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"}))
+    assert_window_full(tiny.transfer(500_000, capture=True), at_least=50)
+    tuned = tcpnet.pair(client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 1048576 4194304"}))
+    assert_no_window_full(tuned.transfer(500_000, capture=True))
+
+
+def test_against_the_model(tcpnet):
+    r = tcpnet.pair(link=Link(rate="50mbit")).transfer(5_000_000)
+    assert_throughput_within(r, rel=0.1)        # no expected value: the model's, from the conditions
+    assert_limited_by(r, "cwnd")
