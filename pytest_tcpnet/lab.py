@@ -110,14 +110,16 @@ class Pair:
 
     def _build(self):
         a = netlink.PATH_ADDRESSES
+        # Each namespace is created by its session's thread (unshare + bind mount, no fork), which
+        # writes its sysctls on the spot and then serves every later netlink call of this pair.
+        sysctls = {self.client: {k: v for k, v in self.client_host.sysctls.items() if k != _CC_SYSCTL},
+                   self.router: {"net.ipv4.ip_forward": "1"},
+                   self.server: {k: v for k, v in self.server_host.sysctls.items() if k != _CC_SYSCTL}}
         for node in self.nodes:
-            netlink.create_namespace(node.namespace)
-            self._created.append(node.namespace)
+            netlink.create_namespace(node.namespace, sysctls[node])
+            self._created.append(node.namespace)  # only what we made: a failed create removed itself
         netlink.wire_path(self.client.namespace, self.router.namespace, self.server.namespace)
         for node, host in ((self.client, self.client_host), (self.server, self.server_host)):
-            plain = {k: v for k, v in host.sysctls.items() if k != _CC_SYSCTL}
-            if plain:
-                netlink.write_sysctls(node.namespace, plain)
             if host.cc:
                 self._set_default_cc(node, host.cc)
         # Router hops carry real packets, not 64 KB super-packets, so qdiscs and captures count right.

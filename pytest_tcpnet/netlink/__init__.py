@@ -3,6 +3,8 @@
 from .namespaces import (NETNS_DIR, PREFIX, create_namespace, lab_namespaces, namespace_path, owner_tag,
                          pids_in_namespace, read_sysctls, remove_namespace, run_in_namespace, sweep_stale_namespaces,
                          sysctl_exists, write_sysctls)
+from .ownership import STATE_DIR, namespace_records, recorded_state
+from .session import NamespaceSession, session_for, translate_errors
 from .probe import available_congestion_controls, has_net_admin, kernel_release, qdisc_supported
 from .qdisc import htb_burst_bytes, qdisc_stats, shape_egress
 from .topology import OFFLOAD_FEATURES, interface_counters, TSO_FEATURES, PATH_ADDRESSES, PathAddresses, get_offloads, set_offloads, wire_path
@@ -13,4 +15,5 @@ __all__ = [
     "sysctl_exists", "write_sysctls", "available_congestion_controls", "has_net_admin", "kernel_release",
     "qdisc_supported", "htb_burst_bytes", "qdisc_stats", "shape_egress", "OFFLOAD_FEATURES", "TSO_FEATURES", "PATH_ADDRESSES",
     "PathAddresses", "interface_counters", "get_offloads", "set_offloads", "wire_path",
+    "NamespaceSession", "session_for", "translate_errors", "STATE_DIR", "namespace_records", "recorded_state",
 ]

@@ -41,7 +41,7 @@ def shape_egress(namespace, ifname, way):
     if way.is_unimpaired:
         return []
     try:
-        return with_iproute(namespace, lambda ipr: _install(ipr, ifname, way))
+        return with_iproute(namespace, lambda ipr: _install(ipr, ifname, way), f"installing qdiscs on {ifname}")
     except NetlinkError as exc:
         raise LabError(f"installing qdiscs on {ifname} in {namespace} ({way.describe()}) failed: {exc}") from exc
 
@@ -76,7 +76,7 @@ def _install(ipr, ifname, way):
 
 def qdisc_stats(namespace, ifname):
     """[{kind, handle, parent, packets, bytes, drops, overlimits, backlog}] of an interface's qdiscs."""
-    return with_iproute(namespace, lambda ipr: _stats(ipr, ifname))
+    return with_iproute(namespace, lambda ipr: _stats(ipr, ifname), f"reading qdisc stats of {ifname}")
 
 
 def _stats(ipr, ifname):

@@ -6,6 +6,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from ..errors import LabError
 from .namespaces import run_in_namespace, with_iproute, write_sysctls
+from .session import session_for
 
 __all__ = ["interface_counters", "PathAddresses", "PATH_ADDRESSES", "wire_path", "set_offloads", "get_offloads", "OFFLOAD_FEATURES",
            "TSO_FEATURES"]
@@ -38,7 +39,7 @@ OFFLOAD_FEATURES = TSO_FEATURES + ("tx-generic-segmentation", "rx-gro")
 
 def _ipr_call(namespace, what, function):
     try:
-        return with_iproute(namespace, function)
+        return with_iproute(namespace, function, what)
     except NetlinkError as exc:
         raise LabError(f"{what} in namespace {namespace} failed: {exc}") from exc
 
@@ -100,31 +101,37 @@ def _subnet(address):
     return ".".join(address.split(".")[:3]) + ".0"
 
 
-def set_offloads(namespace, ifname, enabled, names=OFFLOAD_FEATURES):
-    """Turn the named offloads on or off on one interface; return what the kernel kept (all of OFFLOAD_FEATURES)."""
+def _with_ethtool(namespace, function):
+    """Call function(ethtool) inside the namespace: the session's Ethtool if it has one, else a fresh one."""
+    session = session_for(namespace)
+    if session is not None:
+        return session.call("setting offloads", lambda: function(session.ethtool))
     from pyroute2.ethtool import Ethtool
 
-    def apply():
+    def call():
         with Ethtool() as eth:
-            features = eth.get_features(ifname)
-            for name in names:
-                if name in features.features and features.features[name].available:
-                    features.features[name].enable = enabled
-            eth.set_features(ifname, features)
-            return _read_offloads(eth, ifname)
+            return function(eth)
 
-    return run_in_namespace(namespace, apply)
+    return run_in_namespace(namespace, call)
+
+
+def set_offloads(namespace, ifname, enabled, names=OFFLOAD_FEATURES):
+    """Turn the named offloads on or off on one interface; return what the kernel kept (all of OFFLOAD_FEATURES)."""
+
+    def apply(eth):
+        features = eth.get_features(ifname)
+        for name in names:
+            if name in features.features and features.features[name].available:
+                features.features[name].enable = enabled
+        eth.set_features(ifname, features)
+        return _read_offloads(eth, ifname)
+
+    return _with_ethtool(namespace, apply)
 
 
 def get_offloads(namespace, ifname):
     """{feature: enabled} for the segmentation/GRO offloads of one interface."""
-    from pyroute2.ethtool import Ethtool
-
-    def read():
-        with Ethtool() as eth:
-            return _read_offloads(eth, ifname)
-
-    return run_in_namespace(namespace, read)
+    return _with_ethtool(namespace, lambda eth: _read_offloads(eth, ifname))
 
 
 def _read_offloads(eth, ifname):

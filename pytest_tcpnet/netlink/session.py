@@ -1,0 +1,259 @@
+"""One long-lived netlink session per namespace: a thread living in it, its sockets, its errors.
+
+pyroute2 0.9 keeps a socket *per calling thread* (IPRoute opens a new one, in the caller's
+current namespace, the first time a thread uses it), so an IPRoute opened in a namespace and
+then used from the main thread silently talks to the host namespace. A session therefore owns
+one worker thread that entered (or created) the namespace and runs every call there: its
+IPRoute and Ethtool sockets are opened once, sysctls are plain file writes, and no call
+starts a thread or a process. Netlink and OS errors become LabError / MissingCapability, naming
+the step and the namespace, in this one place.
+"""
+
+import concurrent.futures
+import contextlib
+import ctypes
+import errno
+import fcntl
+import os
+import threading
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from ..errors import LabError, MissingCapability
+from . import ownership
+
+__all__ = ["NamespaceSession", "session_for", "translate_errors"]
+
+_CLONE_NEWNET = 0x40000000
+_MS_BIND, _MS_REC, _MS_SHARED = 0x1000, 0x4000, 1 << 20
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p)
+_sessions = {}
+_sessions_lock = threading.Lock()
+_netns_dir_ready = False
+
+
+def _check(result, what):
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+@contextlib.contextmanager
+def translate_errors(step, namespace):
+    """Turn a netlink or OS error of `step` into the project's errors, naming the step and the namespace."""
+    try:
+        yield
+    except (LabError, MissingCapability):
+        raise
+    except NetlinkError as exc:
+        if exc.code in (errno.EPERM, errno.EACCES):
+            raise MissingCapability("privilege", f"{step} in namespace {namespace}: {exc}") from exc
+        raise LabError(f"{step} in namespace {namespace} failed: {exc}") from exc
+    except OSError as exc:
+        if exc.errno in (errno.EPERM, errno.EACCES):
+            raise MissingCapability("privilege", f"{step} in namespace {namespace}: "
+                                                 f"{exc.strerror or exc}") from exc
+        raise LabError(f"{step} in namespace {namespace} failed: {exc.strerror or exc}") from exc
+
+
+def _prepare_netns_dir():
+    """Make /var/run/netns a shared mount point once, as `ip netns add` does (iproute2 ip/ipnetns.c).
+
+    Shared propagation lets an unmount in one mount namespace reach the others, so a deleted
+    namespace is freed at once; the flock keeps concurrent creators from stacking bind mounts.
+    """
+    global _netns_dir_ready
+    if _netns_dir_ready:
+        return
+    os.makedirs(ownership.NETNS_DIR, mode=0o755, exist_ok=True)
+    lock = os.open(ownership.NETNS_DIR, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        target = ownership.NETNS_DIR.encode()
+        made_mount_point = False
+        while _libc.mount(b"", target, b"none", _MS_SHARED | _MS_REC, None) != 0:
+            err = ctypes.get_errno()
+            if err != errno.EINVAL or made_mount_point:
+                raise OSError(err, f"mount --make-rshared {ownership.NETNS_DIR}: {os.strerror(err)}")
+            _check(_libc.mount(target, target, b"none", _MS_BIND | _MS_REC, None), f"bind {ownership.NETNS_DIR}")
+            made_mount_point = True
+    finally:
+        os.close(lock)
+    _netns_dir_ready = True
+
+
+class NamespaceSession:
+    """A named network namespace and the thread + sockets that work in it, for the namespace's whole life."""
+
+    def __init__(self, name):
+        self.name = name
+        self.path = os.path.join(ownership.NETNS_DIR, name)
+        self.owned = False  # True once this session created (and recorded) the namespace
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tcpnet-{name}")
+        self._ipr = None
+        self._ethtool = None
+        self._indexes = {}
+
+    # -- life cycle ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, name, sysctls=None):
+        """Create namespace `name` (unshare + bind mount, no fork), recorded as ours; set sysctls; bring lo up."""
+        session = cls(name)
+        try:
+            session.call(f"creating namespace {name}", session._create_here, sysctls or {})
+        except BaseException:
+            session._discard()
+            raise
+        _register(session)
+        return session
+
+    @classmethod
+    def enter(cls, name):
+        """A session in an existing named namespace (not recorded as ours: closing it leaves it in place)."""
+        session = cls(name)
+        try:
+            session.call(f"entering namespace {name}", session._enter_here)
+        except BaseException:
+            session._discard()
+            raise
+        return session
+
+    def _create_here(self, sysctls):
+        _prepare_netns_dir()
+        if os.path.lexists(self.path):
+            raise LabError(f"network namespace {self.name!r} already exists")
+        _check(_libc.unshare(_CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+        st = os.stat("/proc/thread-self/ns/net")
+        # Recorded before the name exists, so a kill at any later point leaves a provable leftover.
+        ownership.record_namespace(self.name, st.st_ino, st.st_dev)
+        self.owned = True
+        try:
+            os.close(os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0))
+        except FileExistsError:
+            ownership.forget_namespace(self.name)
+            self.owned = False
+            raise LabError(f"network namespace {self.name!r} already exists") from None
+        _check(_libc.mount(b"/proc/thread-self/ns/net", self.path.encode(), b"none", _MS_BIND, None),
+               f"bind mount {self.path}")
+        self._write_sysctls_here(sysctls)
+        self.ipr.link("set", index=self.index("lo"), state="up")
+
+    def _enter_here(self):
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            _check(_libc.setns(fd, _CLONE_NEWNET), f"setns {self.path}")
+        finally:
+            os.close(fd)
+
+    def close(self):
+        """Close the sockets and end the thread; remove the namespace if this session created it."""
+        _unregister(self)
+        with contextlib.suppress(Exception):
+            self._executor.submit(self._close_sockets).result()
+        self._executor.shutdown(wait=True)
+        if self.owned:
+            with translate_errors("removing the namespace", self.name):
+                ownership.unmount_namespace(self.name)
+            ownership.forget_namespace(self.name)
+            self.owned = False
+
+    def _discard(self):
+        """Undo a half-made session (creation failed part-way)."""
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def _close_sockets(self):
+        for sock in (self._ipr, self._ethtool):
+            if sock is not None:
+                with contextlib.suppress(Exception):
+                    sock.close()
+        self._ipr = self._ethtool = None
+
+    # -- running work in the namespace ------------------------------------------------------------
+    def call(self, step, function, *args):
+        """Run function(*args) in the session's thread (inside the namespace); errors name the step."""
+        if threading.current_thread().name.startswith(f"tcpnet-{self.name}_"):
+            with translate_errors(step, self.name):
+                return function(*args)
+        future = self._executor.submit(function, *args)
+        with translate_errors(step, self.name):
+            return future.result()
+
+    @property
+    def ipr(self):
+        """The session's IPRoute socket (only inside the session's thread)."""
+        if self._ipr is None:
+            self._ipr = IPRoute()
+        return self._ipr
+
+    @property
+    def ethtool(self):
+        """The session's Ethtool sockets, opened on first use (only inside the session's thread)."""
+        if self._ethtool is None:
+            from pyroute2.ethtool import Ethtool
+            self._ethtool = Ethtool()
+        return self._ethtool
+
+    def index(self, ifname):
+        """Interface index by name (cached: a lab never renames its interfaces)."""
+        index = self._indexes.get(ifname)
+        if index is None:
+            found = self.ipr.link_lookup(ifname=ifname)
+            if not found:
+                raise LabError(f"interface {ifname} not found in namespace {self.name}")
+            index = self._indexes[ifname] = found[0]
+        return index
+
+    # -- sysctls --------------------------------------------------------------------------------
+    def write_sysctls(self, values):
+        """Write sysctls in this namespace; LabError names the one the kernel refused."""
+        return self.call("writing sysctls", self._write_sysctls_here, values)
+
+    def read_sysctls(self, keys):
+        """{key: text} of sysctls in this namespace; a missing one reads as None."""
+        return self.call("reading sysctls", _read_sysctls_here, keys)
+
+    def _write_sysctls_here(self, values):
+        for key, value in values.items():
+            try:
+                with open(_sysctl_path(key), "w") as f:
+                    f.write(value)
+            except OSError as exc:
+                raise LabError(f"sysctl {key} = {value!r} refused in namespace {self.name}: "
+                               f"{exc.strerror or exc}") from exc
+
+    def __repr__(self):
+        return f"<NamespaceSession {self.name}{' (ours)' if self.owned else ''}>"
+
+
+def _sysctl_path(name):
+    return "/proc/sys/" + name.replace(".", "/")
+
+
+def _read_sysctls_here(keys):
+    result = {}
+    for key in keys:
+        try:
+            with open(_sysctl_path(key)) as f:
+                result[key] = " ".join(f.read().split())
+        except OSError:
+            result[key] = None
+    return result
+
+
+def _register(session):
+    with _sessions_lock:
+        _sessions[session.name] = session
+
+
+def _unregister(session):
+    with _sessions_lock:
+        if _sessions.get(session.name) is session:
+            del _sessions[session.name]
+
+
+def session_for(name):
+    """The open session of namespace `name` in this process, or None."""
+    return _sessions.get(name)
