@@ -177,7 +177,7 @@ def section_steps(rounds):
     from pytest_tcpnet import lab as lab_module
     timings = {}
     real = {}
-    names = ["create_namespace", "remove_namespace", "wire_path", "write_sysctls", "set_offloads", "get_offloads",
+    names = ["create_namespaces", "create_namespace", "remove_namespace", "wire_path", "write_sysctls", "set_offloads", "get_offloads",
              "shape_egress"]
 
     def timed(name, function):
@@ -195,7 +195,7 @@ def section_steps(rounds):
             real[name] = getattr(lab_module.netlink, name)
             setattr(lab_module.netlink, name, timed(name, real[name]))
     if sessions is not None:
-        for method in ("create", "close", "wire_router", "configure_endpoint", "set_offloads", "shape_egress",
+        for method in ("create_many", "close", "wire_router", "configure_endpoint", "set_offloads", "shape_egress",
                        "write_sysctls"):
             if hasattr(sessions, method):
                 real["NamespaceSession." + method] = getattr(sessions, method)

@@ -9,12 +9,12 @@ from pyroute2 import netns as _netns
 
 from ..errors import LabError
 from . import ownership
-from .session import NamespaceSession, session_for
+from .session import NamespaceSession, gather, session_for
 
 __all__ = [
-    "NETNS_DIR", "PREFIX", "create_namespace", "remove_namespace", "namespace_path", "run_in_namespace",
+    "NETNS_DIR", "PREFIX", "create_namespace", "create_namespaces", "remove_namespace", "namespace_path", "run_in_namespace",
     "owner_tag", "lab_namespaces", "sweep_stale_namespaces", "pids_in_namespace", "write_sysctls",
-    "read_sysctls", "sysctl_exists", "with_iproute", "call_in_own_thread",
+    "read_sysctls", "sysctl_exists", "with_iproute", "call_in_own_thread", "run_in_namespaces",
 ]
 
 NETNS_DIR = "/var/run/netns"
@@ -46,6 +46,14 @@ def create_namespace(name, sysctls=None):
     if os.path.lexists(namespace_path(name)):
         raise LabError(f"network namespace {name!r} already exists")
     return NamespaceSession.create(name, sysctls)
+
+
+def create_namespaces(sysctls_by_name):
+    """Create several namespaces concurrently ({name: sysctls or None}); all or none."""
+    for name in sysctls_by_name:
+        if os.path.lexists(namespace_path(name)):
+            raise LabError(f"network namespace {name!r} already exists")
+    return NamespaceSession.create_many(sysctls_by_name)
 
 
 def remove_namespace(name):
@@ -99,6 +107,19 @@ def run_in_namespace(name, function, *args):
             os.close(fd)
 
     return call_in_own_thread(enter, function, *args, name=f"tcpnet-in-{name}")
+
+
+def run_in_namespaces(calls):
+    """Run [(namespace, function, *args), ...] concurrently, each in its namespace; return the results in order.
+
+    With sessions, each call runs in its namespace's session thread, so calls on different
+    namespaces overlap (the kernel work of one with the Python work of another); without, in turn.
+    """
+    sessions = [session_for(call[0]) for call in calls]
+    if None in sessions:
+        return [run_in_namespace(namespace, function, *args) for namespace, function, *args in calls]
+    return gather([session.submit(f"running {getattr(call[1], '__name__', 'a function')}", call[1], *call[2:])
+                   for session, call in zip(sessions, calls)])
 
 
 def with_iproute(name, function, step="netlink request"):

@@ -132,9 +132,9 @@ def namespace_records():
 
 
 def recorded_state():
-    """Every record file in the state directory (for leak checks)."""
+    """Every namespace/process record file in the state directory (for leak checks; others' files ignored)."""
     try:
-        return sorted(os.listdir(STATE_DIR))
+        return sorted(n for n in os.listdir(STATE_DIR) if n.endswith((".ns", ".proc", ".tmp")))
     except FileNotFoundError:
         return []
 

@@ -6,7 +6,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from ..errors import LabError
 from .namespaces import run_in_namespace, with_iproute, write_sysctls
-from .session import session_for
+from .session import gather, session_for
 
 __all__ = ["interface_counters", "PathAddresses", "PATH_ADDRESSES", "wire_path", "set_offloads", "get_offloads", "OFFLOAD_FEATURES",
            "TSO_FEATURES"]
@@ -51,8 +51,8 @@ def _index(ipr, ifname):
     return found[0]
 
 
-def _configure(ipr, ifname, address, prefixlen, routes):
-    index = _index(ipr, ifname)
+def _configure(ipr, ifname, address, prefixlen, routes, index=None):
+    index = _index(ipr, ifname) if index is None else index
     ipr.addr("add", index=index, address=address, prefixlen=prefixlen)
     ipr.link("set", index=index, state="up")
     for dst, gateway in routes:
@@ -64,27 +64,44 @@ def wire_path(client_ns, router_ns, server_ns, addresses=PATH_ADDRESSES):
 
     The veths are created in the router namespace with their peers placed straight into the
     endpoint namespaces, so no interface ever appears in the host namespace, even briefly.
+    With sessions, the three namespaces are then addressed concurrently.
     """
     a = addresses
+    client_route = [(f"{_subnet(a.server)}/{a.prefixlen}", a.router_client_side)]
+    server_route = [(f"{_subnet(a.client)}/{a.prefixlen}", a.router_server_side)]
 
-    def router_side(ipr):
+    def make_veths(ipr):
         ipr.link("add", ifname=a.router_client_if, kind="veth", peer={"ifname": a.client_if, "net_ns_fd": client_ns})
         ipr.link("add", ifname=a.router_server_if, kind="veth", peer={"ifname": a.server_if, "net_ns_fd": server_ns})
+
+    def router_side(ipr):
         _configure(ipr, a.router_client_if, a.router_client_side, a.prefixlen, [])
         _configure(ipr, a.router_server_if, a.router_server_side, a.prefixlen, [])
-        ipr.link("set", index=_index(ipr, "lo"), state="up")
 
-    _ipr_call(router_ns, "creating veth pairs", router_side)
+    def endpoint(ipr, ifname, address, routes):
+        _configure(ipr, ifname, address, a.prefixlen, routes)
+
+    _ipr_call(router_ns, "creating veth pairs", make_veths)
+    if all(session_for(n) for n in (client_ns, router_ns, server_ns)):
+        # Sessions made by create_namespace already brought lo up and (for a Lab's router) set ip_forward.
+        sessions = {n: session_for(n) for n in (client_ns, router_ns, server_ns)}
+        gather([
+            sessions[router_ns].submit("addressing the router", lambda: router_side(sessions[router_ns].ipr)),
+            sessions[client_ns].submit("addressing the client", lambda: endpoint(
+                sessions[client_ns].ipr, a.client_if, a.client, client_route)),
+            sessions[server_ns].submit("addressing the server", lambda: endpoint(
+                sessions[server_ns].ipr, a.server_if, a.server, server_route)),
+        ])
+        sessions[router_ns].write_sysctls({"net.ipv4.ip_forward": "1"})
+        return
+    _ipr_call(router_ns, "addressing the router", lambda ipr: (
+        router_side(ipr), ipr.link("set", index=_index(ipr, "lo"), state="up")))
     write_sysctls(router_ns, {"net.ipv4.ip_forward": "1"})
     # Each endpoint reaches only the other endpoint's subnet through the router: no default route.
     _ipr_call(client_ns, "addressing the client", lambda ipr: (
-        _configure(ipr, a.client_if, a.client, a.prefixlen, [(f"{_subnet(a.server)}/{a.prefixlen}",
-                                                              a.router_client_side)]),
-        ipr.link("set", index=_index(ipr, "lo"), state="up")))
+        endpoint(ipr, a.client_if, a.client, client_route), ipr.link("set", index=_index(ipr, "lo"), state="up")))
     _ipr_call(server_ns, "addressing the server", lambda ipr: (
-        _configure(ipr, a.server_if, a.server, a.prefixlen, [(f"{_subnet(a.client)}/{a.prefixlen}",
-                                                              a.router_server_side)]),
-        ipr.link("set", index=_index(ipr, "lo"), state="up")))
+        endpoint(ipr, a.server_if, a.server, server_route), ipr.link("set", index=_index(ipr, "lo"), state="up")))
 
 
 def interface_counters(namespace, ifname):
