@@ -7,6 +7,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from ..errors import LabError
 from ..model import MTU_FRAME_BYTES
 from .namespaces import with_iproute
+from .topology import _index
 
 __all__ = ["shape_egress", "qdisc_stats", "htb_burst_bytes"]
 
@@ -48,7 +49,7 @@ def shape_egress(namespace, ifname, way):
 
 def _install(ipr, ifname, way):
     """The qdisc tree for one direction, on an IPRoute socket already in the router's namespace."""
-    index = ipr.link_lookup(ifname=ifname)[0]
+    index = _index(ipr, ifname)
     installed = []
     leaf_parent = None
     if way.rate_bps is not None:
@@ -80,7 +81,7 @@ def qdisc_stats(namespace, ifname):
 
 
 def _stats(ipr, ifname):
-    index = ipr.link_lookup(ifname=ifname)[0]
+    index = _index(ipr, ifname)
     result = []
     for msg in ipr.get_qdiscs(index=index):
         # TCA_STATS2 is the maintained counter set (the legacy TCA_STATS names it "drop").

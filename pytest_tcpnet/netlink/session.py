@@ -178,7 +178,7 @@ class NamespaceSession:
             self.close()
 
     def _close_sockets(self):
-        for sock in (self._ipr, self._ethtool and self._ethtool._with_ioctl):
+        for sock in (self._ipr, self._ethtool):
             if sock is not None:
                 with contextlib.suppress(Exception):
                     sock.close()
@@ -209,18 +209,14 @@ class NamespaceSession:
 
     @property
     def ethtool(self):
-        """The session's Ethtool, opened on first use (only inside the session's thread).
+        """The session's ethtool ioctl socket (pyroute2's IoctlEthtool), opened on first use, in the session's thread.
 
-        Feature get/set in pyroute2's Ethtool go through its ioctl half only; its netlink half
-        costs a generic-netlink family lookup per namespace (~0.6 ms) for nothing here, so it is
-        left unopened.
+        pyroute2's Ethtool does features through this ioctl half anyway; its netlink half would
+        cost a generic-netlink family lookup per namespace and old-style flag reads we don't use.
         """
         if self._ethtool is None:
-            from pyroute2.ethtool.ethtool import Ethtool
             from pyroute2.ethtool.ioctl import IoctlEthtool
-            ethtool = Ethtool.__new__(Ethtool)
-            ethtool._with_ioctl = IoctlEthtool()
-            self._ethtool = ethtool
+            self._ethtool = IoctlEthtool()
         return self._ethtool
 
     def index(self, ifname):

@@ -45,10 +45,14 @@ def _ipr_call(namespace, what, function):
 
 
 def _index(ipr, ifname):
-    found = ipr.link_lookup(ifname=ifname)
-    if not found:
-        raise LabError(f"interface {ifname} not found")
-    return found[0]
+    """Interface index by name, remembered on the socket (a lab never renames or recreates an interface)."""
+    cache = ipr.__dict__.setdefault("_tcpnet_indexes", {})
+    if ifname not in cache:
+        found = ipr.link_lookup(ifname=ifname)
+        if not found:
+            raise LabError(f"interface {ifname} not found")
+        cache[ifname] = found[0]
+    return cache[ifname]
 
 
 def _configure(ipr, ifname, address, prefixlen, routes, index=None):
@@ -119,15 +123,18 @@ def _subnet(address):
 
 
 def _with_ethtool(namespace, function):
-    """Call function(ethtool) inside the namespace: the session's Ethtool if it has one, else a fresh one."""
+    """Call function(ethtool) inside the namespace: the session's ethtool ioctl socket if it has one, else a fresh one."""
     session = session_for(namespace)
     if session is not None:
         return session.call("setting offloads", lambda: function(session.ethtool))
-    from pyroute2.ethtool import Ethtool
+    from pyroute2.ethtool.ioctl import IoctlEthtool
 
     def call():
-        with Ethtool() as eth:
+        eth = IoctlEthtool()
+        try:
             return function(eth)
+        finally:
+            eth.close()
 
     return run_in_namespace(namespace, call)
 
@@ -136,11 +143,13 @@ def set_offloads(namespace, ifname, enabled, names=OFFLOAD_FEATURES):
     """Turn the named offloads on or off on one interface; return what the kernel kept (all of OFFLOAD_FEATURES)."""
 
     def apply(eth):
-        features = eth.get_features(ifname)
+        eth.change_ifname(ifname)
+        features = eth.get_features()
+        available = {name for name, _, can_change, *_ in features if can_change}
         for name in names:
-            if name in features.features and features.features[name].available:
-                features.features[name].enable = enabled
-        eth.set_features(ifname, features)
+            if name in available:
+                features[name] = enabled
+        eth.set_features(features)
         return _read_offloads(eth, ifname)
 
     return _with_ethtool(namespace, apply)
@@ -152,5 +161,6 @@ def get_offloads(namespace, ifname):
 
 
 def _read_offloads(eth, ifname):
-    features = eth.get_features(ifname).features
-    return {name: features[name].enable for name in OFFLOAD_FEATURES if name in features}
+    eth.change_ifname(ifname)
+    enabled = {name: enable for name, enable, *_ in eth.get_features()}
+    return {name: enabled[name] for name in OFFLOAD_FEATURES if name in enabled}
