@@ -45,8 +45,12 @@ def translate_errors(step, namespace):
     """Turn a netlink or OS error of `step` into the project's errors, naming the step and the namespace."""
     try:
         yield
-    except (LabError, MissingCapability):
+    except MissingCapability:
         raise
+    except LabError as exc:
+        if namespace in str(exc):
+            raise
+        raise LabError(f"{step} in namespace {namespace} failed: {exc}") from exc
     except NetlinkError as exc:
         if exc.code in (errno.EPERM, errno.EACCES):
             raise MissingCapability("privilege", f"{step} in namespace {namespace}: {exc}") from exc
