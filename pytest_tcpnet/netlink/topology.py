@@ -75,12 +75,15 @@ def wire_path(client_ns, router_ns, server_ns, addresses=PATH_ADDRESSES):
     server_route = [(f"{_subnet(a.client)}/{a.prefixlen}", a.router_server_side)]
 
     def make_veths(ipr):
-        ipr.link("add", ifname=a.router_client_if, kind="veth", peer={"ifname": a.client_if, "net_ns_fd": client_ns})
-        ipr.link("add", ifname=a.router_server_if, kind="veth", peer={"ifname": a.server_if, "net_ns_fd": server_ns})
+        # Created up (IFF_UP in the request), which saves a request per router interface.
+        ipr.link("add", ifname=a.router_client_if, kind="veth", state="up",
+                 peer={"ifname": a.client_if, "net_ns_fd": client_ns})
+        ipr.link("add", ifname=a.router_server_if, kind="veth", state="up",
+                 peer={"ifname": a.server_if, "net_ns_fd": server_ns})
 
     def router_side(ipr):
-        _configure(ipr, a.router_client_if, a.router_client_side, a.prefixlen, [])
-        _configure(ipr, a.router_server_if, a.router_server_side, a.prefixlen, [])
+        for ifname, address in ((a.router_client_if, a.router_client_side), (a.router_server_if, a.router_server_side)):
+            ipr.addr("add", index=_index(ipr, ifname), address=address, prefixlen=a.prefixlen)
 
     def endpoint(ipr, ifname, address, routes):
         _configure(ipr, ifname, address, a.prefixlen, routes)
