@@ -295,6 +295,14 @@ def _unregister(session):
             del _sessions[session.name]
 
 
+def _forget_sessions_in_child():
+    # A forked child has none of the parent's session threads: it must not queue work to them.
+    _sessions.clear()
+
+
+os.register_at_fork(after_in_child=_forget_sessions_in_child)
+
+
 def session_for(name):
     """The open session of namespace `name` in this process, or None."""
     return _sessions.get(name)
