@@ -9,7 +9,7 @@ from pyroute2 import netns as _netns
 
 from ..errors import LabError
 from . import ownership
-from .session import NamespaceSession, gather, session_for
+from .session import NamespaceSession, _sysctl_path, gather, read_sysctls_here, session_for, write_sysctls_here
 
 __all__ = [
     "NETNS_DIR", "PREFIX", "create_namespace", "create_namespaces", "remove_namespace", "namespace_path", "run_in_namespace",
@@ -147,10 +147,6 @@ def _setns(fd):
         raise OSError(err, f"setns: {os.strerror(err)}")
 
 
-def _sysctl_path(name):
-    return "/proc/sys/" + name.replace(".", "/")
-
-
 def sysctl_exists(name):
     """True if this kernel has the sysctl (checked in the caller's namespace, read-only)."""
     return os.path.exists(_sysctl_path(name))
@@ -163,16 +159,7 @@ def write_sysctls(name, values):
     if session is not None:
         return session.write_sysctls(values)
 
-    def write_all():
-        for key, value in values.items():
-            try:
-                with open(_sysctl_path(key), "w") as f:
-                    f.write(value)
-            except OSError as exc:
-                raise LabError(f"sysctl {key} = {value!r} refused in namespace {name}: "
-                               f"{exc.strerror or exc}") from exc
-
-    run_in_namespace(name, write_all)
+    run_in_namespace(name, write_sysctls_here, name, values)
 
 
 def read_sysctls(name, keys):
@@ -182,17 +169,7 @@ def read_sysctls(name, keys):
     if session is not None:
         return session.read_sysctls(keys)
 
-    def read_all():
-        result = {}
-        for key in keys:
-            try:
-                with open(_sysctl_path(key)) as f:
-                    result[key] = " ".join(f.read().split())
-            except OSError:
-                result[key] = None
-        return result
-
-    return run_in_namespace(name, read_all)
+    return run_in_namespace(name, read_sysctls_here, keys)
 
 
 def lab_namespaces():

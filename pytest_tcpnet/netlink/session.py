@@ -240,16 +240,10 @@ class NamespaceSession:
 
     def read_sysctls(self, keys):
         """{key: text} of sysctls in this namespace; a missing one reads as None."""
-        return self.call("reading sysctls", _read_sysctls_here, keys)
+        return self.call("reading sysctls", read_sysctls_here, keys)
 
     def _write_sysctls_here(self, values):
-        for key, value in values.items():
-            try:
-                with open(_sysctl_path(key), "w") as f:
-                    f.write(value)
-            except OSError as exc:
-                raise LabError(f"sysctl {key} = {value!r} refused in namespace {self.name}: "
-                               f"{exc.strerror or exc}") from exc
+        write_sysctls_here(self.name, values)
 
     def __repr__(self):
         return f"<NamespaceSession {self.name}{' (ours)' if self.owned else ''}>"
@@ -259,7 +253,19 @@ def _sysctl_path(name):
     return "/proc/sys/" + name.replace(".", "/")
 
 
-def _read_sysctls_here(keys):
+def write_sysctls_here(namespace, values):
+    """Write sysctls as the calling thread's namespace sees them; LabError names the one refused."""
+    for key, value in values.items():
+        try:
+            with open(_sysctl_path(key), "w") as f:
+                f.write(value)
+        except OSError as exc:
+            raise LabError(f"sysctl {key} = {value!r} refused in namespace {namespace}: "
+                           f"{exc.strerror or exc}") from exc
+
+
+def read_sysctls_here(keys):
+    """{key: text} of sysctls as the calling thread's namespace sees them; a missing one reads as None."""
     result = {}
     for key in keys:
         try:
