@@ -97,35 +97,42 @@ class Pair:
 
     def _build(self):
         a = netlink.PATH_ADDRESSES
-        for node in self.nodes:
-            netlink.create_namespace(node.namespace)
-            self._created.append(node.namespace)
+        # Each namespace is created by its session's thread (unshare + bind mount, no fork), which
+        # writes its sysctls on the spot and then serves every later netlink call of this pair.
+        sysctls = {self.client: {k: v for k, v in self.client_host.sysctls.items() if k != _CC_SYSCTL},
+                   self.router: {"net.ipv4.ip_forward": "1"},
+                   self.server: {k: v for k, v in self.server_host.sysctls.items() if k != _CC_SYSCTL}}
+        netlink.create_namespaces({node.namespace: sysctls[node] for node in self.nodes})
+        self._created.extend(node.namespace for node in self.nodes)  # all or none: a failed create removed its own
         netlink.wire_path(self.client.namespace, self.router.namespace, self.server.namespace)
-        for node, host in ((self.client, self.client_host), (self.server, self.server_host)):
-            plain = {k: v for k, v in host.sysctls.items() if k != _CC_SYSCTL}
-            if plain:
-                netlink.write_sysctls(node.namespace, plain)
-            if host.cc:
-                self._set_default_cc(node, host.cc)
+        # The three namespaces are configured concurrently, each by its own session thread.
+        netlink.run_in_namespaces([(self.router.namespace, self._configure_router),
+                                   (self.client.namespace, self._configure_endpoint, self.client, self.client_host),
+                                   (self.server.namespace, self._configure_endpoint, self.server, self.server_host)])
+
+    def _configure_router(self):
+        a = netlink.PATH_ADDRESSES
         # Router hops carry real packets, not 64 KB super-packets, so qdiscs and captures count right.
         for ifname in (a.router_client_if, a.router_server_if):
             self.offloads[f"router/{ifname}"] = netlink.set_offloads(self.router.namespace, ifname, False)
-        for node in (self.client, self.server):
-            key = f"{node.role}/{node.interface}"
-            if self._endpoint_offloads == "wire":
-                # A real NIC segments TSO super-packets before the wire; a veth would hand them to the
-                # router whole (a netem loss would then drop ~44 segments at once). With TSO off the
-                # stack still builds large skbs (GSO, as on a real host) and segments them at the veth.
-                self.offloads[key] = netlink.set_offloads(node.namespace, node.interface, False,
-                                                          netlink.TSO_FEATURES)
-            elif self._endpoint_offloads == "kernel":
-                self.offloads[key] = netlink.get_offloads(node.namespace, node.interface)
-            else:
-                self.offloads[key] = netlink.set_offloads(node.namespace, node.interface, self._endpoint_offloads)
         self.qdisc_plan = {
             a.router_client_if: netlink.shape_egress(self.router.namespace, a.router_client_if, self.link.toward_client),
             a.router_server_if: netlink.shape_egress(self.router.namespace, a.router_server_if, self.link.toward_server),
         }
+
+    def _configure_endpoint(self, node, host):
+        if host.cc:
+            self._set_default_cc(node, host.cc)
+        key = f"{node.role}/{node.interface}"
+        if self._endpoint_offloads == "wire":
+            # A real NIC segments TSO super-packets before the wire; a veth would hand them to the
+            # router whole (a netem loss would then drop ~44 segments at once). With TSO off the
+            # stack still builds large skbs (GSO, as on a real host) and segments them at the veth.
+            self.offloads[key] = netlink.set_offloads(node.namespace, node.interface, False, netlink.TSO_FEATURES)
+        elif self._endpoint_offloads == "kernel":
+            self.offloads[key] = netlink.get_offloads(node.namespace, node.interface)
+        else:
+            self.offloads[key] = netlink.set_offloads(node.namespace, node.interface, self._endpoint_offloads)
 
     def _set_default_cc(self, node, cc):
         """Make cc the namespace's default, or, where the host forbids it, the cc of every socket we open.

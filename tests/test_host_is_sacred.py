@@ -50,7 +50,10 @@ def project(tmp_path):
 
 
 def _session(project, selection):
-    env = dict(os.environ, TCPNET_TEST_MARK=str(project / "mark.txt"))
+    # This checkout's pytest_tcpnet first: the installed one may belong to another checkout.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TCPNET_TEST_MARK=str(project / "mark.txt"),
+               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
     return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-k", selection,
                              "test_project.py"], cwd=project, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

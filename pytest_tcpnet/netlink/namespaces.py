@@ -1,30 +1,29 @@
-"""Named network namespaces: create, enter from a thread, remove, sweep what dead owners left."""
+"""Named network namespaces: create, enter from a thread, remove, sweep what dead owners provably left."""
 
 import ctypes
 import errno
 import os
-import signal
 import threading
 
 from pyroute2 import netns as _netns
 
 from ..errors import LabError
+from . import ownership
+from .session import NamespaceSession, _sysctl_path, check_sysctls, gather, read_sysctls_here, session_for, write_sysctls_here
 
 __all__ = [
-    "NETNS_DIR", "PREFIX", "create_namespace", "remove_namespace", "namespace_path", "run_in_namespace",
+    "NETNS_DIR", "PREFIX", "create_namespace", "create_namespaces", "remove_namespace", "namespace_path", "run_in_namespace",
     "owner_tag", "lab_namespaces", "sweep_stale_namespaces", "pids_in_namespace", "write_sysctls",
-    "read_sysctls", "sysctl_exists", "with_iproute", "call_in_own_thread",
+    "read_sysctls", "sysctl_exists", "with_iproute", "call_in_own_thread", "run_in_namespaces",
 ]
 
 NETNS_DIR = "/var/run/netns"
-#: Every namespace the plugin creates starts with this, so the sweeper never touches anyone else's.
+#: Every namespace the plugin creates starts with this (a convenience for people; ownership is
+#: proven by the records in ownership.STATE_DIR, never by the name).
 PREFIX = "tcpnet-"
 
 
-def _process_start_ticks(pid):
-    """Start time of a process in clock ticks (field 22 of /proc/PID/stat), to tell a reused pid apart."""
-    with open(f"/proc/{pid}/stat") as stat:
-        return int(stat.read().rsplit(")", 1)[1].split()[19])
+_process_start_ticks = ownership.process_start_ticks
 
 
 def owner_tag(pid=None):
@@ -38,26 +37,38 @@ def namespace_path(name):
     return os.path.join(NETNS_DIR, name)
 
 
-def create_namespace(name):
-    """Create a named network namespace (like `ip netns add`); fail if the name exists."""
-    if os.path.exists(namespace_path(name)):
+def create_namespace(name, sysctls=None):
+    """Create a named network namespace (like `ip netns add`, without a fork), recorded as ours; fail if the name exists.
+
+    Its session (a thread living in it, with its netlink sockets) serves every later call on
+    this namespace until remove_namespace(name).
+    """
+    if os.path.lexists(namespace_path(name)):
         raise LabError(f"network namespace {name!r} already exists")
-    try:
-        _netns.create(name)
-    except OSError as exc:
-        raise LabError(f"cannot create network namespace {name!r}: {exc}") from exc
+    return NamespaceSession.create(name, sysctls)
+
+
+def create_namespaces(sysctls_by_name):
+    """Create several namespaces concurrently ({name: sysctls or None}); all or none."""
+    for name in sysctls_by_name:
+        if os.path.lexists(namespace_path(name)):
+            raise LabError(f"network namespace {name!r} already exists")
+    return NamespaceSession.create_many(sysctls_by_name)
 
 
 def remove_namespace(name):
     """Remove a named namespace; a namespace already gone is not an error."""
+    session = session_for(name)
+    if session is not None:
+        session.close()
+        return
     try:
-        _netns.remove(name)
-    except FileNotFoundError:
-        pass
+        ownership.unmount_namespace(name)
     except OSError as exc:
         if exc.errno not in (errno.ENOENT, errno.EINVAL):
             raise
-
+    if ownership.namespace_records().get(name, {}).get("owner_pid") == os.getpid():
+        ownership.forget_namespace(name)
 
 def call_in_own_thread(enter_namespace, function, *args, name="tcpnet-netns"):
     """Run enter_namespace() then function(*args) in a fresh thread; return the result, re-raise its error.
@@ -83,7 +94,10 @@ def call_in_own_thread(enter_namespace, function, *args, name="tcpnet-netns"):
 
 
 def run_in_namespace(name, function, *args):
-    """Call function(*args) in a short-lived thread that has entered the named namespace."""
+    """Call function(*args) inside the named namespace: in its session's thread, else a short-lived thread."""
+    session = session_for(name)
+    if session is not None:
+        return session.call(f"running {getattr(function, '__name__', 'a function')}", function, *args)
 
     def enter():
         fd = os.open(namespace_path(name), os.O_RDONLY)
@@ -95,12 +109,28 @@ def run_in_namespace(name, function, *args):
     return call_in_own_thread(enter, function, *args, name=f"tcpnet-in-{name}")
 
 
-def with_iproute(name, function):
-    """Call function(ipr) with an IPRoute socket opened inside namespace `name`.
+def run_in_namespaces(calls):
+    """Run [(namespace, function, *args), ...] concurrently, each in its namespace; return the results in order.
 
-    Opening it from a thread that entered the namespace costs ~2 ms; IPRoute(netns=...)
-    forks a helper process for the same socket (~9 ms here, far more in a slow VM).
+    With sessions, each call runs in its namespace's session thread, so calls on different
+    namespaces overlap (the kernel work of one with the Python work of another); without, in turn.
     """
+    sessions = [session_for(call[0]) for call in calls]
+    if None in sessions:
+        return [run_in_namespace(namespace, function, *args) for namespace, function, *args in calls]
+    return gather([session.submit(f"running {getattr(call[1], '__name__', 'a function')}", call[1], *call[2:])
+                   for session, call in zip(sessions, calls)])
+
+
+def with_iproute(name, function, step="netlink request"):
+    """Call function(ipr) with an IPRoute socket inside namespace `name` (the session's, if it has one).
+
+    Without a session, one is opened from a thread that entered the namespace (~2 ms);
+    IPRoute(netns=...) would fork a helper process for the same socket (~9 ms, far more in a VM).
+    """
+    session = session_for(name)
+    if session is not None:
+        return session.call(step, lambda: function(session.ipr))
     from pyroute2 import IPRoute
 
     def call():
@@ -117,24 +147,6 @@ def _setns(fd):
         raise OSError(err, f"setns: {os.strerror(err)}")
 
 
-# The model's rules again, right where the path is built and the file written (defence in depth).
-from ..model.specs import _CONTROL_CHARACTERS as _SYSCTL_VALUE_REFUSED, _SYSCTL_NAME as _SYSCTL_KEY  # noqa: E402
-
-
-def _sysctl_path(name):
-    """The /proc/sys file of a dotted net.* name; a name that could point anywhere else is refused."""
-    if not isinstance(name, str) or len(name) > 200 or not _SYSCTL_KEY.fullmatch(name):
-        raise ValueError(f"sysctl name: expected dotted 'net.…' (letters, digits, '_', '-'), got {name!r}")
-    return "/proc/sys/" + name.replace(".", "/")
-
-
-def _sysctl_text(key, value):
-    """The text written for one sysctl: one line, so the kernel cannot take a second value from it."""
-    if not isinstance(value, str) or _SYSCTL_VALUE_REFUSED.search(value):
-        raise ValueError(f"sysctl {key}: expected one line of text without control characters, got {value!r}")
-    return value
-
-
 def sysctl_exists(name):
     """True if this kernel has the sysctl (checked in the caller's namespace, read-only)."""
     return os.path.exists(_sysctl_path(name))
@@ -143,50 +155,30 @@ def sysctl_exists(name):
 def write_sysctls(name, values):
     """Write sysctls inside namespace `name`; raise LabError naming the one the kernel refused."""
 
-    checked = {_sysctl_path(key): (key, _sysctl_text(key, value)) for key, value in values.items()}
+    check_sysctls(values)
+    session = session_for(name)
+    if session is not None:
+        return session.write_sysctls(values)
 
-    def write_all():
-        for path, (key, value) in checked.items():
-            try:
-                with open(path, "w") as f:
-                    f.write(value)
-            except OSError as exc:
-                raise LabError(f"sysctl {key} = {value!r} refused in namespace {name}: "
-                               f"{exc.strerror or exc}") from exc
-
-    run_in_namespace(name, write_all)
+    run_in_namespace(name, write_sysctls_here, name, values)
 
 
 def read_sysctls(name, keys):
     """Read sysctls inside namespace `name` as {key: text}; a missing one reads as None."""
 
-    def read_all():
-        result = {}
-        for key in keys:
-            try:
-                with open(_sysctl_path(key)) as f:
-                    result[key] = " ".join(f.read().split())
-            except OSError:
-                result[key] = None
-        return result
+    session = session_for(name)
+    if session is not None:
+        return session.read_sysctls(keys)
 
-    return run_in_namespace(name, read_all)
+    return run_in_namespace(name, read_sysctls_here, keys)
 
 
 def lab_namespaces():
-    """Names of every namespace a pytest-tcpnet process created (any owner)."""
+    """Names of every namespace named like ours (tcpnet-*), whoever made it: for leak checks, not for deleting."""
     try:
         return sorted(n for n in os.listdir(NETNS_DIR) if n.startswith(PREFIX))
     except FileNotFoundError:
         return []
-
-
-def _owner_alive(tag):
-    try:
-        pid, ticks = (int(x) for x in tag.split("."))
-        return _process_start_ticks(pid) == ticks
-    except (ValueError, OSError, IndexError):
-        return False
 
 
 def pids_in_namespace(name):
@@ -209,21 +201,9 @@ def pids_in_namespace(name):
 
 
 def sweep_stale_namespaces():
-    """Remove namespaces whose owner process is dead, first killing what still runs inside them.
+    """Remove what dead pytest-tcpnet processes provably left (ownership records), nothing else; return the names.
 
-    Processes inside a plugin namespace were started by the plugin (nothing else can enter
-    it), so ending them is ending our own leftovers. Returns the names removed.
+    A look-alike (`ip netns add tcpnet-mine`) has no record and is never touched, nor is any
+    process we did not record starting.
     """
-    removed = []
-    for name in lab_namespaces():
-        tag = name[len(PREFIX):].split("-", 1)[0]
-        if _owner_alive(tag):
-            continue
-        for pid in pids_in_namespace(name):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        remove_namespace(name)
-        removed.append(name)
-    return removed
+    return ownership.sweep()

@@ -7,6 +7,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from ..errors import LabError
 from ..model import MTU_FRAME_BYTES
 from .namespaces import with_iproute
+from .topology import _index
 
 __all__ = ["shape_egress", "qdisc_stats", "htb_burst_bytes"]
 
@@ -41,14 +42,14 @@ def shape_egress(namespace, ifname, way):
     if way.is_unimpaired:
         return []
     try:
-        return with_iproute(namespace, lambda ipr: _install(ipr, ifname, way))
+        return with_iproute(namespace, lambda ipr: _install(ipr, ifname, way), f"installing qdiscs on {ifname}")
     except NetlinkError as exc:
         raise LabError(f"installing qdiscs on {ifname} in {namespace} ({way.describe()}) failed: {exc}") from exc
 
 
 def _install(ipr, ifname, way):
     """The qdisc tree for one direction, on an IPRoute socket already in the router's namespace."""
-    index = ipr.link_lookup(ifname=ifname)[0]
+    index = _index(ipr, ifname)
     installed = []
     leaf_parent = None
     if way.rate_bps is not None:
@@ -76,11 +77,11 @@ def _install(ipr, ifname, way):
 
 def qdisc_stats(namespace, ifname):
     """[{kind, handle, parent, packets, bytes, drops, overlimits, backlog}] of an interface's qdiscs."""
-    return with_iproute(namespace, lambda ipr: _stats(ipr, ifname))
+    return with_iproute(namespace, lambda ipr: _stats(ipr, ifname), f"reading qdisc stats of {ifname}")
 
 
 def _stats(ipr, ifname):
-    index = ipr.link_lookup(ifname=ifname)[0]
+    index = _index(ipr, ifname)
     result = []
     for msg in ipr.get_qdiscs(index=index):
         # TCA_STATS2 is the maintained counter set (the legacy TCA_STATS names it "drop").

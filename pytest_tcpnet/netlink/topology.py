@@ -6,6 +6,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from ..errors import LabError
 from .namespaces import run_in_namespace, with_iproute, write_sysctls
+from .session import gather, session_for
 
 __all__ = ["interface_counters", "PathAddresses", "PATH_ADDRESSES", "wire_path", "set_offloads", "get_offloads", "OFFLOAD_FEATURES",
            "TSO_FEATURES"]
@@ -38,20 +39,24 @@ OFFLOAD_FEATURES = TSO_FEATURES + ("tx-generic-segmentation", "rx-gro")
 
 def _ipr_call(namespace, what, function):
     try:
-        return with_iproute(namespace, function)
+        return with_iproute(namespace, function, what)
     except NetlinkError as exc:
         raise LabError(f"{what} in namespace {namespace} failed: {exc}") from exc
 
 
 def _index(ipr, ifname):
-    found = ipr.link_lookup(ifname=ifname)
-    if not found:
-        raise LabError(f"interface {ifname} not found")
-    return found[0]
+    """Interface index by name, remembered on the socket (a lab never renames or recreates an interface)."""
+    cache = ipr.__dict__.setdefault("_tcpnet_indexes", {})
+    if ifname not in cache:
+        found = ipr.link_lookup(ifname=ifname)
+        if not found:
+            raise LabError(f"interface {ifname} not found")
+        cache[ifname] = found[0]
+    return cache[ifname]
 
 
-def _configure(ipr, ifname, address, prefixlen, routes):
-    index = _index(ipr, ifname)
+def _configure(ipr, ifname, address, prefixlen, routes, index=None):
+    index = _index(ipr, ifname) if index is None else index
     ipr.addr("add", index=index, address=address, prefixlen=prefixlen)
     ipr.link("set", index=index, state="up")
     for dst, gateway in routes:
@@ -63,27 +68,47 @@ def wire_path(client_ns, router_ns, server_ns, addresses=PATH_ADDRESSES):
 
     The veths are created in the router namespace with their peers placed straight into the
     endpoint namespaces, so no interface ever appears in the host namespace, even briefly.
+    With sessions, the three namespaces are then addressed concurrently.
     """
     a = addresses
+    client_route = [(f"{_subnet(a.server)}/{a.prefixlen}", a.router_client_side)]
+    server_route = [(f"{_subnet(a.client)}/{a.prefixlen}", a.router_server_side)]
+
+    def make_veths(ipr):
+        # Created up (IFF_UP in the request), which saves a request per router interface.
+        ipr.link("add", ifname=a.router_client_if, kind="veth", state="up",
+                 peer={"ifname": a.client_if, "net_ns_fd": client_ns})
+        ipr.link("add", ifname=a.router_server_if, kind="veth", state="up",
+                 peer={"ifname": a.server_if, "net_ns_fd": server_ns})
 
     def router_side(ipr):
-        ipr.link("add", ifname=a.router_client_if, kind="veth", peer={"ifname": a.client_if, "net_ns_fd": client_ns})
-        ipr.link("add", ifname=a.router_server_if, kind="veth", peer={"ifname": a.server_if, "net_ns_fd": server_ns})
-        _configure(ipr, a.router_client_if, a.router_client_side, a.prefixlen, [])
-        _configure(ipr, a.router_server_if, a.router_server_side, a.prefixlen, [])
-        ipr.link("set", index=_index(ipr, "lo"), state="up")
+        for ifname, address in ((a.router_client_if, a.router_client_side), (a.router_server_if, a.router_server_side)):
+            ipr.addr("add", index=_index(ipr, ifname), address=address, prefixlen=a.prefixlen)
 
-    _ipr_call(router_ns, "creating veth pairs", router_side)
+    def endpoint(ipr, ifname, address, routes):
+        _configure(ipr, ifname, address, a.prefixlen, routes)
+
+    _ipr_call(router_ns, "creating veth pairs", make_veths)
+    if all(session_for(n) for n in (client_ns, router_ns, server_ns)):
+        # Sessions made by create_namespace already brought lo up and (for a Lab's router) set ip_forward.
+        sessions = {n: session_for(n) for n in (client_ns, router_ns, server_ns)}
+        gather([
+            sessions[router_ns].submit("addressing the router", lambda: router_side(sessions[router_ns].ipr)),
+            sessions[client_ns].submit("addressing the client", lambda: endpoint(
+                sessions[client_ns].ipr, a.client_if, a.client, client_route)),
+            sessions[server_ns].submit("addressing the server", lambda: endpoint(
+                sessions[server_ns].ipr, a.server_if, a.server, server_route)),
+        ])
+        sessions[router_ns].write_sysctls({"net.ipv4.ip_forward": "1"})
+        return
+    _ipr_call(router_ns, "addressing the router", lambda ipr: (
+        router_side(ipr), ipr.link("set", index=_index(ipr, "lo"), state="up")))
     write_sysctls(router_ns, {"net.ipv4.ip_forward": "1"})
     # Each endpoint reaches only the other endpoint's subnet through the router: no default route.
     _ipr_call(client_ns, "addressing the client", lambda ipr: (
-        _configure(ipr, a.client_if, a.client, a.prefixlen, [(f"{_subnet(a.server)}/{a.prefixlen}",
-                                                              a.router_client_side)]),
-        ipr.link("set", index=_index(ipr, "lo"), state="up")))
+        endpoint(ipr, a.client_if, a.client, client_route), ipr.link("set", index=_index(ipr, "lo"), state="up")))
     _ipr_call(server_ns, "addressing the server", lambda ipr: (
-        _configure(ipr, a.server_if, a.server, a.prefixlen, [(f"{_subnet(a.client)}/{a.prefixlen}",
-                                                              a.router_server_side)]),
-        ipr.link("set", index=_index(ipr, "lo"), state="up")))
+        endpoint(ipr, a.server_if, a.server, server_route), ipr.link("set", index=_index(ipr, "lo"), state="up")))
 
 
 def interface_counters(namespace, ifname):
@@ -100,33 +125,45 @@ def _subnet(address):
     return ".".join(address.split(".")[:3]) + ".0"
 
 
+def _with_ethtool(namespace, function):
+    """Call function(ethtool) inside the namespace: the session's ethtool ioctl socket if it has one, else a fresh one."""
+    session = session_for(namespace)
+    if session is not None:
+        return session.call("setting offloads", lambda: function(session.ethtool))
+    from pyroute2.ethtool.ioctl import IoctlEthtool
+
+    def call():
+        eth = IoctlEthtool()
+        try:
+            return function(eth)
+        finally:
+            eth.close()
+
+    return run_in_namespace(namespace, call)
+
+
 def set_offloads(namespace, ifname, enabled, names=OFFLOAD_FEATURES):
     """Turn the named offloads on or off on one interface; return what the kernel kept (all of OFFLOAD_FEATURES)."""
-    from pyroute2.ethtool import Ethtool
 
-    def apply():
-        with Ethtool() as eth:
-            features = eth.get_features(ifname)
-            for name in names:
-                if name in features.features and features.features[name].available:
-                    features.features[name].enable = enabled
-            eth.set_features(ifname, features)
-            return _read_offloads(eth, ifname)
+    def apply(eth):
+        eth.change_ifname(ifname)
+        features = eth.get_features()
+        available = {name for name, _, can_change, *_ in features if can_change}
+        for name in names:
+            if name in available:
+                features[name] = enabled
+        eth.set_features(features)
+        return _read_offloads(eth, ifname)
 
-    return run_in_namespace(namespace, apply)
+    return _with_ethtool(namespace, apply)
 
 
 def get_offloads(namespace, ifname):
     """{feature: enabled} for the segmentation/GRO offloads of one interface."""
-    from pyroute2.ethtool import Ethtool
-
-    def read():
-        with Ethtool() as eth:
-            return _read_offloads(eth, ifname)
-
-    return run_in_namespace(namespace, read)
+    return _with_ethtool(namespace, lambda eth: _read_offloads(eth, ifname))
 
 
 def _read_offloads(eth, ifname):
-    features = eth.get_features(ifname).features
-    return {name: features[name].enable for name in OFFLOAD_FEATURES if name in features}
+    eth.change_ifname(ifname)
+    enabled = {name: enable for name, enable, *_ in eth.get_features()}
+    return {name: enabled[name] for name in OFFLOAD_FEATURES if name in enabled}

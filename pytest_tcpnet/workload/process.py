@@ -6,6 +6,7 @@ import signal
 import subprocess
 
 from ..errors import LabError, MissingCapability
+from ..netlink import ownership
 
 __all__ = ["NamespaceProcesses", "nsenter_path"]
 
@@ -23,6 +24,7 @@ class NamespaceProcesses:
 
     def __init__(self, namespace_path):
         self._netns = namespace_path
+        self._namespace = os.path.basename(namespace_path)
         self._running = []
         self._adopted = []
 
@@ -34,6 +36,10 @@ class NamespaceProcesses:
     def adopt(self, child):
         """Track a process started another way (an object with .pid and .stop()), so stop_all stops it too."""
         self._adopted.append(child)
+        try:
+            ownership.record_process(self._namespace, child.pid)
+        except (OSError, LabError):
+            pass  # already exited, or no records directory: nothing to sweep later
 
     def popen(self, argv, **kwargs):
         """subprocess.Popen of argv inside the namespace, in its own process group."""
@@ -45,6 +51,11 @@ class NamespaceProcesses:
         except OSError as exc:
             raise LabError(f"cannot start {argv[0]!r} in {self._netns}: {exc}") from exc
         self._running.append(proc)
+        # Recorded (pid + start time) so a sweeper can end it, and only it, if this process dies.
+        try:
+            ownership.record_process(self._namespace, proc.pid)
+        except (OSError, LabError):
+            pass  # already exited (no /proc entry), or no records directory: nothing to sweep later
         return proc
 
     def run(self, argv, *, timeout=60, check=False, **kwargs):
@@ -61,6 +72,7 @@ class NamespaceProcesses:
         finally:
             if proc.returncode is not None and proc in self._running:
                 self._running.remove(proc)
+                ownership.forget_process(self._namespace, proc.pid)
         result = subprocess.CompletedProcess(argv, proc.returncode, out, err)
         if check:
             result.check_returncode()
@@ -84,6 +96,8 @@ class NamespaceProcesses:
                 stream.close()
         if proc in self._running:
             self._running.remove(proc)
+        if proc.returncode is not None:
+            ownership.forget_process(self._namespace, proc.pid)
 
     def stop_all(self):
         """Stop every process this node started that still runs."""
@@ -91,4 +105,5 @@ class NamespaceProcesses:
             self.stop(proc, grace=0.2)
         for child in self._adopted:
             child.stop()
+            ownership.forget_process(self._namespace, child.pid)
         self._adopted.clear()

@@ -1,0 +1,330 @@
+"""One long-lived netlink session per namespace: a thread living in it, its sockets, its errors.
+
+pyroute2 0.9 keeps a socket *per calling thread* (IPRoute opens a new one, in the caller's
+current namespace, the first time a thread uses it), so an IPRoute opened in a namespace and
+then used from the main thread silently talks to the host namespace. A session therefore owns
+one worker thread that entered (or created) the namespace and runs every call there: its
+IPRoute and Ethtool sockets are opened once, sysctls are plain file writes, and no call
+starts a thread or a process. Netlink and OS errors become LabError / MissingCapability, naming
+the step and the namespace, in this one place.
+"""
+
+import concurrent.futures
+import contextlib
+import ctypes
+import errno
+import fcntl
+import os
+import threading
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from ..errors import LabError, MissingCapability
+from . import ownership
+
+__all__ = ["NamespaceSession", "session_for", "translate_errors", "gather"]
+
+_CLONE_NEWNET = 0x40000000
+_MS_BIND, _MS_REC, _MS_SHARED = 0x1000, 0x4000, 1 << 20
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p)
+_sessions = {}
+_sessions_lock = threading.Lock()
+_netns_dir_ready = False
+
+
+def _check(result, what):
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+@contextlib.contextmanager
+def translate_errors(step, namespace):
+    """Turn a netlink or OS error of `step` into the project's errors, naming the step and the namespace."""
+    try:
+        yield
+    except MissingCapability:
+        raise
+    except LabError as exc:
+        if namespace in str(exc):
+            raise
+        raise LabError(f"{step} in namespace {namespace} failed: {exc}") from exc
+    except NetlinkError as exc:
+        if exc.code in (errno.EPERM, errno.EACCES):
+            raise MissingCapability("privilege", f"{step} in namespace {namespace}: {exc}") from exc
+        raise LabError(f"{step} in namespace {namespace} failed: {exc}") from exc
+    except OSError as exc:
+        if exc.errno in (errno.EPERM, errno.EACCES):
+            raise MissingCapability("privilege", f"{step} in namespace {namespace}: "
+                                                 f"{exc.strerror or exc}") from exc
+        raise LabError(f"{step} in namespace {namespace} failed: {exc.strerror or exc}") from exc
+
+
+def _prepare_netns_dir():
+    """Make /var/run/netns a shared mount point once, as `ip netns add` does (iproute2 ip/ipnetns.c).
+
+    Shared propagation lets an unmount in one mount namespace reach the others, so a deleted
+    namespace is freed at once; the flock keeps concurrent creators from stacking bind mounts.
+    """
+    global _netns_dir_ready
+    if _netns_dir_ready:
+        return
+    os.makedirs(ownership.NETNS_DIR, mode=0o755, exist_ok=True)
+    lock = os.open(ownership.NETNS_DIR, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        target = ownership.NETNS_DIR.encode()
+        made_mount_point = False
+        while _libc.mount(b"", target, b"none", _MS_SHARED | _MS_REC, None) != 0:
+            err = ctypes.get_errno()
+            if err != errno.EINVAL or made_mount_point:
+                raise OSError(err, f"mount --make-rshared {ownership.NETNS_DIR}: {os.strerror(err)}")
+            _check(_libc.mount(target, target, b"none", _MS_BIND | _MS_REC, None), f"bind {ownership.NETNS_DIR}")
+            made_mount_point = True
+    finally:
+        os.close(lock)
+    _netns_dir_ready = True
+
+
+class NamespaceSession:
+    """A named network namespace and the thread + sockets that work in it, for the namespace's whole life."""
+
+    def __init__(self, name):
+        self.name = name
+        self.path = os.path.join(ownership.NETNS_DIR, name)
+        self.owned = False  # True once this session created (and recorded) the namespace
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tcpnet-{name}")
+        self._ipr = None
+        self._ethtool = None
+        self._indexes = {}
+
+    # -- life cycle ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, name, sysctls=None):
+        """Create namespace `name` (unshare + bind mount, no fork), recorded as ours; set sysctls; bring lo up."""
+        return cls.create_many({name: sysctls})[0]
+
+    @classmethod
+    def create_many(cls, sysctls_by_name):
+        """Create several namespaces at once, each by its own session thread; all or none (the made ones are removed)."""
+        sessions = [cls(name) for name in sysctls_by_name]
+        futures = [s._executor.submit(s._create_here, sysctls_by_name[s.name] or {}) for s in sessions]
+        failure = None
+        for session, future in zip(sessions, futures):
+            try:
+                with translate_errors(f"creating namespace {session.name}", session.name):
+                    future.result()
+            except BaseException as exc:
+                failure = failure or exc
+        if failure is not None:
+            for session in sessions:
+                session._discard()
+            raise failure
+        for session in sessions:
+            _register(session)
+        return sessions
+
+    @classmethod
+    def enter(cls, name):
+        """A session in an existing named namespace (not recorded as ours: closing it leaves it in place)."""
+        session = cls(name)
+        try:
+            session.call(f"entering namespace {name}", session._enter_here)
+        except BaseException:
+            session._discard()
+            raise
+        return session
+
+    def _create_here(self, sysctls):
+        _prepare_netns_dir()
+        if os.path.lexists(self.path):
+            raise LabError(f"network namespace {self.name!r} already exists")
+        _check(_libc.unshare(_CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+        st = os.stat("/proc/thread-self/ns/net")
+        # Recorded before the name exists, so a kill at any later point leaves a provable leftover.
+        ownership.record_namespace(self.name, st.st_ino, st.st_dev)
+        self.owned = True
+        try:
+            os.close(os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0))
+        except FileExistsError:
+            ownership.forget_namespace(self.name)
+            self.owned = False
+            raise LabError(f"network namespace {self.name!r} already exists") from None
+        _check(_libc.mount(b"/proc/thread-self/ns/net", self.path.encode(), b"none", _MS_BIND, None),
+               f"bind mount {self.path}")
+        self._write_sysctls_here(sysctls)
+        self.ipr.link("set", index=1, state="up")  # lo is always ifindex 1 in a new namespace
+
+    def _enter_here(self):
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            _check(_libc.setns(fd, _CLONE_NEWNET), f"setns {self.path}")
+        finally:
+            os.close(fd)
+
+    def close(self):
+        """Close the sockets and end the thread; remove the namespace if this session created it."""
+        _unregister(self)
+        with contextlib.suppress(Exception):
+            self._executor.submit(self._close_sockets).result()
+        self._executor.shutdown(wait=True)
+        if self.owned:
+            with translate_errors("removing the namespace", self.name):
+                ownership.unmount_namespace(self.name)
+            ownership.forget_namespace(self.name)
+            self.owned = False
+
+    def _discard(self):
+        """Undo a half-made session (creation failed part-way)."""
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def _close_sockets(self):
+        for sock in (self._ipr, self._ethtool):
+            if sock is not None:
+                with contextlib.suppress(Exception):
+                    sock.close()
+        self._ipr = self._ethtool = None
+
+    # -- running work in the namespace ------------------------------------------------------------
+    def call(self, step, function, *args):
+        """Run function(*args) in the session's thread (inside the namespace); errors name the step."""
+        if threading.current_thread().name.startswith(f"tcpnet-{self.name}_"):
+            with translate_errors(step, self.name):
+                return function(*args)
+        future = self._executor.submit(function, *args)
+        with translate_errors(step, self.name):
+            return future.result()
+
+    @property
+    def ipr(self):
+        """The session's IPRoute socket (only inside the session's thread)."""
+        if self._ipr is None:
+            self._ipr = IPRoute()
+        return self._ipr
+
+    def submit(self, step, function, *args):
+        """Start function(*args) in the session's thread; returns a future (see gather)."""
+        future = self._executor.submit(function, *args)
+        future.tcpnet_step = (step, self.name)
+        return future
+
+    @property
+    def ethtool(self):
+        """The session's ethtool ioctl socket (pyroute2's IoctlEthtool), opened on first use, in the session's thread.
+
+        pyroute2's Ethtool does features through this ioctl half anyway; its netlink half would
+        cost a generic-netlink family lookup per namespace and old-style flag reads we don't use.
+        """
+        if self._ethtool is None:
+            from pyroute2.ethtool.ioctl import IoctlEthtool
+            self._ethtool = IoctlEthtool()
+        return self._ethtool
+
+    def index(self, ifname):
+        """Interface index by name (cached: a lab never renames its interfaces)."""
+        index = self._indexes.get(ifname)
+        if index is None:
+            found = self.ipr.link_lookup(ifname=ifname)
+            if not found:
+                raise LabError(f"interface {ifname} not found in namespace {self.name}")
+            index = self._indexes[ifname] = found[0]
+        return index
+
+    # -- sysctls --------------------------------------------------------------------------------
+    def write_sysctls(self, values):
+        """Write sysctls in this namespace; LabError names the one the kernel refused."""
+        return self.call("writing sysctls", self._write_sysctls_here, values)
+
+    def read_sysctls(self, keys):
+        """{key: text} of sysctls in this namespace; a missing one reads as None."""
+        return self.call("reading sysctls", read_sysctls_here, keys)
+
+    def _write_sysctls_here(self, values):
+        write_sysctls_here(self.name, values)
+
+    def __repr__(self):
+        return f"<NamespaceSession {self.name}{' (ours)' if self.owned else ''}>"
+
+
+# The model's rules again, right where the path is built and the file written (defence in depth).
+from ..model.specs import _CONTROL_CHARACTERS as _SYSCTL_VALUE_REFUSED, _SYSCTL_NAME as _SYSCTL_KEY  # noqa: E402
+
+
+def _sysctl_path(name):
+    """The /proc/sys file of a dotted net.* name; a name that could point anywhere else is refused."""
+    if not isinstance(name, str) or len(name) > 200 or not _SYSCTL_KEY.fullmatch(name):
+        raise ValueError(f"sysctl name: expected dotted 'net.…' (letters, digits, '_', '-'), got {name!r}")
+    return "/proc/sys/" + name.replace(".", "/")
+
+
+def check_sysctls(values):
+    """Refuse a name or value that could escape /proc/sys/net or write two values, before any namespace is entered."""
+    for key, value in values.items():
+        _sysctl_path(key)
+        if not isinstance(value, str) or _SYSCTL_VALUE_REFUSED.search(value):
+            raise ValueError(f"sysctl {key}: expected one line of text without control characters, got {value!r}")
+
+
+def write_sysctls_here(namespace, values):
+    """Write sysctls as the calling thread's namespace sees them; LabError names the one refused."""
+    check_sysctls(values)
+    for key, value in values.items():
+        try:
+            with open(_sysctl_path(key), "w") as f:
+                f.write(value)
+        except OSError as exc:
+            raise LabError(f"sysctl {key} = {value!r} refused in namespace {namespace}: "
+                           f"{exc.strerror or exc}") from exc
+
+
+def read_sysctls_here(keys):
+    """{key: text} of sysctls as the calling thread's namespace sees them; a missing one reads as None."""
+    result = {}
+    for key in keys:
+        try:
+            with open(_sysctl_path(key)) as f:
+                result[key] = " ".join(f.read().split())
+        except OSError:
+            result[key] = None
+    return result
+
+
+def gather(futures):
+    """Wait for every future from submit(); raise the first error (translated), after all have finished."""
+    failure, results = None, []
+    for future in futures:
+        try:
+            with translate_errors(*future.tcpnet_step):
+                results.append(future.result())
+        except BaseException as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+    return results
+
+
+def _register(session):
+    with _sessions_lock:
+        _sessions[session.name] = session
+
+
+def _unregister(session):
+    with _sessions_lock:
+        if _sessions.get(session.name) is session:
+            del _sessions[session.name]
+
+
+def _forget_sessions_in_child():
+    # A forked child has none of the parent's session threads: it must not queue work to them.
+    _sessions.clear()
+
+
+os.register_at_fork(after_in_child=_forget_sessions_in_child)
+
+
+def session_for(name):
+    """The open session of namespace `name` in this process, or None."""
+    return _sessions.get(name)

@@ -1,0 +1,252 @@
+"""Leak-proof under kills, and never touching what is not ours (ownership proven by records, not by names).
+
+Each kill test runs a real lab in a child process, kills it at a chosen point, runs the
+documented cleanup command and checks that nothing of that child is left: namespaces,
+ownership records, processes, host interfaces. Look-alike namespaces (made with `ip netns
+add`, with a process inside via `ip netns exec`) must survive every sweep.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import hoststate
+from pytest_tcpnet import Lab, Link, netlink
+from pytest_tcpnet.errors import LabError
+from pytest_tcpnet.netlink import ownership
+
+pytestmark = pytest.mark.tcpnet_needs("privilege")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def lookalike():
+    """A namespace named like ours but made by someone else, with a process running inside it."""
+    # Our naming pattern with this test's own owner tag: a sweeper that trusted names would take
+    # it for ours. (A dead-owner tag would be deleted by older pytest-tcpnet copies other people
+    # may be running on the same machine, which is exactly the bug these tests prevent.)
+    name = f"{netlink.PREFIX}{netlink.owner_tag()}-mine"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    sleeper = subprocess.Popen(["ip", "netns", "exec", name, "sleep", "600"])
+    try:
+        yield name, sleeper
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def _env(**extra):
+    """This checkout's pytest_tcpnet first (an installed copy may be another checkout's)."""
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
+def _child(body):
+    """Start a Python child that runs `body` with a Lab; it prints READY when at the point to kill it."""
+    script = textwrap.dedent("""
+        import os, sys, time
+        sys.path.insert(0, {root!r})
+        from pytest_tcpnet import Lab, Link, Host
+        lab = Lab()
+    """).format(root=ROOT) + textwrap.dedent(body)
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(TCPNET_MEASUREMENT_SLOTS="64"))
+
+
+def _await_ready(proc, timeout=60):
+    deadline = time.monotonic() + timeout
+    line = proc.stdout.readline()
+    assert line.startswith("READY"), (line, proc.stderr.read() if proc.poll() is not None else "")
+    assert time.monotonic() < deadline
+    return line.split()[1:]
+
+
+def _ours(pid):
+    """Namespaces and records a process with this pid left (our names carry the owner's pid)."""
+    tag = f"{netlink.PREFIX}{pid}."
+    namespaces = [n for n in netlink.lab_namespaces() if n.startswith(tag)]
+    records = [r for r in ownership.recorded_state() if r.startswith(tag)]
+    return namespaces, records
+
+
+def _cleanup():
+    out = subprocess.run([sys.executable, "-m", "pytest_tcpnet.cleanup"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _assert_gone(pid, process_pids=()):
+    namespaces, records = _ours(pid)
+    assert namespaces == [] and records == []
+    deadline = time.monotonic() + 5
+    alive = list(process_pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if os.path.exists(f"/proc/{p}") and _state(p) != "Z"]
+        time.sleep(0.05)
+    assert alive == [], f"processes still running: {alive}"
+
+
+def _state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def _assert_lookalike_untouched(lookalike):
+    name, sleeper = lookalike
+    assert name in netlink.lab_namespaces()
+    assert sleeper.poll() is None, "the look-alike's process was killed"
+
+
+def test_records_prove_what_we_made_and_vanish_at_teardown():
+    with Lab() as lab:
+        pair = lab.pair(link=Link(rate="50mbit"))
+        records = ownership.namespace_records()
+        for node in pair.nodes:
+            st = os.stat(netlink.namespace_path(node.namespace))
+            assert (records[node.namespace]["inode"], records[node.namespace]["device"]) == (st.st_ino, st.st_dev)
+            assert records[node.namespace]["owner_pid"] == os.getpid()
+        sleeper = pair.server.popen(["sleep", "60"])
+        assert f"{pair.server.namespace}.{sleeper.pid}.proc" in ownership.recorded_state()
+        pair.close()
+        assert not any(r.startswith(f"{netlink.PREFIX}{os.getpid()}.") for r in ownership.recorded_state())
+        assert sleeper.poll() is not None
+
+
+def test_sweep_never_touches_a_lookalike(lookalike):
+    with Lab():  # a Lab sweeps on start
+        pass
+    assert lookalike[0] not in netlink.sweep_stale_namespaces()
+    _assert_lookalike_untouched(lookalike)
+
+
+def test_state_directory_must_be_private(tmp_path, monkeypatch):
+    shared = tmp_path / "state"
+    shared.mkdir(mode=0o777)
+    os.chmod(shared, 0o777)
+    monkeypatch.setattr(ownership, "STATE_DIR", str(shared))
+    with pytest.raises(LabError, match="mode 0700"):
+        ownership.record_namespace("tcpnet-x", 1, 1)
+    assert list(shared.iterdir()) == []
+
+
+def test_a_record_whose_namespace_was_replaced_is_not_trusted(lookalike, monkeypatch, tmp_path):
+    """A dead owner's record naming a namespace that now has another inode: the namespace stays."""
+    name, _ = lookalike
+    state = tmp_path / "state"
+    monkeypatch.setattr(ownership, "STATE_DIR", str(state))
+    ownership.record_namespace(name, 1, 1)  # written by "us", then the owner died (pid rewritten below)
+    record = state / f"{name}.ns"
+    record.write_text(record.read_text().replace(f'"owner_pid": {os.getpid()}', '"owner_pid": 999999'))
+    assert ownership.sweep() == []
+    _assert_lookalike_untouched(lookalike)
+    assert list(state.iterdir()) == []  # the stale record itself is dropped
+
+
+@pytest.mark.parametrize("delay_ms", [5, 15, 30])
+def test_sigkill_during_builds_leaves_nothing_after_cleanup(lookalike, delay_ms):
+    """Killed at different points of back-to-back builds (a build is ~20-40 ms here): creation, wiring, shaping."""
+    before = hoststate.snapshot()["links"]
+    proc = _child("""
+        print("READY", os.getpid(), flush=True)
+        while True:
+            lab.pair(link=Link(rate="10mbit"), client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 8192 16384"})).close()
+    """)
+    pid, = _await_ready(proc)
+    time.sleep(0.2 + delay_ms / 1000)
+    proc.kill()
+    proc.wait()
+    _cleanup()
+    _assert_gone(int(pid))
+    assert hoststate.snapshot()["links"] == before
+    _assert_lookalike_untouched(lookalike)
+
+
+def test_sigkill_during_a_transfer_leaves_nothing_after_cleanup(lookalike):
+    proc = _child("""
+        import threading
+        pair = lab.pair(link=Link(rate="1mbit"))
+        def announce():
+            while not pair.server.processes._running or not pair.client.processes._running:
+                time.sleep(0.01)
+            pids = [p.pid for n in (pair.server, pair.client) for p in n.processes._running]
+            print("READY", os.getpid(), *pids, flush=True)
+        threading.Thread(target=announce, daemon=True).start()
+        pair.transfer(nbytes=50_000_000)
+    """)
+    pid, *workload = _await_ready(proc)
+    assert workload  # the bulk server and client were running
+    proc.kill()
+    proc.wait()
+    _cleanup()
+    _assert_gone(int(pid), [int(p) for p in workload])
+    _assert_lookalike_untouched(lookalike)
+
+
+def test_ctrl_c_during_a_transfer_leaves_nothing(lookalike):
+    proc = _child("""
+        import threading
+        pair = lab.pair(link=Link(rate="1mbit"))
+        def announce():
+            while not pair.client.processes._running:
+                time.sleep(0.01)
+            print("READY", os.getpid(), *[p.pid for n in (pair.server, pair.client) for p in n.processes._running],
+                  flush=True)
+        threading.Thread(target=announce, daemon=True).start()
+        try:
+            pair.transfer(nbytes=50_000_000)
+        finally:
+            lab.close()
+    """)
+    pid, *workload = _await_ready(proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert "KeyboardInterrupt" in err
+    _assert_gone(int(pid), [int(p) for p in workload])  # no cleanup command: teardown did it
+    _assert_lookalike_untouched(lookalike)
+
+
+XDIST_PROJECT = textwrap.dedent('''
+    import os, time
+    from pytest_tcpnet import Link
+
+    def test_blocks(tcpnet):
+        pair = tcpnet.pair(link=Link(rate="1mbit"))
+        sleeper = pair.server.popen(["sleep", "600"])
+        with open(os.environ["TCPNET_TEST_MARK"], "w") as f:
+            f.write(f"{os.getpid()} {sleeper.pid}")
+        time.sleep(600)
+''')
+
+
+def test_sigkill_of_an_xdist_worker_leaves_nothing_after_cleanup(tmp_path, lookalike):
+    (tmp_path / "test_project.py").write_text(XDIST_PROJECT)
+    mark = tmp_path / "mark"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "1",
+                             "test_project.py"], cwd=tmp_path, env=_env(TCPNET_TEST_MARK=str(mark)),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not mark.exists() or not mark.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.05)
+        worker, sleeper = (int(x) for x in mark.read_text().split())
+        os.kill(worker, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "crashed" in out or "worker" in out, out
+    _cleanup()
+    _assert_gone(worker, [sleeper])
+    _assert_lookalike_untouched(lookalike)

@@ -1,0 +1,62 @@
+"""Namespace sessions: created without a fork, every call lands in the namespace (never the host), errors named."""
+
+import os
+import threading
+
+import pytest
+
+from pytest_tcpnet import Link, netlink
+from pytest_tcpnet.errors import LabError
+from pytest_tcpnet.netlink import ownership
+from pytest_tcpnet.netlink.namespaces import with_iproute
+
+pytestmark = pytest.mark.tcpnet_needs("privilege")
+
+
+@pytest.fixture
+def name():
+    name = f"{netlink.PREFIX}{netlink.owner_tag()}-session-{threading.get_ident() % 10000}"
+    yield name
+    netlink.remove_namespace(name)
+
+
+def _link_names(ipr):
+    return sorted(link.get_attr("IFLA_IFNAME") for link in ipr.get_links())
+
+
+def test_calls_from_any_thread_reach_the_namespace_not_the_host(name):
+    session = netlink.create_namespace(name, {"net.ipv4.tcp_rmem": "4096 8192 16384"})
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(with_iproute(name, _link_names)))
+    worker.start()
+    worker.join()
+    assert seen == [["lo"]]  # pyroute2 would open a host-namespace socket for a new thread: ours does not
+    assert with_iproute(name, _link_names) == ["lo"]
+    assert netlink.read_sysctls(name, ["net.ipv4.tcp_rmem"]) == {"net.ipv4.tcp_rmem": "4096 8192 16384"}
+    st = os.stat(netlink.namespace_path(name))
+    assert ownership.namespace_records()[name]["inode"] == st.st_ino
+    assert os.stat("/proc/self/ns/net").st_ino != st.st_ino  # our own thread never moved
+    assert session.owned
+
+
+def test_remove_leaves_no_name_and_no_record(name):
+    netlink.create_namespace(name)
+    netlink.remove_namespace(name)
+    assert not os.path.lexists(netlink.namespace_path(name))
+    assert name not in ownership.namespace_records()
+    assert netlink.session_for(name) is None
+
+
+def test_an_existing_name_is_refused_and_left_alone(name):
+    netlink.create_namespace(name)
+    with pytest.raises(LabError, match="already exists"):
+        netlink.create_namespace(name)
+    assert with_iproute(name, _link_names) == ["lo"]  # the first one is intact
+
+
+def test_netlink_errors_name_the_step_and_the_namespace(name):
+    netlink.create_namespace(name)
+    with pytest.raises(LabError, match=rf"veth-nowhere.*{name}|{name}.*veth-nowhere"):
+        netlink.shape_egress(name, "veth-nowhere", Link(rate="10mbit").toward_client)
+    with pytest.raises(LabError, match=f"sysctl net.ipv4.tcp_rmem = 'nonsense' refused in namespace {name}"):
+        netlink.write_sysctls(name, {"net.ipv4.tcp_rmem": "nonsense"})
