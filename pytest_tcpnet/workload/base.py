@@ -35,6 +35,20 @@ class Workload:
     #: Sockets sampled from outside; an adapter that needs none (the fake) sets False.
     sampled = True
 
+    def _spawn(self, node, target, kwargs, name, **placement):
+        """Fork target(conn, **kwargs) into node's namespace from the zygote; tracked by the node and by us."""
+        from .spawn import NamespaceChild
+
+        child = NamespaceChild(node.processes.netns_path, target, kwargs, name=name, **placement)
+        node.processes.adopt(child)
+        self.__dict__.setdefault("_spawned", []).append((node, child))
+        return child
+
+    def _stop_spawned(self):
+        """Stop every child this workload forked (only those: a capture on the same node keeps running)."""
+        for node, child in self.__dict__.pop("_spawned", []):
+            node.processes.release(child)
+
     def start(self, pair, deadline):
         """Launch the workload's processes on pair's nodes; return once it is running."""
         raise NotImplementedError

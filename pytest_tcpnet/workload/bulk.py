@@ -4,7 +4,6 @@ import os
 
 from .base import FlowOutcome, Workload
 from .flows import bulk_endpoint, cpu_hog
-from .spawn import NamespaceChild
 
 __all__ = ["Bulk", "STARVED_READ_SIZE"]
 
@@ -21,17 +20,10 @@ class Bulk(Workload):
         self.starve_receiver = starve_receiver
         self.socket_cc = socket_cc or {}  # role -> cc the Host asked for but the namespace could not default to
         self.connect_timeout = connect_timeout
-        self._children = []
         self._running = []
 
     def describe(self):
         return f"bulk x{len(self.flows)}" if len(self.flows) > 1 else "bulk"
-
-    def _spawn(self, node, target, kwargs, name, **placement):
-        child = NamespaceChild(node.processes.netns_path, target, kwargs, name=name, **placement)
-        node.processes.adopt(child)
-        self._children.append(child)
-        return child
 
     def start(self, pair, deadline):
         starved_cpu = max(os.sched_getaffinity(0)) if self.starve_receiver else None
@@ -81,7 +73,5 @@ class Bulk(Workload):
         return outcomes
 
     def stop(self):
-        for child in self._children:
-            child.stop()
-        self._children.clear()
+        self._stop_spawned()
         self._running.clear()

@@ -9,7 +9,6 @@ import time
 from ..errors import LabError, MissingCapability
 from .base import FlowOutcome, Workload
 from .flows import http_server
-from .spawn import NamespaceChild
 
 __all__ = ["HttpDownload", "check_limit_rate"]
 
@@ -51,9 +50,7 @@ class HttpDownload(Workload):
 
     def start(self, pair, deadline):
         self._pair = pair
-        self._server = NamespaceChild(pair.server.processes.netns_path, http_server,
-                                      dict(address=pair.server.address), name="http server")
-        pair.server.processes.adopt(self._server)
+        self._server = self._spawn(pair.server, http_server, dict(address=pair.server.address), "http server")
         port = self._server.receive(deadline, "listening")["port"]
         argv = ["curl", "--silent", "--show-error", "--output", "/dev/null", "--write-out", "%{json}",
                 "--max-time", f"{max(1.0, deadline - time.monotonic()):.0f}"]
@@ -88,8 +85,6 @@ class HttpDownload(Workload):
                             reported_bps=timing["speed_download"] * 8, details={"curl": timing, "ended_at": ended_at})]
 
     def stop(self):
-        for proc_owner, proc in ((self._pair.client, self._curl), (self._pair.server, None)):
-            if proc is not None and proc.poll() is None:
-                proc_owner.processes.stop(proc)
-        if self._server is not None:
-            self._server.stop()
+        if self._curl is not None:
+            self._pair.client.processes.stop(self._curl)
+        self._stop_spawned()

@@ -5,7 +5,6 @@ import shutil
 from ..errors import LabError, MissingCapability
 from .base import FlowOutcome, Workload
 from .flows import iperf3_cli, iperf3_client, iperf3_server
-from .spawn import NamespaceChild
 
 __all__ = ["Iperf3", "bindings_available"]
 
@@ -37,16 +36,9 @@ class Iperf3(Workload):
             raise MissingCapability("iperf3", "neither the iperf3 Python bindings (pip install iperf3; apt-get "
                                     "install libiperf0) nor the iperf3 command are available")
         self.use_bindings = use_bindings
-        self._children = []
 
     def describe(self):
         return f"iperf3 {self.duration:g} s x{self.parallel}" + (" (bindings)" if self.use_bindings else " (cli)")
-
-    def _spawn(self, node, target, kwargs, name):
-        child = NamespaceChild(node.processes.netns_path, target, kwargs, name=name)
-        node.processes.adopt(child)
-        self._children.append(child)
-        return child
 
     def start(self, pair, deadline):
         self._pair = pair
@@ -94,9 +86,7 @@ class Iperf3(Workload):
                             details={"iperf3": data, "intervals": intervals, "ended_at": stop})]
 
     def stop(self):
-        for child in self._children:
-            child.stop()
-        self._children.clear()
+        self._stop_spawned()
 
 
 def _sender_intervals(data, sender_side):

@@ -99,11 +99,16 @@ class NamespaceProcesses:
         if proc.returncode is not None:
             ownership.forget_process(self._namespace, proc.pid)
 
+    def release(self, child):
+        """Stop one adopted child and forget it."""
+        child.stop()
+        ownership.forget_process(self._namespace, child.pid)
+        if child in self._adopted:
+            self._adopted.remove(child)
+
     def stop_all(self):
         """Stop every process this node started that still runs."""
         for proc in list(self._running):
             self.stop(proc, grace=0.2)
-        for child in self._adopted:
-            child.stop()
-            ownership.forget_process(self._namespace, child.pid)
-        self._adopted.clear()
+        for child in list(self._adopted):
+            self.release(child)
