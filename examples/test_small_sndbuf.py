@@ -9,57 +9,9 @@ writes, 6.1 queues the whole write (710 KB queued, ~300-470 segments unacked, ~5
 6.18 less than two ~64 KB skbs beyond it (55-126 KB in flight). docs/model.md has the details.
 """
 
-import json
-import subprocess
-import sys
-import textwrap
-
 import pytest
 
 from pytest_tcpnet import Link, model
-
-# A sender that writes `chunk` bytes per send() with SO_SNDBUF set, and a reader; both print
-# JSON. The bulk workload writes 1 MB at a time, which is exactly what C11 must not use.
-SENDER = textwrap.dedent("""
-    import json, socket, sys, time
-    bind, nbytes, sndbuf, chunk = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    listener = socket.socket()
-    listener.bind((bind, 0)); listener.listen(1)
-    print(json.dumps({"port": listener.getsockname()[1]}), flush=True)
-    sock, _ = listener.accept()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
-    data, left = b"x" * chunk, nbytes
-    while left:
-        left -= sock.send(data[:min(chunk, left)])
-    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
-    # struct tcp_info: 8 one-byte fields, then u32s; tcpi_rtt (smoothed, us) is at byte 68.
-    print(json.dumps({"srtt_s": int.from_bytes(info[68:72], sys.byteorder) / 1e6}), flush=True)
-    sock.close()
-""")
-READER = textwrap.dedent("""
-    import json, socket, sys, time
-    sock = socket.create_connection((sys.argv[1], int(sys.argv[2])))
-    start, got = time.monotonic(), 0
-    while True:
-        data = sock.recv(1 << 16)
-        if not data:
-            break
-        got += len(data)
-    print(json.dumps({"nbytes": got, "seconds": time.monotonic() - start}), flush=True)
-""")
-
-
-def send_in_chunks(pair, nbytes, sndbuf, chunk):
-    """Move nbytes server -> client in writes of `chunk` bytes; return (goodput bit/s, the sender's srtt)."""
-    sender = pair.server.popen([sys.executable, "-c", SENDER, pair.server.address, str(nbytes), str(sndbuf),
-                                str(chunk)], stdout=subprocess.PIPE, text=True)
-    port = json.loads(sender.stdout.readline())["port"]
-    reader = pair.client.popen([sys.executable, "-c", READER, pair.server.address, str(port)],
-                               stdout=subprocess.PIPE, text=True)
-    record = json.loads(reader.communicate(timeout=120)[0])
-    srtt = json.loads(sender.communicate(timeout=30)[0])["srtt_s"]
-    assert record["nbytes"] == nbytes
-    return record["nbytes"] * 8 / record["seconds"], srtt
 
 
 @pytest.mark.tcpnet_needs("netem")
@@ -68,16 +20,13 @@ def test_small_writes_keep_one_send_buffer_in_flight(tcpnet):
     16 KB send()s with SO_SNDBUF 16 KB; asserts the model calls it send-buffer-limited and the goodput is
     the doubled 32 KB per round trip the flow saw (srtt) within ±25%, far below the link."""
     link = Link(rate="100mbit", rtt="20ms")
-    pair = tcpnet.pair(link=link)
-    bps, srtt = send_in_chunks(pair, 1_500_000, 16384, 16384)
-    conditions = model.Conditions(kernel=pair.client.run(["uname", "-r"]).stdout.strip(), rtt_s=max(srtt, link.rtt_s),
-                                  rate_bps=link.rate_bps, so_sndbuf=16384, write_chunk_bytes=16384)
-    prediction = model.expected_throughput(conditions)
-    assert prediction.bound == "sndbuf" and prediction.bps == pytest.approx(32768 * 8 / conditions.rtt_s)
+    result = tcpnet.pair(link=link).transfer(1_500_000, sndbuf=16384, write_size=16384)
+    prediction = model.expected_throughput(result, observed=True)  # per the RTT the flow saw
+    assert prediction.bound == "sndbuf", prediction.why
     # ±25%: measured in the 6.1 VM: 832 kB/s with 24 segments (35 KB) in flight at an srtt of
     # ~36 ms (the VM's stack stretches netem's 20 ms): 0.91 of 32 KB / srtt.
-    assert bps == pytest.approx(prediction.bps, rel=0.25), prediction.why
-    assert bps < 0.2 * link.rate_bps
+    assert result.throughput_bps == pytest.approx(prediction.bps, rel=0.25), f"{prediction.why}\n{result.describe()}"
+    assert result.throughput_bps < 0.2 * link.rate_bps
 
 
 @pytest.mark.parametrize("link", [

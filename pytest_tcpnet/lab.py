@@ -12,7 +12,7 @@ import weakref
 from . import netlink
 from .errors import LabError, MissingCapability
 from .measure.run import TCP_SYSCTLS, run_workload
-from .model import Host, Link, check_congestion_control, transfer_time
+from .model import HOST_GLOBAL_SYSCTLS, Host, Link, check_congestion_control, transfer_time
 from .model.app import Flow
 from .requirements import check_need
 from .results import ConcurrentResult, WindowProbe
@@ -63,8 +63,16 @@ class Node:
         return self.processes.run(argv, timeout=timeout, check=check, **kwargs)
 
     def sysctls(self, keys=TCP_SYSCTLS):
-        """Current values of sysctls as this namespace sees them (missing ones omitted)."""
-        return {k: v for k, v in netlink.read_sysctls(self.namespace, keys).items() if v is not None}
+        """Current values of sysctls as this namespace sees them (missing ones omitted).
+
+        Host-global ones (net.core.rmem_max, ...) that a namespace does not show (6.1 hides them)
+        are the host's values, which the namespace's sockets obey.
+        """
+        values = {k: v for k, v in netlink.read_sysctls(self.namespace, keys).items() if v is not None}
+        hidden = [k for k in keys if k not in values and k in HOST_GLOBAL_SYSCTLS]
+        if hidden:
+            values.update({k: v for k, v in netlink.read_host_sysctls(hidden).items() if v is not None})
+        return values
 
     def __repr__(self):
         return f"<Node {self.role} {self.address} netns={self.namespace}>"
@@ -162,19 +170,20 @@ class Pair:
                 for ifname in (a.router_client_if, a.router_server_if)}
 
     def transfer(self, nbytes=None, *, duration=None, direction="download", sndbuf=None, rcvbuf=None, cc=None,
-                 reader=None, writer=None, starve_receiver=False, capture=False, sample_interval=None, timeout=None):
+                 reader=None, writer=None, write_size=1 << 20, starve_receiver=False, capture=False,
+                 sample_interval=None, timeout=None):
         """Move nbytes (or send for `duration` seconds) between the endpoints with the bulk workload; measure it.
 
         "download" sends server -> client, "upload" client -> server; sndbuf/rcvbuf set SO_SNDBUF
         on the sender and SO_RCVBUF on the receiver (None: kernel autotuning); cc sets
         TCP_CONGESTION on the sender's socket; reader/writer are Pace(...) or Pause(...) for the
         receiving/sending application; starve_receiver runs the reader at the lowest priority on a
-        core shared with a CPU hog; capture=True records the sender's side with tshark;
+        core shared with a CPU hog; write_size is the bytes per send() (C11); capture=True records the sender's side with tshark;
         sample_interval (seconds; default fit to the RTT, 0 for none) samples TCP_INFO and socket
         memory of both ends (``result.series(field, side)``).
         """
         flow = Flow(nbytes=nbytes, duration=duration, direction=direction, sndbuf=sndbuf, rcvbuf=rcvbuf, cc=cc,
-                    reader=reader, writer=writer)
+                    reader=reader, writer=writer, write_size=write_size)
         results = self._run_bulk([flow], starve_receiver=starve_receiver, capture=capture,
                                  sample_interval=sample_interval, timeout=timeout)
         result = results[0]

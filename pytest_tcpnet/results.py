@@ -31,6 +31,7 @@ class TransferResult:
     workload: str = "bulk"
     reader: object = None
     writer: object = None
+    write_size: "int | None" = None
     starved_receiver: bool = False
     reported_bps: "float | None" = None
     details: dict = field(default_factory=dict, repr=False)

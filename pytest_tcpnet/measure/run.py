@@ -74,6 +74,7 @@ def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False
             direction="download" if outcome.sender_role == "server" else "upload",
             sndbuf_requested=getattr(spec, "sndbuf", None), rcvbuf_requested=getattr(spec, "rcvbuf", None),
             reader=getattr(spec, "reader", None), writer=getattr(spec, "writer", None),
+            write_size=getattr(spec, "write_size", None),
             sender=outcome.sender, receiver=outcome.receiver, sender_role=outcome.sender_role,
             reported_bps=outcome.reported_bps, details=outcome.details, **shared))
     return results

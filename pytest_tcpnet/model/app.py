@@ -93,7 +93,11 @@ def check_reader(field, value):
 
 @dataclass(frozen=True)
 class Flow:
-    """One bulk flow of several on a pair (Pair.concurrent): its own size or duration, buffers, cc, start offset."""
+    """One bulk flow (Pair.concurrent takes several): size or duration, buffers, cc, start offset, app behaviour.
+
+    write_size is the bytes per send() call: the kernel checks SO_SNDBUF only when it starts a
+    new skb, so one large write can overshoot a small buffer (C11).
+    """
 
     nbytes: "int | None" = None
     duration: "float | None" = None
@@ -104,6 +108,7 @@ class Flow:
     start: float = 0.0
     reader: "Pace | Pause | None" = None
     writer: "Pace | Pause | None" = None
+    write_size: int = 1 << 20
 
     def __post_init__(self):
         if self.nbytes is not None:
@@ -127,6 +132,7 @@ class Flow:
         if not math.isfinite(start) or not 0 <= start <= 3600:
             raise ValueError(f"start: must be in [0, 3600] seconds, got {self.start!r}")
         object.__setattr__(self, "start", float(start))
+        object.__setattr__(self, "write_size", check_buffer_bytes("write_size", self.write_size))
         check_reader("reader", self.reader)
         check_reader("writer", self.writer)
         for name in ("reader", "writer"):

@@ -83,7 +83,8 @@ class Conditions:
                    so_sndbuf=result.sndbuf_requested, so_rcvbuf=result.rcvbuf_requested,
                    sender_sysctls=dict(sysctls.get(sender_role, {})),
                    receiver_sysctls=dict(sysctls.get(receiver_role, {})), window_bytes=window,
-                   nbytes=getattr(result, "nbytes", None))
+                   nbytes=getattr(result, "nbytes", None),
+                   write_chunk_bytes=getattr(result, "write_size", None) or 1 << 20)
 
     def describe(self):
         """One line: 'kernel 6.1.0, RTT 20 ms, 100 Mbit/s, loss 0, cubic, SO_RCVBUF 64 kB, SO_SNDBUF auto'."""

@@ -207,3 +207,8 @@ def sweep_stale_namespaces():
     process we did not record starting.
     """
     return ownership.sweep()
+
+
+def read_host_sysctls(keys):
+    """{key: text} of sysctls as this process's own namespace (the host's) sees them; read-only."""
+    return read_sysctls_here(keys)

@@ -36,7 +36,7 @@ class Bulk(Workload):
             cc = flow.cc or self.socket_cc.get(sender.role)
             ends = {
                 sender.role: dict(role="sender", nbytes=flow.nbytes, duration=flow.duration, sndbuf=flow.sndbuf,
-                                  cc=cc, writer=flow.writer),
+                                  cc=cc, writer=flow.writer, write_size=flow.write_size),
                 receiver.role: dict(role="receiver", rcvbuf=flow.rcvbuf, reader=flow.reader),
             }
             if self.starve_receiver:

@@ -22,6 +22,11 @@ _SIOCOUTQ = 0x5411
 _PAYLOAD = memoryview(b"\x5a" * CHUNK)
 
 
+def _payload(size):
+    """`size` bytes to send, from the shared 1 MiB buffer (or a bigger one for bigger writes)."""
+    return _PAYLOAD[:size] if size <= CHUNK else memoryview(b"\x5a" * size)
+
+
 def _configure(sock, sndbuf, rcvbuf, cc):
     """Socket options before connect/listen: the window scale is chosen from the buffer at SYN time."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -73,8 +78,11 @@ class _Gate:
         return want
 
 
-def _send(sock, nbytes, duration, writer):
-    """Send nbytes (or for duration seconds) as the writer spec allows; return (sent, first_write_at, pauses)."""
+def _send(sock, nbytes, duration, writer, write_size=CHUNK):
+    """Send nbytes (or for duration seconds) in writes of at most write_size, as the writer spec allows.
+
+    Returns (sent, first_write_at, pauses).
+    """
     sent, first_write_at, gate = 0, None, _Gate(writer)
     end_at = time.monotonic() + duration if duration else None
     while True:
@@ -84,11 +92,11 @@ def _send(sock, nbytes, duration, writer):
                 break
             # A blocking 1 MiB send can take seconds at low rates; a timeout lets the deadline cut it short.
             sock.settimeout(max(0.001, end_at - now))
-        want = gate.next_size(sent, CHUNK if nbytes is None else min(CHUNK, nbytes - sent))
+        want = gate.next_size(sent, write_size if nbytes is None else min(write_size, nbytes - sent))
         if want <= 0:
             break
         try:
-            n = sock.send(_PAYLOAD[:want])
+            n = sock.send(_payload(want))
         except socket.timeout:
             continue
         if first_write_at is None:
@@ -122,14 +130,14 @@ def _receive(sock, reader, read_size=CHUNK):
             "checkpoints": checkpoints, "pauses": gate.pauses}
 
 
-def _play(conn, sock, role, nbytes, duration, reader, writer, read_size):
+def _play(conn, sock, role, nbytes, duration, reader, writer, read_size, write_size):
     """Run one end of a flow on a connected socket and report its record."""
     connected_at = time.monotonic()
     conn.send({"event": "connected", "local": sock.getsockname(), "remote": sock.getpeername(),
                "buffers": _buffers(sock), "at": connected_at})
     record = {"event": "result", "role": role, "connected_at": connected_at}
     if role == "sender":
-        sent, first_write_at, pauses = _send(sock, nbytes, duration, writer)
+        sent, first_write_at, pauses = _send(sock, nbytes, duration, writer, write_size)
         record.update(nbytes=sent, first_write_at=first_write_at, written_at=time.monotonic(), pauses=pauses)
         sock.shutdown(socket.SHUT_WR)
         # The final TCP_INFO should cover the whole transfer, so wait for the last ACK.
@@ -144,7 +152,7 @@ def _play(conn, sock, role, nbytes, duration, reader, writer, read_size):
 
 
 def bulk_endpoint(conn, *, mode, role, address, port=0, nbytes=None, duration=None, sndbuf=None, rcvbuf=None,
-                  cc=None, reader=None, writer=None, read_size=CHUNK, start_delay=0.0, timeout=60.0):
+                  cc=None, reader=None, writer=None, read_size=CHUNK, write_size=CHUNK, start_delay=0.0, timeout=60.0):
     """One end of a bulk flow: mode 'serve' listens on address (reports the port), 'connect' dials address:port."""
     if mode == "serve":
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -164,7 +172,7 @@ def bulk_endpoint(conn, *, mode, role, address, port=0, nbytes=None, duration=No
         sock.settimeout(timeout)
         sock.connect((address, port))
     sock.settimeout(None)
-    _play(conn, sock, role, nbytes, duration, reader, writer, read_size)
+    _play(conn, sock, role, nbytes, duration, reader, writer, read_size, write_size)
 
 
 class _BytesHandler(http.server.BaseHTTPRequestHandler):
