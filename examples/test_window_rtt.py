@@ -25,7 +25,8 @@ REL_LAW = 0.25
 # Buffers from 8 KB: a 4 KB buffer gives a window of about two segments, which the 6.1 VM sustained
 # as 1 segment in one run and 1.6 in another at 5 ms RTT (1.7 vs 3.8 Mbit/s, each confirmed by a
 # second measurement): no model of a whole-segment window can call that, so the property covers
-# windows of three or more segments and C1's 4 KB point is examples/test_window_rtt.py's law test.
+# windows of three or more segments; C1's own 4 KB point (tcp_rmem 4096 at 10 and 40 ms) is
+# tests/test_netem.py::test_c1_window_over_rtt_law.
 @settings(parent=strategies.sweep, max_examples=6)
 @given(link=strategies.links(rtt=("5ms", "200ms")), rcvbuf=strategies.buffer_sizes("8kb", "256kb"))
 def test_window_limited_throughput_is_window_over_rtt(tcpnet, link, rcvbuf):
