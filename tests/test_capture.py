@@ -6,10 +6,9 @@ import sys
 
 import pytest
 
-from pytest_tcpnet import Host, Lab, LabError
+from pytest_tcpnet import Host, Lab, LabError, Pause
 from pytest_tcpnet.assertions.events import assert_no_window_full, assert_window_full, assert_zero_window
 from pytest_tcpnet.capture import DEFAULT_SNAPLEN, Capture, CaptureResult
-from pytest_tcpnet.workload import BULK_SCRIPT
 
 pytestmark = [pytest.mark.tcpnet_needs("privilege"), pytest.mark.tcpnet_needs("tshark")]
 
@@ -17,41 +16,6 @@ TINY_RMEM = Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"})
 # Default autotuning starts from a ~77 KB window, which a 0 ms flow fills once in its first
 # millisecond (measured: exactly 1 Window Full in 3 of 3 runs); a 1 MB initial buffer never is.
 TUNED_RMEM = Host(sysctls={"net.ipv4.tcp_rmem": "4096 1048576 6291456"})
-
-# A receiver that reads `first` bytes, stops reading for `pause` seconds, then reads to the end:
-# its buffer fills, it advertises a zero window, the sender probes, a window update resumes the flow.
-PAUSING_READER = """
-import socket, sys, time
-host, port, first, pause, rcvbuf = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
-sock = socket.socket()
-sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-sock.connect((host, port))
-got = 0
-while got < first:
-    got += len(sock.recv(65536))
-time.sleep(pause)
-while True:
-    chunk = sock.recv(65536)
-    if not chunk:
-        break
-    got += len(chunk)
-print(got)
-"""
-
-
-def pausing_download(pair, nbytes, *, first, pause, rcvbuf=16384):
-    """Send nbytes server -> client to PAUSING_READER; return the byte count the reader got."""
-    server = pair.server.popen([sys.executable, BULK_SCRIPT, "serve", "--role=sender", f"--bind={pair.server.address}",
-                                f"--nbytes={nbytes}", "--timeout=30"], stdout=subprocess.PIPE, text=True)
-    try:
-        port = json.loads(server.stdout.readline())["port"]
-        reader = pair.client.run([sys.executable, "-c", PAUSING_READER, pair.server.address, str(port), str(first),
-                                  str(pause), str(rcvbuf)], timeout=30, check=True)
-        server.wait(timeout=10)
-    finally:
-        pair.server.processes.stop(server)
-    return int(reader.stdout)
-
 
 def test_capture_is_ready_before_and_flushed_after_the_flow(tcpnet, tmp_path):
     pair = tcpnet.pair()
@@ -102,8 +66,9 @@ def test_window_full_under_a_tiny_client_rmem_and_not_when_tuned(tcpnet, tmp_pat
 def test_pausing_reader_gives_zero_window_probes_and_update(tcpnet, tmp_path):
     """C14: the reader stops for 2 s; the persist timer sends probes (first after ~200 ms, then doubling)."""
     pair = tcpnet.pair()
-    with Capture(pair.server, directory=tmp_path) as cap:
-        assert pausing_download(pair, 400_000, first=50_000, pause=2.0) == 400_000
+    with Capture(pair.server, directory=tmp_path) as cap:  # the capture object around a workload
+        result = pair.transfer(400_000, rcvbuf=16384, reader=Pause(after=50_000, seconds=2.0))
+    assert result.nbytes == 400_000
     events = cap.result.events
     assert_zero_window(cap.result)
     # 2 s of pause with the persist timer backing off from 200 ms: measured 3-4 probes.
