@@ -1,6 +1,13 @@
 """pytest adapter: options, markers, the `tcpnet` fixture, skip/fail policy for missing capabilities.
 
 Thin on purpose: everything here delegates to objects that work without pytest.
+
+Free where unused: a session that requests no ``tcpnet`` fixture, carries no ``tcpnet_needs``
+marker and passes no ``--tcpnet-*`` option imports nothing heavy (no pyroute2), probes
+nothing, sweeps nothing and prints no ``tcpnet:`` line. The machine description is printed in
+the header when a ``--tcpnet-*`` option is on the command line, otherwise after collection
+when a collected test uses tcpnet; the sweep of dead sessions' namespaces runs when the first
+``tcpnet`` fixture of a process is set up (tests/test_plugin_cost.py checks all of it).
 """
 
 import os
@@ -11,6 +18,7 @@ from .errors import MissingCapability
 
 _STRICT_CHOICES = ("off", "undeclared", "all")
 _skipped_for_capability = pytest.StashKey[bool]()
+_machine_described = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser):
@@ -39,14 +47,27 @@ def pytest_addoption(parser):
              "(lab tests skip). Env: TCPNET_ROOTLESS")
 
 
+def _markable_needs():
+    """{need: what it is} for every need with a needs_<need> marker; kernel versions are not identifiers."""
+    from .model import KNOWN_CONGESTION_CONTROLS
+    from .requirements import QDISC_NEEDS, TOOL_NEEDS
+    kinds = {"privilege": "CAP_NET_ADMIN and CAP_SYS_ADMIN", "root": "same as privilege"}
+    kinds.update({q: f"qdisc sch_{q}" for q in QDISC_NEEDS})
+    kinds.update({cc: f"congestion control tcp_{cc}" for cc in KNOWN_CONGESTION_CONTROLS})
+    kinds.update({tool: f"tool on PATH, from {package}" for tool, package in TOOL_NEEDS.items()})
+    return dict(sorted(kinds.items()))
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "tcpnet_needs(*needs): the test needs these from the machine: 'privilege', a qdisc "
-        "('netem', 'htb', 'tbf'), a congestion control ('bbr'), a tool ('tshark', 'iperf3', 'curl') or "
-        "'kernel>=X.Y'. Missing -> skipped with the reason (failed under --tcpnet-strict=all). Each need N "
-        "also marks the test needs_N, so `-m needs_netem` selects what must run under a netem kernel.")
-    for need in ("netem", "bbr", "tshark", "iperf3", "curl", "privilege"):
-        config.addinivalue_line("markers", f"needs_{need}: added automatically from tcpnet_needs('{need}')")
+        "('netem', 'htb', 'tbf', ...), a congestion control ('bbr', ...), a tool ('tshark', 'iperf3', 'curl', "
+        "...) or a kernel version ('kernel>=6.6'; also <=, ==, >, <). Missing -> skipped with the reason (failed under "
+        "--tcpnet-strict=all). Each need N also marks the test needs_N, so `-m needs_netem` selects what "
+        "must run under a netem kernel; kernel versions are not identifiers and get no needs_ marker.")
+    # Every need a marker can name gets its needs_ marker, so --strict-markers accepts them all.
+    for need, kind in _markable_needs().items():
+        config.addinivalue_line("markers", f"needs_{need}: added automatically from tcpnet_needs('{need}') ({kind})")
     config.addinivalue_line("markers", "tcpnet_vm_boot: boots a real VM (slow: about a minute each)")
     config.pluginmanager.register(_ReportPlugin(config), "tcpnet-report")
     config.pluginmanager.register(_SigtermTeardown(), "tcpnet-sigterm")
@@ -132,26 +153,59 @@ class _HostGuard:
             terminalreporter.line("tcpnet host guard: host namespace unchanged")
 
 
-def pytest_report_header(config):
+def _tcpnet_option_given(config):
+    """True when the command line names a --tcpnet-* option: the user asked for tcpnet."""
+    return any(str(arg).startswith("--tcpnet") for arg in config.invocation_params.args)
+
+
+def _uses_tcpnet(item):
+    """True when a collected test requests the tcpnet fixture or declares tcpnet needs."""
+    return "tcpnet" in getattr(item, "fixturenames", ()) or item.get_closest_marker("tcpnet_needs") is not None
+
+
+def _describe_machine(config):
     from .requirements import describe_machine
+    config.stash[_machine_described] = True
     return describe_machine()
 
 
-def pytest_sessionstart(session):
+def pytest_report_header(config):
+    # Probing imports pyroute2 and asks the kernel: only for sessions that asked for tcpnet.
+    if _tcpnet_option_given(config):
+        return _describe_machine(config)
+    return None
+
+
+def pytest_report_collectionfinish(config, items):
+    # Without an option, describe the machine once collection shows a test that uses tcpnet
+    # (under xdist the controller collects nothing: pass a --tcpnet-* option to get the line).
+    if config.stash.get(_machine_described, False) or config.option.verbose < 0 or config.option.no_header:
+        return None
+    if any(_uses_tcpnet(item) for item in items):
+        return _describe_machine(config)
+    return None
+
+
+@pytest.fixture(scope="session")
+def _tcpnet_sweep(request):
+    """Remove what killed sessions left behind (their owner pid is dead), once per process, before the first lab."""
     from . import netlink
-    # Remove what killed sessions left behind (their owner pid is dead), once per process.
-    if netlink.has_net_admin():
-        removed = netlink.sweep_stale_namespaces()
-        if removed:
-            session.config.get_terminal_writer().line(
-                f"tcpnet: removed {len(removed)} namespace(s) left by dead sessions")
+    if not netlink.has_net_admin():
+        return
+    removed = netlink.sweep_stale_namespaces()
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if removed and reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(f"tcpnet: removed {len(removed)} namespace(s) left by dead sessions")
 
 
 def pytest_collection_modifyitems(config, items):
+    markable = _markable_needs()
     for item in items:
         for mark in item.iter_markers("tcpnet_needs"):
             for need in mark.args:
-                if isinstance(need, str) and need.isidentifier():
+                # Only needs with a registered marker: an unknown one is reported by check_need at setup.
+                if isinstance(need, str) and need in markable:
                     item.add_marker(f"needs_{need}")
 
 
@@ -215,9 +269,14 @@ def pytest_fixture_setup(fixturedef, request):
 
 
 @pytest.fixture
-def tcpnet(request):
-    """A Lab for this test: ``tcpnet.pair(link=, client=, server=)`` builds paths; all torn down after.
-
+def tcpnet(request, _tcpnet_sweep):
+    """A Lab for this test (pytest-tcpnet): ``tcpnet.pair(link=, client=, server=)`` builds paths; all torn down after.
+    Each pair is client - router - server in network namespaces, the path shaped on the router
+    (``Link(rate=, rtt=, loss=, ...)``), the endpoints set by ``Host(sysctls=, cc=)``;
+    ``pair.transfer(...)``, ``pair.iperf3(...)``, ``pair.http_download(...)`` run and measure a
+    workload. Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) or unprivileged user namespaces, else
+    the test is skipped with the reason; declare other needs with
+    ``@pytest.mark.tcpnet_needs("netem", ...)`` (see ``pytest --markers``).
     ``tcpnet.artifact_dir`` is this test's artifact directory (kept per --tcpnet-keep); every
     result the lab produced reaches the session summary, JUnit properties and results file.
     """

@@ -8,6 +8,10 @@ import textwrap
 
 import pytest
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The subprocess imports this checkout's pytest_tcpnet, whatever else is installed.
+SUBPROCESS_ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+
 PROJECT = textwrap.dedent('''
     import pytest
     from pytest_tcpnet import Link
@@ -39,7 +43,7 @@ def _run(tmp_path, *args, unprivileged=False, env=None, quiet=True):
                 "--inh-caps=-net_admin,-sys_admin", "--", *argv]
         env = {"TCPNET_ROOTLESS": "off", **(env or {})}  # labs would otherwise build rootless (test_rootless.py)
     return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, **(env or {})))
+                          env=dict(SUBPROCESS_ENV, **(env or {})))
 
 
 needs_setpriv = pytest.mark.skipif(shutil.which("setpriv") is None or os.geteuid() != 0,
@@ -90,7 +94,7 @@ def test_unknown_need_is_an_error(tmp_path):
     (tmp_path / "test_bad.py").write_text(
         "import pytest\n@pytest.mark.tcpnet_needs('warp-drive')\ndef test_x():\n    pass\n")
     out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_bad.py"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60, env=SUBPROCESS_ENV)
     assert out.returncode == 1
     assert "unknown need 'warp-drive'" in out.stdout
 

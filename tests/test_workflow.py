@@ -1,0 +1,78 @@
+"""The GitHub Actions workflow and the downstream CI snippet parse, and everything they run exists here."""
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="needs the test extra (pyyaml): pip install -e '.[test]'")
+
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOW = REPO / ".github" / "workflows" / "ci.yml"
+# A path into this repository as a shell command names it.
+REPO_PATH = re.compile(r"(?<![\w/$.-])((?:\.ci|dev|downstream|benchmarks|tests|examples|docs)/[\w./-]*\w)")
+
+
+def load(text):
+    document = yaml.safe_load(text)
+    # YAML 1.1 reads the key `on` as True.
+    document["on"] = document.pop(True, document.get("on"))
+    return document
+
+
+def steps(document):
+    return [step for job in document["jobs"].values() for step in job["steps"]]
+
+
+def shell_scripts(document):
+    return [step["run"] for step in steps(document) if "run" in step]
+
+
+@pytest.fixture(scope="module")
+def workflow():
+    return load(WORKFLOW.read_text())
+
+
+def test_workflow_parses_and_states_its_time_budget(workflow):
+    assert workflow["on"] and workflow["jobs"]
+    for name, job in workflow["jobs"].items():
+        assert job["runs-on"].startswith("ubuntu"), name
+        assert 0 < job["timeout-minutes"] <= 60, f"{name}: the project's CI budget is 60 minutes"
+
+
+def test_every_script_the_workflow_runs_exists_and_is_valid_bash(workflow):
+    scripts = shell_scripts(workflow)
+    named = {path for script in scripts for path in REPO_PATH.findall(script)}
+    assert ".ci/run" in named
+    for path in named:
+        assert (REPO / path).exists(), f"the workflow runs {path}, which is not in the repository"
+    for script in scripts:
+        check = subprocess.run(["bash", "-n", "-c", script], capture_output=True, text=True)
+        assert check.returncode == 0, f"{script!r}: {check.stderr}"
+
+
+def test_workflow_runs_what_ci_runs_with_netem_and_keeps_artifacts(workflow):
+    script = "\n".join(shell_scripts(workflow))
+    assert 'linux-modules-extra-$(uname -r)' in script and "modprobe sch_netem" in script
+    assert "dev/test" in (REPO / ".ci" / "run").read_text()
+    dev_test = (REPO / "dev" / "test").read_text()
+    # The variables the workflow sets are the ones dev/test reads: -n auto, the pinned VM kernel.
+    assert workflow["jobs"]["suite"]["env"]["TCPNET_WORKERS"] == "auto" and "TCPNET_WORKERS" in dev_test
+    assert "TCPNET_KERNEL=" in script and "--tcpnet-kernel=\"$TCPNET_KERNEL\"" in dev_test
+    assert "--tcpnet-vm" in dev_test and "bash dev/downstream" in dev_test
+    (upload,) = [step for step in steps(workflow) if step.get("uses", "").startswith("actions/upload-artifact")]
+    assert upload["if"] == "failure()"
+    assert {"tcpnet-artifacts/", "test-results/"} <= set(upload["with"]["path"].split())
+    assert "test-results/" in dev_test
+
+
+def test_downstream_ci_snippet_parses_and_runs_pytest_as_root():
+    text = (REPO / "docs" / "downstream.md").read_text()
+    (snippet,) = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    document = load(snippet)
+    script = "\n".join(shell_scripts(document))
+    assert "modprobe sch_netem" in script and "python3 -m venv" in script
+    assert "sudo .venv/bin/python -m pytest" in script
+    for run in shell_scripts(document):
+        assert subprocess.run(["bash", "-n", "-c", run]).returncode == 0
