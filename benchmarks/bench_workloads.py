@@ -8,7 +8,6 @@ interpreter started in the namespace (what a script-per-flow design pays).
 
 import os
 import statistics
-import subprocess
 import sys
 import time
 

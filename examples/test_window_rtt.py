@@ -11,7 +11,7 @@ import os
 import pytest
 from hypothesis import assume, given, note, settings
 
-from pytest_tcpnet import Link, assert_throughput_within, model, strategies
+from pytest_tcpnet import assert_throughput_within, model, strategies
 from pytest_tcpnet.assertions.verdicts import confirm_failure
 
 #: Measured in the 6.1 VM on a grid (RTT 5, 20, 80, 200 ms x SO_RCVBUF 4, 32, 256 KB):

@@ -12,7 +12,7 @@ import weakref
 from . import netlink
 from .errors import LabError, MissingCapability
 from .measure.run import TCP_SYSCTLS, run_workload
-from .model import HOST_GLOBAL_SYSCTLS, Host, Link, check_congestion_control, transfer_time
+from .model import HOST_GLOBAL_SYSCTLS, Host, Link, transfer_time
 from .model.app import Flow
 from .requirements import check_need
 from .results import ConcurrentResult, WindowProbe
@@ -104,7 +104,6 @@ class Pair:
         return (self.client, self.router, self.server)
 
     def _build(self):
-        a = netlink.PATH_ADDRESSES
         # Each namespace is created by its session's thread (unshare + bind mount, no fork), which
         # writes its sysctls on the spot and then serves every later netlink call of this pair.
         sysctls = {self.client: {k: v for k, v in self.client_host.sysctls.items() if k != _CC_SYSCTL},

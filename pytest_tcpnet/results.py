@@ -270,7 +270,6 @@ class TransferResult:
 
     def describe(self):
         """The conditions, one per line, for failure reports."""
-        buffers = self.sender.get("buffers", {})
         app = [f"reader {self.reader.describe()}" if self.reader else "",
                f"writer {self.writer.describe()}" if self.writer else "",
                "receiver starved of CPU" if self.starved_receiver else ""]

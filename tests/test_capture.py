@@ -1,9 +1,5 @@
 """Capture against real namespaces, dumpcap and tshark: readiness, flushing, wire-sized frames, expert events."""
 
-import json
-import subprocess
-import sys
-
 import pytest
 
 from pytest_tcpnet import Host, Lab, LabError, Pause

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from pytest_tcpnet import Flow, Host, LabError, Link, MissingCapability, Pace, Pause, netlink
+from pytest_tcpnet import Flow, LabError, Link, MissingCapability, Pace, Pause, netlink
 from pytest_tcpnet.workload.spawn import zygote_pid
 
 pytestmark = pytest.mark.tcpnet_needs("privilege")
