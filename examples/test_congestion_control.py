@@ -36,13 +36,18 @@ def test_bbr_is_several_times_faster_than_cubic_under_random_loss(tcpnet):
 
 @pytest.mark.tcpnet_needs("netem", "iperf3")
 def test_cubic_stays_near_the_mathis_bound(tcpnet):
-    """cubic under 1% random loss at 100 ms is loss-bound: its goodput stays within a few times Mathis' estimate.
+    """cubic under 1% random loss at 100 ms is loss-bound: past slow start it runs at Mathis' order, not the link's.
 
-    Mathis: 1448 B x 8 / 0.1 s x 1.22 / sqrt(0.01) = 1.41 Mbit/s; the hand-measured 259 KB/s
-    is 2.07 Mbit/s (1.5x: cubic grows faster than Reno between losses). Asserted: between
-    0.3x and 4x the bound, so far below the 100 Mbit/s link that the loss, not the link, binds.
+    Mathis: 1448 B x 8 / 0.1 s x 1.22 / sqrt(0.01) = 1.41 Mbit/s, a steady-state bound. The
+    whole average of a short run is dominated by slow start (a 4 s iperf3 run averaged 6.4
+    Mbit/s, 4.5x the bound; a 1.5 MB bulk transfer 2.07 Mbit/s, 1.5x), so this judges iperf3's
+    intervals after the first 3 s of an 8 s run. Asserted: their mean between 0.3x and 4x the
+    bound (cubic grows faster than Reno between losses), and under a tenth of the link.
     """
-    result = tcpnet.pair(link=LOSSY_LFN).iperf3(duration=4, cc="cubic")
+    result = tcpnet.pair(link=LOSSY_LFN).iperf3(duration=8, cc="cubic")
+    steady = [row["bps"] for row in result.details["intervals"] if row["t"] > 3.0]
     bound = model.mathis_throughput(1448, 0.100, 0.01)
-    assert 0.3 * bound <= result.throughput_bps <= 4 * bound, result.describe()
+    mean = sum(steady) / len(steady)
+    assert 0.3 * bound <= mean <= 4 * bound, (mean, bound, result.details["intervals"])
+    assert mean < 0.1 * LOSSY_LFN.rate_bps
     assert result.retransmits > 0

@@ -326,6 +326,18 @@ class ConcurrentResult:
         """Jain's fairness index over the flows' goodputs."""
         return jain_index(f.throughput_bps for f in self.flows)
 
+    def rates_between(self, start_s, end_s):
+        """Each flow's goodput between two times (seconds from the earliest first byte): steady state without start-up."""
+        if not 0 <= start_s < end_s:
+            raise ValueError(f"start_s/end_s: need 0 <= start_s < end_s, got {start_s!r}, {end_s!r}")
+        origin = min(f.first_byte_at for f in self.flows)
+        rates = []
+        for flow in self.flows:
+            points = flow._cumulative_bytes()
+            moved = _bytes_at(points, origin + end_s) - _bytes_at(points, origin + start_s)
+            rates.append(moved * 8 / (end_s - start_s))
+        return rates
+
     def describe(self):
         """Each flow's goodput and cc, the sum and the fairness index."""
         lines = [f"{len(self.flows)} flows: total {format_rate(self.total_bps)}, Jain index {self.jain_index:.3f}"]

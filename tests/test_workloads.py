@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from pytest_tcpnet import Flow, LabError, Link, MissingCapability, Pace, Pause, netlink
+from pytest_tcpnet import Flow, LabError, model, Link, MissingCapability, Pace, Pause, netlink
+from pytest_tcpnet.results import jain_index
 from pytest_tcpnet.workload.spawn import zygote_pid
 
 pytestmark = pytest.mark.tcpnet_needs("privilege")
@@ -62,12 +63,18 @@ def test_concurrent_flows_fill_a_rate_limited_link_together(tcpnet):
 
 @pytest.mark.tcpnet_needs("netem")
 def test_two_cubic_flows_share_50mbit_20ms_fairly(tcpnet):
-    # A bottleneck queue of about one BDP (125 KB = 83 packets): with htb's default 1000 packets
-    # (240 ms of queue at 50 Mbit/s) two cubic flows over 4 s in the VM split 31 : 9 Mbit/s.
+    # Judged on the steady state, seconds 3-8 of two 8 s flows, on a queue of about one BDP (83
+    # packets). Whole-flow averages in the VM were not a sound verdict: htb's default 1000 packets
+    # (240 ms of queue) split the flows 31 : 9 Mbit/s over 4 s; 100 packets gave Jain 0.96 but 80%
+    # of the rate (start-up included); 200 packets 84% but Jain 0.78.
     pair = tcpnet.pair(link=Link(rate="50mbit", rtt="20ms", limit=100))
     both = pair.concurrent([Flow(duration=8.0, cc="cubic"), Flow(duration=8.0, cc="cubic")])
-    assert both.jain_index >= 0.9, both.describe()
-    assert 0.85 * 50e6 <= both.total_bps <= 50e6, both.describe()
+    steady = both.rates_between(3.0, 8.0)
+    assert jain_index(steady) >= 0.9, (steady, both.describe())
+    # Goodput against what the link can carry as goodput (1448 of every 1514 bytes: 47.8 Mbit/s).
+    # Measured in the VM: steady 42.3 Mbit/s (0.88), whole-flow sums 40.3-42.1 (0.84-0.88).
+    ceiling = model.link_goodput(50e6)
+    assert 0.85 * ceiling <= sum(steady) <= ceiling * 1.01, (steady, both.describe())
 
 
 def test_a_flow_can_start_later_than_another(tcpnet):
