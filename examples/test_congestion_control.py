@@ -5,7 +5,8 @@ sawtooth cwnd and 101 retransmits in 30 s; raising buffers did not help; bbr rea
 102 Mbit/s with 6 retransmits and a stable cwnd. iperf3 must run over TCP to see it.
 
 Here: 100 Mbit/s, 100 ms RTT, 1% loss each way (the VM carries this rate; its ceiling is
-~0.6 Gbit/s). Measured by hand in the VM: cubic 259 KB/s, bbr 5520 KB/s (21x). cubic's
+~0.6 Gbit/s). Measured in the VM with iperf3 (4 s runs): bbr 52.1-53.8 Mbit/s, cubic
+1.36-1.59 Mbit/s (~35x); by hand with bulk flows earlier: cubic 259 KB/s, bbr 5520 KB/s (21x). cubic's
 share follows the Mathis bound (MSS / RTT x 1.22 / sqrt(p) = 1.7 Mbit/s here); bbr does not
 back off on random loss, so no loss bound applies to it.
 """
