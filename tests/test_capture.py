@@ -95,7 +95,7 @@ def test_capture_rejects_bad_input_before_starting_anything(tcpnet):
         Capture(pair.server, interface="veth-nope").start()
     with pytest.raises(LabError, match="did not start capturing"):
         Capture(pair.server, filter="not a filter ((").start()
-    assert not pair.server.processes._running  # a failed start leaves no dumpcap behind
+    assert not pair.server.processes.pids()  # a failed start leaves no dumpcap behind
 
 
 def test_capture_result_decodes_once(tmp_path, tcpnet):

@@ -60,10 +60,16 @@ def _child(body):
 
 
 def _await_ready(proc, timeout=60):
-    deadline = time.monotonic() + timeout
+    """The child's READY line; a child that says nothing within `timeout` is killed and the test fails."""
+    import selectors
+
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        if not selector.select(timeout):
+            proc.kill()
+            pytest.fail(f"the child said nothing within {timeout} s: {proc.communicate()[1]}")
     line = proc.stdout.readline()
     assert line.startswith("READY"), (line, proc.stderr.read() if proc.poll() is not None else "")
-    assert time.monotonic() < deadline
     return line.split()[1:]
 
 
@@ -176,9 +182,9 @@ def test_sigkill_during_a_transfer_leaves_nothing_after_cleanup(lookalike):
         import threading
         pair = lab.pair(link=Link(rate="1mbit"))
         def announce():
-            while not pair.server.processes._running or not pair.client.processes._running:
+            while not pair.server.processes.pids() or not pair.client.processes.pids():
                 time.sleep(0.01)
-            pids = [p.pid for n in (pair.server, pair.client) for p in n.processes._running]
+            pids = [pid for n in (pair.server, pair.client) for pid in n.processes.pids()]
             print("READY", os.getpid(), *pids, flush=True)
         threading.Thread(target=announce, daemon=True).start()
         pair.transfer(nbytes=50_000_000)
@@ -197,9 +203,9 @@ def test_ctrl_c_during_a_transfer_leaves_nothing(lookalike):
         import threading
         pair = lab.pair(link=Link(rate="1mbit"))
         def announce():
-            while not pair.client.processes._running:
+            while not pair.client.processes.pids():
                 time.sleep(0.01)
-            print("READY", os.getpid(), *[p.pid for n in (pair.server, pair.client) for p in n.processes._running],
+            print("READY", os.getpid(), *[pid for n in (pair.server, pair.client) for pid in n.processes.pids()],
                   flush=True)
         threading.Thread(target=announce, daemon=True).start()
         try:

@@ -99,6 +99,10 @@ class NamespaceProcesses:
         if proc.returncode is not None:
             ownership.forget_process(self._namespace, proc.pid)
 
+    def pids(self):
+        """Pids of the processes this node started (popen'd, or forked for workloads) that still run."""
+        return [p.pid for p in self._running if p.poll() is None] + [c.pid for c in self._adopted if c.running()]
+
     def release(self, child):
         """Stop one adopted child and forget it."""
         child.stop()
