@@ -85,7 +85,7 @@ def watch_sockets(namespace, on_sockets, *, ready=None):
         finally:
             table.close()
 
-    run_in_namespace(namespace, loop)
+    run_in_namespace(namespace, loop, own_thread=True)
 
 
 def tcp_counters(namespace):

@@ -93,9 +93,13 @@ def call_in_own_thread(enter_namespace, function, *args, name="tcpnet-netns"):
     return outcome.get("value")
 
 
-def run_in_namespace(name, function, *args):
-    """Call function(*args) inside the named namespace: in its session's thread, else a short-lived thread."""
-    session = session_for(name)
+def run_in_namespace(name, function, *args, own_thread=False):
+    """Call function(*args) inside the named namespace: in its session's thread, else a short-lived thread.
+
+    own_thread=True always uses a fresh thread: for long-running work (a sampler's loop) that must
+    not hold the session's one thread while other calls for the namespace wait behind it.
+    """
+    session = None if own_thread else session_for(name)
     if session is not None:
         return session.call(f"running {getattr(function, '__name__', 'a function')}", function, *args)
 
