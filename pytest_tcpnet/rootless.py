@@ -95,7 +95,7 @@ def rootless_command(pytest_args):
 
 def maybe_run_rootless(config):
     """Re-run the session rootless if it needs to and may; return its exit code, or None to go on here."""
-    from . import netlink
+    from .privilege import has_net_admin
 
     mode = config.getoption("tcpnet_rootless")
     os.environ[MODE_ENV] = mode  # xdist workers and skip messages see the same choice
@@ -104,7 +104,7 @@ def maybe_run_rootless(config):
         return None
     if config.getoption("help", default=False) or config.getoption("version", default=False):
         return None
-    if netlink.has_net_admin():
+    if has_net_admin():
         return None
     blocker = userns_blocker()
     if blocker:

@@ -34,14 +34,19 @@ TCPNET_TEST = textwrap.dedent('''
 # What the plugin itself may import in an unrelated session: the package's pure, stdlib-only parts.
 LIGHT_MODULES = {
     "pytest_tcpnet", "pytest_tcpnet.plugin", "pytest_tcpnet.errors", "pytest_tcpnet.requirements",
-    "pytest_tcpnet.model", "pytest_tcpnet.model.kernel", "pytest_tcpnet.model.specs",
-    "pytest_tcpnet.model.tcp", "pytest_tcpnet.model.units",
+    "pytest_tcpnet.privilege", "pytest_tcpnet.rootless",
+    "pytest_tcpnet.model", "pytest_tcpnet.model.kernel", "pytest_tcpnet.model.specs", "pytest_tcpnet.model.app",
+    "pytest_tcpnet.model.tcp", "pytest_tcpnet.model.units", "pytest_tcpnet.model.window", "pytest_tcpnet.model.predict",
     "pytest_tcpnet.assertions", "pytest_tcpnet.assertions.throughput", "pytest_tcpnet.assertions.window",
+    "pytest_tcpnet.assertions.events", "pytest_tcpnet.assertions.verdicts",
+    "pytest_tcpnet.report", "pytest_tcpnet.report.artifacts", "pytest_tcpnet.report.merge",
+    "pytest_tcpnet.report.results_file", "pytest_tcpnet.report.rows", "pytest_tcpnet.report.table",
     "pytest_tcpnet.vm", "pytest_tcpnet.vm.options",
 }
 # Never imported by the plugin in an unrelated session: netlink (pyroute2), labs and workloads, optional
 # heavy libraries (hypothesis may be there anyway: its own pytest plugin imports it).
 HEAVY_PREFIXES = ("pyroute2", "pytest_tcpnet.netlink", "pytest_tcpnet.lab", "pytest_tcpnet.workload",
+                  "pytest_tcpnet.measure", "pytest_tcpnet.capture", "pytest_tcpnet.analysis.plots",
                   "pytest_tcpnet.vm.runner", "hypothesis", "matplotlib", "numpy", "iperf3")
 
 

@@ -9,22 +9,12 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from ..locks import in_user_namespace
 from ..model import KNOWN_CONGESTION_CONTROLS
+from ..privilege import has_net_admin
 from .namespaces import call_in_own_thread
 
 __all__ = ["has_net_admin", "qdisc_supported", "available_congestion_controls", "kernel_release"]
 
 _CLONE_NEWNET = 0x40000000
-_CAP_NET_ADMIN = 12
-
-
-def has_net_admin():
-    """True if this process holds CAP_NET_ADMIN and CAP_SYS_ADMIN (namespaces need both)."""
-    try:
-        with open("/proc/self/status") as f:
-            caps = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
-    except (OSError, StopIteration, ValueError):
-        return False
-    return bool(caps & (1 << _CAP_NET_ADMIN)) and bool(caps & (1 << 21))
 
 
 def _unshare_network():
