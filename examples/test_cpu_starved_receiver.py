@@ -21,8 +21,12 @@ def test_a_starved_reader_advertises_zero_windows_and_slows_down(tcpnet):
     normal = pair.transfer(5_000_000)
     starved = pair.transfer(5_000_000, starve_receiver=True)
     assert starved.throughput_bps < normal.throughput_bps / 3, f"{normal.describe()}\n---\n{starved.describe()}"
-    assert normal.zero_windows_advertised == 0, normal.describe()
+    # Starved: 16-545 zero windows (5-20 MB); unstarved 0 on a quiet machine, but a reader can be
+    # starved by other load too (an xdist neighbour's tests share the cores; only transfers take
+    # the measurement slot), so the claim is judged as a comparison: at least 4x as many.
     assert starved.zero_windows_advertised >= 1, starved.describe()
+    assert 4 * normal.zero_windows_advertised <= starved.zero_windows_advertised, \
+        (normal.zero_windows_advertised, starved.zero_windows_advertised)
     assert max(v for _, v in starved.series("rmem_alloc", side="receiver")) > 0  # Recv-Q held data
 
 

@@ -179,6 +179,13 @@ def _prepare_namespaces():
         # An unprivileged user cannot create it in the host's /run: give the session a /run of its own.
         _mount_tmpfs(os.path.dirname(netns_dir), 0o755)
         os.makedirs(netns_dir, 0o755)
+    # Ownership records of this session's namespaces are private to it too (the host's directory is
+    # root's, and these namespaces vanish with this mount namespace anyway).
+    state_dir = os.environ.get("TCPNET_STATE_DIR", "/run/pytest-tcpnet")
+    if os.path.isdir(state_dir):
+        _mount_tmpfs(state_dir, 0o700)
+    elif not os.access(os.path.dirname(state_dir), os.W_OK):
+        os.environ["TCPNET_STATE_DIR"] = os.path.join(netns_dir, ".pytest-tcpnet-state")
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)  # the outer pytest died: tear down, don't run on alone
     if os.environ.get("TCPNET_ROOTLESS_PARENT") not in (None, str(os.getppid())):

@@ -20,7 +20,12 @@ from pytest_tcpnet import Lab, Link, netlink
 from pytest_tcpnet.errors import LabError
 from pytest_tcpnet.netlink import ownership
 
-pytestmark = pytest.mark.tcpnet_needs("privilege")
+from pytest_tcpnet import rootless  # noqa: E402
+
+pytestmark = [pytest.mark.tcpnet_needs("privilege"),
+              # Root-only: look-alikes are planted with `ip netns add` in the host's /run/netns and the
+              # host's sweeper is what is tested; a rootless session has neither.
+              pytest.mark.skipif(rootless.inside(), reason="root-only: plants namespaces in the host's /run/netns")]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
