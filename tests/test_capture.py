@@ -25,7 +25,6 @@ def test_capture_is_ready_before_and_flushed_after_the_flow(tcpnet, tmp_path):
     assert flags[0] == "S" and sum("F" in f for f in flags) == 2
     data = [p for p in result.packets if p.direction == "data" and p.len]
     assert max(p.seq + p.len for p in data) == 2_000_000 + 1  # relative sequence numbers start at 1
-    assert result.events["retransmission"] == 0
 
 
 def test_captured_interface_carries_wire_sized_packets(tcpnet, tmp_path):

@@ -12,6 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from pytest_tcpnet import rootless
+
+# Building writes pytest_tcpnet.egg-info into the checkout, which a rootless run's user may not write.
+pytestmark = pytest.mark.skipif(rootless.inside(), reason="root-only: building writes into the checkout")
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "pytest_tcpnet"
 
