@@ -116,6 +116,10 @@ def plan_from_config(config) -> Plan:
     )
     for d in wanted:
         os.makedirs(d, exist_ok=True)  # a share must exist on the host before boot
+    if sys.prefix != sys.base_prefix:
+        # The session's virtualenv: the guest runs its interpreter, and fast boot gives the guest a
+        # /tmp of its own, so a venv under the host's /tmp would not be there otherwise.
+        wanted = list(wanted) + [os.path.realpath(sys.prefix)]
     shares = [check_shareable(d, "directory") for d in share_dirs(cwd, wanted)]
 
     warnings = []
