@@ -116,10 +116,11 @@ def plan_from_config(config) -> Plan:
     )
     for d in wanted:
         os.makedirs(d, exist_ok=True)  # a share must exist on the host before boot
-    if sys.prefix != sys.base_prefix:
-        # The session's virtualenv: the guest runs its interpreter, and fast boot gives the guest a
-        # /tmp of its own, so a venv under the host's /tmp would not be there otherwise.
-        wanted = list(wanted) + [os.path.realpath(sys.prefix)]
+    # The session's virtualenv and this package's checkout (an editable install): the guest runs
+    # that interpreter and imports this code, and fast boot gives the guest a /tmp of its own, so
+    # either under the host's /tmp would not be there otherwise.
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    wanted = list(wanted) + [package_root] + ([os.path.realpath(sys.prefix)] if sys.prefix != sys.base_prefix else [])
     shares = [check_shareable(d, "directory") for d in share_dirs(cwd, wanted)]
 
     warnings = []
