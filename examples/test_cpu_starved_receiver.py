@@ -9,24 +9,21 @@ import pytest
 from pytest_tcpnet import Link
 
 
-def test_a_starved_reader_advertises_zero_windows_and_slows_down(tcpnet):
+def test_a_starved_reader_slows_down_and_its_queue_fills(tcpnet):
     """starve_receiver=True: the reader runs at nice 19 on a core shared with a spinning hog, reading 16 KB at a time.
 
     Measured on the host (6 runs of 20 MB): unstarved 2.7-4.2 Gbit/s and 0 zero-window
     advertisements; starved 25-39 Mbit/s and 40-545 (the kernel's TcpExt.TCPToZeroWindowAdv
-    in the receiver's namespace). Asserted: starved at most a third as fast; zero windows only
-    when starved; the receive queue seen non-empty while starved.
+    in the receiver's namespace). Asserted here: starved at most a third as fast, the receive
+    queue seen non-empty while starved; zero windows in the VM test below.
     """
     pair = tcpnet.pair()
     normal = pair.transfer(5_000_000)
     starved = pair.transfer(5_000_000, starve_receiver=True)
     assert starved.throughput_bps < normal.throughput_bps / 3, f"{normal.describe()}\n---\n{starved.describe()}"
-    # Starved: 16-545 zero windows (5-20 MB); unstarved 0 on a quiet machine, but a reader can be
-    # starved by other load too (an xdist neighbour's tests share the cores; only transfers take
-    # the measurement slot), so the claim is judged as a comparison: at least 4x as many.
-    assert starved.zero_windows_advertised >= 1, starved.describe()
-    assert 4 * normal.zero_windows_advertised <= starved.zero_windows_advertised, \
-        (normal.zero_windows_advertised, starved.zero_windows_advertised)
+    # Zero windows are judged in the VM variant below, where no xdist neighbour shares the cores:
+    # on the host under -n 2 a starved 5 MB run once advertised none (424 Mbit/s, the other
+    # worker's load changed who got the core), while quiet runs showed 16-545 against 0.
     assert max(v for _, v in starved.series("rmem_alloc", side="receiver")) > 0  # Recv-Q held data
 
 
