@@ -1,6 +1,8 @@
 """Exceptions shared by every layer (stdlib only, so the pure model can raise them too)."""
 
-__all__ = ["TcpnetError", "LabError", "MissingCapability"]
+import shutil
+
+__all__ = ["TcpnetError", "LabError", "MissingCapability", "program_path"]
 
 
 class TcpnetError(Exception):
@@ -21,3 +23,12 @@ class MissingCapability(TcpnetError):
         super().__init__(f"{capability}: {reason}")
         self.capability = capability
         self.reason = reason
+
+
+def program_path(program, *, package, capability=None, description=None):
+    """Path of program on PATH, or MissingCapability naming the Debian package that provides it."""
+    path = shutil.which(program)
+    if path is None:
+        raise MissingCapability(capability or program,
+                                f"{description or program} is not on PATH (apt-get install {package})")
+    return path

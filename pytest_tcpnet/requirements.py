@@ -1,9 +1,8 @@
 """What a test needs from the machine ("netem", "bbr", "tshark", "kernel>=6.6") and whether it is here."""
 
 import re
-import shutil
 
-from .errors import MissingCapability
+from .errors import MissingCapability, program_path
 from .model import KNOWN_CONGESTION_CONTROLS, KernelVersion
 
 __all__ = ["check_need", "check_needs", "describe_machine", "QDISC_NEEDS", "TOOL_NEEDS"]
@@ -42,8 +41,7 @@ def check_need(need):
                                     f"(available: {' '.join(sorted(available))})")
         return
     if need in TOOL_NEEDS:
-        if shutil.which(need) is None:
-            raise MissingCapability(need, f"{need} is not on PATH (apt-get install {TOOL_NEEDS[need]})")
+        program_path(need, package=TOOL_NEEDS[need])
         return
     match = _KERNEL_NEED.match(need.replace(" ", ""))
     if match:

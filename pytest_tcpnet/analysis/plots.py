@@ -75,6 +75,16 @@ def plot_time_sequence(ts, path, *, title=""):
     return _save(fig, path, "time-sequence graph: " + title)
 
 
+def _finish_over_time(fig, ax, path, ylabel, title):
+    """Label a quantity-over-time plot (zero-based y axis, legend at the top right) and save it."""
+    ax.set_xlabel("time since first data byte (s)")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+    return _save(fig, path, title)
+
+
 def plot_windows(lines, path, *, title=""):
     """Draw {label: [(t_s, bytes)]} (advertised window, bytes in flight, cwnd, ...) against time."""
     plt = _pyplot()
@@ -82,12 +92,7 @@ def plot_windows(lines, path, *, title=""):
     for label, points in lines.items():
         if points:
             ax.step([t for t, _ in points], [v / 1024 for _, v in points], where="post", linewidth=1, label=label)
-    ax.set_xlabel("time since first data byte (s)")
-    ax.set_ylabel("KiB")
-    ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper right", fontsize=8)
-    return _save(fig, path, "windows over time: " + title)
+    return _finish_over_time(fig, ax, path, "KiB", "windows over time: " + title)
 
 
 def plot_throughput(rate, path, *, smoothed=None, predicted_bps=None, predicted_label="model", interval=None,
@@ -106,12 +111,7 @@ def plot_throughput(rate, path, *, smoothed=None, predicted_bps=None, predicted_
     if predicted_bps:
         ax.axhline(predicted_bps / 1e6, color="tab:red", linestyle="--", linewidth=1,
                    label=f"{predicted_label}: {predicted_bps / 1e6:.3g} Mbit/s")
-    ax.set_xlabel("time since first data byte (s)")
-    ax.set_ylabel("throughput (Mbit/s)")
-    ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper right", fontsize=8)
-    return _save(fig, path, "throughput over time: " + title)
+    return _finish_over_time(fig, ax, path, "throughput (Mbit/s)", "throughput over time: " + title)
 
 
 def conditions_title(result):

@@ -23,20 +23,21 @@ def assert_no_window_full(result):
 
 def assert_window_full(result, at_least=1):
     """Assert the sender filled the receive window at least `at_least` times."""
-    _check_count("at_least", at_least)
-    capture = _capture_of(result)
-    count = capture.events["window_full"]
-    if count < at_least:
-        _fail(result, capture, f"{count} TCP Window Full events, expected at least {at_least}", None)
+    _assert_at_least(result, "window_full", "TCP Window Full", at_least)
 
 
 def assert_zero_window(result, at_least=1):
     """Assert the receiver advertised a zero window at least `at_least` times (its application stopped reading)."""
+    _assert_at_least(result, "zero_window", "TCP ZeroWindow", at_least)
+
+
+def _assert_at_least(result, kind, label, at_least):
+    """Fail unless the capture counted at least `at_least` events of `kind`."""
     _check_count("at_least", at_least)
     capture = _capture_of(result)
-    count = capture.events["zero_window"]
+    count = capture.events[kind]
     if count < at_least:
-        _fail(result, capture, f"{count} TCP ZeroWindow events, expected at least {at_least}", None)
+        _fail(result, capture, f"{count} {label} events, expected at least {at_least}", None)
 
 
 def assert_no_retransmissions(result):

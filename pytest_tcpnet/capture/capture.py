@@ -3,7 +3,6 @@
 import functools
 import itertools
 import re
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -11,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import LabError, MissingCapability
+from ..errors import LabError, program_path
 from .decode import EVENT_KINDS, count_events, decode_pcap
 
 __all__ = ["Capture", "CaptureResult", "DEFAULT_SNAPLEN"]
@@ -27,10 +26,8 @@ _DROPS = re.compile(r"Packets received/dropped on interface '[^']*': (\d+)/(\d+)
 
 def dumpcap_path():
     """Path of Wireshark's dumpcap (what tshark itself uses to capture)."""
-    path = shutil.which("dumpcap")
-    if path is None:
-        raise MissingCapability("tshark", "dumpcap (Wireshark's capture engine) is not on PATH (apt-get install tshark)")
-    return path
+    return program_path("dumpcap", package="tshark", capability="tshark",
+                        description="dumpcap (Wireshark's capture engine)")
 
 
 class Capture:

@@ -1,11 +1,10 @@
 """Decode a pcap with tshark's own TCP dissector and expert analysis into plain per-packet records."""
 
-import shutil
 import subprocess
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from ..errors import MissingCapability
+from ..errors import program_path
 
 __all__ = ["EVENT_KINDS", "Packet", "decode_pcap", "count_events"]
 
@@ -62,10 +61,7 @@ class Packet:
 
 def tshark_path():
     """Path of tshark (Wireshark's command-line analyser)."""
-    path = shutil.which("tshark")
-    if path is None:
-        raise MissingCapability("tshark", "tshark is not on PATH (apt-get install tshark)")
-    return path
+    return program_path("tshark", package="tshark")
 
 
 def decode_pcap(pcap, *, timeout=300):

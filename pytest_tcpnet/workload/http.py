@@ -2,11 +2,10 @@
 
 import json
 import re
-import shutil
 import subprocess
 import time
 
-from ..errors import LabError, MissingCapability
+from ..errors import LabError, program_path
 from .base import FlowOutcome, Workload
 from .flows import http_server
 
@@ -37,8 +36,7 @@ class HttpDownload(Workload):
     kind = "http"
 
     def __init__(self, nbytes, *, limit_rate=None, curl_args=()):
-        if shutil.which("curl") is None:
-            raise MissingCapability("curl", "curl is not on PATH (apt-get install curl)")
+        program_path("curl", package="curl")
         self.nbytes = nbytes
         self.limit_rate = limit_rate
         self.limit_rate_bytes = check_limit_rate(limit_rate)

@@ -1,11 +1,10 @@
 """Start and stop processes inside a lab namespace, tracking each by pid."""
 
 import os
-import shutil
 import signal
 import subprocess
 
-from ..errors import LabError, MissingCapability
+from ..errors import LabError, program_path
 from ..netlink import ownership
 
 __all__ = ["NamespaceProcesses", "nsenter_path"]
@@ -13,10 +12,7 @@ __all__ = ["NamespaceProcesses", "nsenter_path"]
 
 def nsenter_path():
     """Path of util-linux's nsenter, which enters the namespace and execs (no extra process)."""
-    path = shutil.which("nsenter")
-    if path is None:
-        raise MissingCapability("nsenter", "util-linux's nsenter is not on PATH (apt-get install util-linux)")
-    return path
+    return program_path("nsenter", package="util-linux", description="util-linux's nsenter")
 
 
 class NamespaceProcesses:
