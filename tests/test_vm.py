@@ -461,6 +461,10 @@ def test_fast_qemu_command_has_no_network_and_a_read_only_root(tmp_path):
     assert [f.split(",")[2] for f in fsdevs[1:]] == [f"path={tmp_path}", "path=/tmp/w"]
     append = cmd[cmd.index("-append") + 1]
     assert f"tcpnet_shares={tmp_path},/tmp/w" in append and "tcpnet_script=/tmp/w/run.sh" in append
+    assert "tcpnet_code= " in append  # no code directories asked for
+    with_code = fastboot.qemu_command("q", boot, "tcg", 1, "1G", [], "/s", code=["/tmp/venv", "/src/pkg"])
+    assert "tcpnet_code=/tmp/venv,/src/pkg" in with_code[with_code.index("-append") + 1]
+    assert len([a for a in with_code if a == "-fsdev"]) == 1  # seen through the root: no device of their own
     assert "quiet" in append
     kvm = fastboot.qemu_command("q", boot, "kvm", 1, "1G", [], "/s", debug=True)
     assert "q35,accel=kvm" in kvm and kvm[kvm.index("-cpu") + 1] == "host"
@@ -654,12 +658,28 @@ ACCEL = os.environ.get("TCPNET_VM_TEST_ACCEL", "tcg")
 GUEST_TESTS = '''
 import json, os, subprocess, sys
 
+import pytest_tcpnet
+
+def mount_of(path):
+    """(mount point, its mount and superblock options) of the mount that holds path."""
+    best = ("", "")
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point, tail = fields[4], fields[fields.index("-") + 1:]
+            if (path + "/").startswith(point.rstrip("/") + "/") and len(point) >= len(best[0]):
+                best = (point, fields[5] + "," + tail[2])
+    return best
+
 def test_forwarded():
     with open("guest.json", "w") as f:  # the cwd is shared read-write with the host
         json.dump({"argv": sys.argv[1:], "release": os.uname().release,
                    "in_vm": os.environ.get("TCPNET_IN_VM"),
+                   "accel": os.environ.get("TCPNET_VM_ACCEL"),
                    "token": os.environ.get("TCPNET_VMTEST_TOKEN"),
-                   "ifaces": sorted(os.listdir("/sys/class/net"))}, f)
+                   "ifaces": sorted(os.listdir("/sys/class/net")),
+                   "package_mount": mount_of(os.path.dirname(os.path.realpath(pytest_tcpnet.__file__))),
+                   "cwd_mount": mount_of(os.getcwd())}, f)
 
 def test_netem_is_real():
     from pyroute2 import IPRoute, netns
@@ -702,9 +722,19 @@ def test_session_runs_in_vm(tmp_path, vm_kernel):
     guest = json.loads((proj / "guest.json").read_text())
     assert guest["release"] == vm_kernel.release != os.uname().release
     assert guest["in_vm"] == "1" and guest["token"] == "tok en'1"
+    assert guest["accel"] == ACCEL  # what software_emulated() reads
     assert guest["ifaces"] == ["lo"]  # no network device in the VM
     assert not [a for a in guest["argv"] if a.startswith("--tcpnet-")], guest["argv"]
     assert guest["argv"][-2:] == ["-k", "forwarded or netem or fails"]
+    if "fast boot:" in out.stderr:
+        # The code the guest imports comes through the cached read-only root; the cwd stays a
+        # read-write, uncached share (the host reads what the guest writes there).
+        # (6.1 lists the cache mode as a bare word, "loose"; later kernels as "cache=...".)
+        package_options = guest["package_mount"][1].split(",")
+        assert "ro" in package_options and {"loose", "cache=loose"} & set(package_options), guest
+        cwd_options = guest["cwd_mount"][1].split(",")
+        assert guest["cwd_mount"][0] == str(proj) and "rw" in cwd_options, guest
+        assert not {"loose", "cache=loose"} & set(cwd_options), guest
 
     cases = {c.get("name"): c for c in ElementTree.parse(junit).getroot().iter("testcase")}
     assert set(cases) == {"test_forwarded", "test_netem_is_real", "test_fails"}

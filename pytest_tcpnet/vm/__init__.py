@@ -19,15 +19,26 @@ import os
 
 from .options import add_options
 
-__all__ = ["add_options", "maybe_run_in_vm", "inside_vm", "IN_VM_ENV"]
+__all__ = ["add_options", "maybe_run_in_vm", "inside_vm", "software_emulated", "IN_VM_ENV", "ACCEL_ENV"]
 
 #: Set to "1" in the guest's environment; also what stops the guest from recursing.
 IN_VM_ENV = "TCPNET_IN_VM"
+#: The guest's accelerator ("kvm" or "tcg"), in the guest's environment.
+ACCEL_ENV = "TCPNET_VM_ACCEL"
 
 
 def inside_vm() -> bool:
     """Return True when this process runs in a session started by ``maybe_run_in_vm``."""
     return os.environ.get(IN_VM_ENV) == "1"
+
+
+def software_emulated() -> bool:
+    """True in a --tcpnet-vm guest under software emulation (TCG): its CPU is ~15x slower and shared.
+
+    Timing-sensitive tests may then need a coarser operating point: endpoints there add
+    milliseconds per round trip (more when the host is busy), which a fast path cannot hide.
+    """
+    return inside_vm() and os.environ.get(ACCEL_ENV) == "tcg"
 
 
 def maybe_run_in_vm(config) -> "int | None":

@@ -48,7 +48,9 @@ _PVH_NOTE = (b"Xen", 18)
 
 # The guest's PID 1 until it hands over to the session script. Kernel parameters the kernel
 # does not know arrive in its environment: tcpnet_shares (comma-separated host directories,
-# exported as 9p tags tcpnet0, tcpnet1, ...) and tcpnet_script (the script to run).
+# exported as 9p tags tcpnet0, tcpnet1, ...), tcpnet_code (comma-separated host directories of
+# code the session imports, seen read-only and cached through the root) and tcpnet_script
+# (the script to run).
 INIT = r"""#!/bin/sh
 # pytest-tcpnet's init for --tcpnet-vm (vm/fastboot.py).
 export PATH=/bin
@@ -59,6 +61,13 @@ while read -r m; do insmod "/modules/$m" || fail "cannot load module $m"; done <
 opts=trans=virtio,version=9p2000.L,msize=@MSIZE@,access=any
 # The host's root, read-only and cached: nothing changes it during a session.
 mount -t 9p -o "ro,cache=loose,$opts" root /newroot || fail "cannot mount the host's root over 9p"
+# Code the session imports (its virtualenv, this package) may lie under /tmp or a share: keep a
+# view of it through the cached root before tmpfs and the uncached shares cover it.
+i=0
+for path in $(echo "$tcpnet_code" | tr , ' '); do
+  mkdir -p "/code$i" && mount --bind "/newroot$path" "/code$i" || fail "cannot reach code directory $path"
+  i=$((i + 1))
+done
 mount --move /dev /newroot/dev && mount --move /proc /newroot/proc && mount --move /sys /newroot/sys \
   || fail "cannot move /dev, /proc, /sys"
 for d in /tmp /run /var/tmp; do mount -t tmpfs -o mode=1777 tmpfs "/newroot$d" || fail "no tmpfs on $d"; done
@@ -74,6 +83,12 @@ i=0
 for path in $(echo "$tcpnet_shares" | tr , ' '); do
   mkdir -p "/newroot$path" 2>/dev/null
   mount -t 9p -o "$opts" "tcpnet$i" "/newroot$path" || fail "cannot mount share $path"
+  i=$((i + 1))
+done
+i=0
+for path in $(echo "$tcpnet_code" | tr , ' '); do
+  mkdir -p "/newroot$path" 2>/dev/null
+  mount --move "/code$i" "/newroot$path" || fail "cannot mount code directory $path"
   i=$((i + 1))
 done
 # The console ports appear once qemu has announced them (a few ms after virtio_console loads).
@@ -99,7 +114,7 @@ exec switch_root /newroot /bin/sh "$tcpnet_script" < /newroot/dev/null > "$out" 
 EPILOGUE = "sync\nexec /run/tcpnet/busybox poweroff -f\n"
 # Prepended: what virtme-ng's init would have done that the session relies on.
 PROLOGUE = (
-    "unset tcpnet_shares tcpnet_script\n"
+    "unset tcpnet_shares tcpnet_code tcpnet_script\n"
     "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
     "ip link set lo up 2>/dev/null\n"
 )
@@ -337,18 +352,22 @@ def prepare(kernel: Kernel, qemu: str) -> FastBoot:
         raise Unavailable(f"{type(err).__name__}: {err}") from err
 
 
-def kernel_cmdline(shares: list, script: str, debug: bool = False) -> str:
+def kernel_cmdline(shares: list, script: str, debug: bool = False, code: list = ()) -> str:
     """Return the kernel command line for a fast boot (paths are plain: see args.check_shareable)."""
     words = ["console=ttyS0", "panic=-1", "rdinit=/init", f"tcpnet_shares={','.join(shares)}",
-             f"tcpnet_script={script}"]
+             f"tcpnet_code={','.join(code)}", f"tcpnet_script={script}"]
     if not debug:
         words.append("quiet")  # the serial console is slow under emulation; errors still show
     return " ".join(words)
 
 
 def qemu_command(qemu: str, boot: FastBoot, accel: str, cpus: int, memory: str,
-                 shares: list, script: str, debug: bool = False) -> list:
-    """Return the qemu command line: q35, no network device, host root read-only, shares rw."""
+                 shares: list, script: str, debug: bool = False, code: list = ()) -> list:
+    """Return the qemu command line: q35, no network device, host root read-only, shares rw.
+
+    code: directories the session imports from (a virtualenv, this package): the guest sees
+    them read-only through the cached root even where a share or its tmpfs covers them.
+    """
     cmd = [qemu, "-M", f"q35,accel={accel}", "-cpu", "host" if accel == "kvm" else "max",
            "-smp", str(cpus), "-m", memory, "-no-reboot", "-nodefaults", "-no-user-config",
            "-display", "none",
@@ -365,7 +384,7 @@ def qemu_command(qemu: str, boot: FastBoot, accel: str, cpus: int, memory: str,
         cmd += ["-fsdev", f"local,id=tcpnet{i},path={path},security_model=none,multidevs=remap",
                 "-device", f"virtio-9p-pci,fsdev=tcpnet{i},mount_tag=tcpnet{i}"]
     cmd += ["-kernel", boot.vmlinux, "-initrd", boot.initramfs,
-            "-append", kernel_cmdline(shares, script, debug)]
+            "-append", kernel_cmdline(shares, script, debug, code)]
     return cmd
 
 
