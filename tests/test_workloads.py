@@ -7,6 +7,7 @@ import time
 import pytest
 
 from pytest_tcpnet import Flow, LabError, model, Link, MissingCapability, Pace, Pause, netlink
+from pytest_tcpnet.assertions.verdicts import judge_trials
 from pytest_tcpnet.results import jain_index
 from pytest_tcpnet.workload.spawn import zygote_pid
 
@@ -63,18 +64,34 @@ def test_concurrent_flows_fill_a_rate_limited_link_together(tcpnet):
 
 @pytest.mark.tcpnet_needs("netem")
 def test_two_cubic_flows_share_50mbit_20ms_fairly(tcpnet):
-    # Judged on the steady state, seconds 3-8 of two 8 s flows, on a queue of about one BDP (83
+    # Judged on the steady state, seconds 3-8 of 8 s flows, on a queue of about one BDP (83
     # packets). Whole-flow averages in the VM were not a sound verdict: htb's default 1000 packets
     # (240 ms of queue) split the flows 31 : 9 Mbit/s over 4 s; 100 packets gave Jain 0.96 but 80%
     # of the rate (start-up included); 200 packets 84% but Jain 0.78.
+    # What the emulated link delivers under software emulation depends on the host's load: one
+    # cubic flow alone got 40.9, 38.0, 27.7 Mbit/s steady in three loaded runs (load average 3.7 on
+    # 2 cores) against 42.3 quiet; the pair then got 1.02, 0.72 and 0.93 of the single flow, with
+    # Jain 0.996-1.0. So "the two fill the link" is judged against one flow measured just before on
+    # the same path, a majority of up to three trials deciding (one load spike cannot fail it).
     pair = tcpnet.pair(link=Link(rate="50mbit", rtt="20ms", limit=100))
-    both = pair.concurrent([Flow(duration=8.0, cc="cubic"), Flow(duration=8.0, cc="cubic")])
-    steady = both.rates_between(3.0, 8.0)
-    assert jain_index(steady) >= 0.9, (steady, both.describe())
-    # Goodput against what the link can carry as goodput (1448 of every 1514 bytes: 47.8 Mbit/s).
-    # Measured in the VM: steady 42.3 Mbit/s (0.88), whole-flow sums 40.3-42.1 (0.84-0.88).
-    ceiling = model.link_goodput(50e6)
-    assert 0.85 * ceiling <= sum(steady) <= ceiling * 1.01, (steady, both.describe())
+
+    def trial():
+        alone = pair.concurrent([Flow(duration=8.0, cc="cubic")]).rates_between(3.0, 8.0)[0]
+        return alone, pair.concurrent([Flow(duration=8.0, cc="cubic"), Flow(duration=8.0, cc="cubic")])
+
+    def fair_and_full(outcome):
+        alone, both = outcome
+        steady = both.rates_between(3.0, 8.0)
+        return jain_index(steady) >= 0.9 and sum(steady) >= 0.85 * alone
+
+    passed, outcomes, verdicts = judge_trials(trial, fair_and_full, trials=3)
+    report = "\n".join(f"trial {i + 1} ({'ok' if ok else 'failed'}): one flow alone {alone / 1e6:.1f} Mbit/s; "
+                       f"two flows {[round(r / 1e6, 1) for r in both.rates_between(3.0, 8.0)]} Mbit/s, "
+                       f"Jain {jain_index(both.rates_between(3.0, 8.0)):.3f}"
+                       for i, ((alone, both), ok) in enumerate(zip(outcomes, verdicts)))
+    assert passed, report
+    # And the link really is the bottleneck: at most its goodput (1448 of every 1514 bytes).
+    assert all(sum(both.rates_between(3.0, 8.0)) <= model.link_goodput(50e6) * 1.01 for _, both in outcomes), report
 
 
 def test_a_flow_can_start_later_than_another(tcpnet):
