@@ -4,9 +4,9 @@ Usage (root, from the repository root): flock /tmp/tcpnet-dev-vm.lock python ben
 
 Each benchmarks/bench_*.py runs as its own subprocess (so one's imports, threads and memory
 never colour another's figures). bench_lab.py prints ``BENCH-ROW {json}`` lines that become the
-table; other benchmarks' output is kept verbatim. With --vm, bench_lab.py --quick also runs in a
-virtme-ng VM with the kernel --tcpnet-vm uses (netem is there: RTT and loss fidelity are measured
-only in the VM). Hand-written analysis in benchmarks/NOTES.md is appended to RESULTS.md.
+table; other benchmarks' output is kept verbatim. With --vm, bench_lab.py --quick (and
+bench_workloads.py at the guest's scale) also runs in a VM booted as --tcpnet-vm boots it, with
+the kernel it uses (netem is there: RTT and loss fidelity are measured only in the VM). Hand-written analysis in benchmarks/NOTES.md is appended to RESULTS.md.
 """
 
 import argparse
@@ -16,8 +16,10 @@ import io
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -59,25 +61,45 @@ def run_bench(path, args=(), timeout=1200):
 
 
 def run_in_vm(timeout):
-    """bench_lab.py --quick inside a VM (software emulation, as --tcpnet-vm runs); returns (rows, output, header)."""
+    """bench_lab.py --quick, then bench_workloads.py at the guest's scale, in one VM booted as --tcpnet-vm boots it.
+
+    Returns (rows, output, header). Fast boot (cached read-only root) where it is available,
+    else vng; software emulation either way (guests hang at boot under KVM here).
+    """
+    from pytest_tcpnet.vm import fastboot
     from pytest_tcpnet.vm.kernel import resolve_kernel
     from pytest_tcpnet.vm.launch import launch
     from pytest_tcpnet.vm.runner import GUEST_MODULES, find_tools
 
-    vng, _ = find_tools()
+    vng, qemu = find_tools()
     kernel = resolve_kernel(None)
     sentinel = f"BENCH-STARTED-{secrets.token_hex(6)}"
-    script = "; ".join([f"echo {sentinel}", f"for m in {' '.join(GUEST_MODULES)}; do modprobe -q $m; done",
-                        "mkdir -p /run/netns", f"cd {ROOT}",
-                        f"TCPNET_IN_VM=1 PYTHONPATH={ROOT} {sys.executable} benchmarks/bench_lab.py --quick"])
-    cmd = [vng, "--run", kernel.path, "--cpus", "2", "--memory", "2G", "--force-9p"]
-    # Software emulation, as --tcpnet-vm uses by default: guests hang at boot under KVM here.
-    cmd += ["--disable-kvm", "--exec", script]
+    python = f"TCPNET_IN_VM=1 PYTHONPATH={ROOT} {sys.executable}"
+    steps = [f"echo {sentinel}", f"for m in {' '.join(GUEST_MODULES)}; do modprobe -q $m; done",
+             "mkdir -p /run/netns", f"cd {ROOT}", f"{python} benchmarks/bench_lab.py --quick",
+             # The guest carries ~0.6 Gbit/s: 50 MB per transfer keeps this to a minute or two.
+             "echo '== bench_workloads.py in the VM'",
+             f"{python} benchmarks/bench_workloads.py --rounds 3 --bytes 50000000 --seconds 2"]
+    workdir = tempfile.mkdtemp(prefix="tcpnet-bench-vm-")
+    try:
+        boot = fastboot.prepare(kernel, qemu)
+        run_sh = os.path.join(workdir, "run.sh")
+        with open(run_sh, "w") as f:
+            f.write(fastboot.session_script("\n".join(steps) + "\n"))
+        cmd = fastboot.qemu_command(qemu, boot, "tcg", 2, "2G", [workdir], run_sh)
+        how = "fast boot"
+    except fastboot.Unavailable as err:
+        cmd = [vng, "--run", kernel.path, "--cpus", "2", "--memory", "2G", "--force-9p", "--disable-kvm",
+               "--exec", "; ".join(steps)]
+        how = f"vng (fast boot unavailable: {err})"
     captured = io.StringIO()
-    result = launch(cmd, cwd=ROOT, sentinel=sentinel.encode(), boot_timeout=180, stdout=captured,
-                    stderr=io.StringIO(), after_start_timeout=timeout)
+    try:
+        result = launch(cmd, cwd=ROOT, sentinel=sentinel.encode(), boot_timeout=180, stdout=captured,
+                        stderr=io.StringIO(), after_start_timeout=timeout)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     text = captured.getvalue()
-    header = f"VM: kernel {kernel.release}, 2 vCPUs, software emulation (TCG)"
+    header = f"VM: kernel {kernel.release}, 2 vCPUs, software emulation (TCG), {how}"
     if not result.started:
         return [], f"VM did not start (exit {result.returncode})", header
     return rows_of(text), "\n".join(l for l in text.splitlines() if not l.startswith("BENCH-ROW ")), header
@@ -140,15 +162,16 @@ def main():
 
 
 def run_vm_section(sections):
-    """bench_lab.py --quick in a VM, appended to the sections."""
-    print("\n== bench_lab.py --quick in a VM", flush=True)
+    """bench_lab.py --quick and bench_workloads.py in a VM, appended to the sections."""
+    print("\n== bench_lab.py --quick and bench_workloads.py in a VM", flush=True)
     t0 = time.monotonic()
     rows, others, header = run_in_vm(600)
     print(header)
     print(others[-3000:])
     print(table(rows))
-    sections.append(f"## bench_lab.py --quick in a VM ({time.monotonic() - t0:.0f} s incl. boot)\n\n"
-                    f"{header}\n\n" + (table(rows) if rows else "```\n" + others[-4000:] + "\n```") + "\n")
+    sections.append(f"## bench_lab.py --quick and bench_workloads.py in a VM ({time.monotonic() - t0:.0f} s incl. boot)"
+                    f"\n\n{header}\n\n" + (table(rows) + "\n\n" if rows else "")
+                    + "```\n" + others.strip()[-4000:] + "\n```\n")
 
 
 if __name__ == "__main__":
