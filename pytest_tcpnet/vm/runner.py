@@ -6,11 +6,13 @@ import compileall
 import os
 import platform
 import re
+import resource
 import secrets
 import shlex
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field, replace
 
 from . import ACCEL_ENV, IN_VM_ENV
@@ -165,6 +167,41 @@ def plan_from_config(config) -> Plan:
         echo_boot=os.environ.get("TCPNET_VM_DEBUG") == "1",
         warnings=warnings,
     )
+
+
+#: Other processes' average use of host CPUs during a TCG session above which the runner warns.
+CONTENTION_WARNING_CORES = 0.5
+
+
+class HostContention:
+    """How much host CPU processes other than this one and its children used since construction."""
+
+    def __init__(self):
+        self._busy, self._own, self._t0 = _host_busy_seconds(), _own_cpu_seconds(), time.monotonic()
+
+    def other_cores(self) -> "float | None":
+        """Average number of host CPUs others kept busy (None where /proc/stat is unreadable)."""
+        busy = _host_busy_seconds()
+        wall = time.monotonic() - self._t0
+        if busy is None or self._busy is None or wall <= 0:
+            return None
+        return max(0.0, (busy - self._busy) - (_own_cpu_seconds() - self._own)) / wall
+
+
+def _host_busy_seconds() -> "float | None":
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal: everything but idle and iowait is busy.
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_seconds() -> float:
+    """CPU time of this process and its waited-for children (qemu, once the session ends)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def compile_bytecode(directory: str) -> None:
@@ -338,6 +375,7 @@ def _run_locked(plan: Plan) -> int:
         say(f"booting {plan.kernel.release} ({plan.kernel.path}, {how}), {plan.cpus} CPUs, "
             f"{plan.memory}, no network device; the guest must start within "
             f"{plan.boot_timeout:g} s; shared read-write: {', '.join(plan.shares)}")
+        contention = HostContention()
         result = launch(
             cmd,
             cwd=plan.cwd,
@@ -364,6 +402,11 @@ def _run_locked(plan: Plan) -> int:
             ) from None
         say(f"pytest in the VM exited with {code} ({result.total_seconds:.1f} s in all, "
             f"{result.start_seconds:.1f} s of it booting)")
+        others = contention.other_cores()
+        if accel == "tcg" and others is not None and others >= CONTENTION_WARNING_CORES:
+            say(f"warning: other processes kept {others:.1f} of this host's {os.cpu_count()} CPUs busy during the "
+                f"session; the emulated CPUs competed with them, which slows the guest's endpoints and its "
+                f"emulated links: timing and rate verdicts in the VM are less reliable on a busy host")
         return code
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
