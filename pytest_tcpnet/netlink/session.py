@@ -22,6 +22,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from ..errors import LabError, MissingCapability
 from . import ownership
+from .rtnl import RtnlSocket
 
 __all__ = ["NamespaceSession", "session_for", "translate_errors", "gather"]
 
@@ -98,6 +99,7 @@ class NamespaceSession:
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tcpnet-{name}")
         self._ipr = None
         self._ethtool = None
+        self._rtnl = None
         self._indexes = {}
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -155,7 +157,8 @@ class NamespaceSession:
         _check(_libc.mount(b"/proc/thread-self/ns/net", self.path.encode(), b"none", _MS_BIND, None),
                f"bind mount {self.path}")
         self._write_sysctls_here(sysctls)
-        self.ipr.link("set", index=1, state="up")  # lo is always ifindex 1 in a new namespace
+        self._rtnl = RtnlSocket()
+        self._rtnl.batch([("link", "set", {"index": 1, "state": "up"})])  # lo is always ifindex 1 in a new namespace
 
     def _enter_here(self):
         fd = os.open(self.path, os.O_RDONLY)
@@ -163,6 +166,7 @@ class NamespaceSession:
             _check(_libc.setns(fd, _CLONE_NEWNET), f"setns {self.path}")
         finally:
             os.close(fd)
+        self._rtnl = RtnlSocket()
 
     def close(self):
         """Close the sockets and end the thread; remove the namespace if this session created it."""
@@ -182,11 +186,11 @@ class NamespaceSession:
             self.close()
 
     def _close_sockets(self):
-        for sock in (self._ipr, self._ethtool):
+        for sock in (self._ipr, self._ethtool, self._rtnl):
             if sock is not None:
                 with contextlib.suppress(Exception):
                     sock.close()
-        self._ipr = self._ethtool = None
+        self._ipr = self._ethtool = self._rtnl = None
 
     # -- running work in the namespace ------------------------------------------------------------
     def call(self, step, function, *args):
@@ -203,7 +207,20 @@ class NamespaceSession:
         """The session's IPRoute socket (only inside the session's thread)."""
         if self._ipr is None:
             self._ipr = IPRoute()
+            # topology._index's cache on the socket: share the indexes the session already knows.
+            self._ipr.__dict__["_tcpnet_indexes"] = self._indexes
         return self._ipr
+
+    def batch(self, step, requests, indexes=None):
+        """Send [(mode, command, kwargs), ...] in one netlink message, from the calling thread (see rtnl.py).
+
+        indexes: {ifname: ifindex} the requests give new interfaces, remembered once they succeed.
+        """
+        if self._rtnl is None:
+            raise LabError(f"{step}: the session of namespace {self.name} is closed")
+        with translate_errors(step, self.name):
+            self._rtnl.batch(requests)
+        self._indexes.update(indexes or {})
 
     def submit(self, step, function, *args):
         """Start function(*args) in the session's thread; returns a future (see gather)."""

@@ -1,12 +1,14 @@
 """Veth wiring, addresses, routes and offloads of a client – router – server path."""
 
+import os
 from dataclasses import dataclass
 
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ..errors import LabError
 from .namespaces import run_in_namespace, with_iproute, write_sysctls
-from .session import gather, session_for
+from .rtnl import veth_peer_linkinfo
+from .session import session_for
 
 __all__ = ["interface_counters", "PathAddresses", "PATH_ADDRESSES", "wire_path", "set_offloads", "get_offloads", "OFFLOAD_FEATURES",
            "TSO_FEATURES"]
@@ -29,6 +31,10 @@ class PathAddresses:
 
 
 PATH_ADDRESSES = PathAddresses()
+
+# Interface indexes the path's veths are created with (lo is 1 in a new namespace): chosen, so
+# nothing has to be looked up afterwards.
+_ROUTER_CLIENT_INDEX, _ROUTER_SERVER_INDEX, _ENDPOINT_INDEX = 2, 3, 2
 
 #: ethtool features that let a veth carry 64 KB super-packets (DESIGN pitfall 3). The TSO ones
 #: decide whether a super-packet leaves the device whole; GSO and GRO build them in software.
@@ -68,7 +74,7 @@ def wire_path(client_ns, router_ns, server_ns, addresses=PATH_ADDRESSES):
 
     The veths are created in the router namespace with their peers placed straight into the
     endpoint namespaces, so no interface ever appears in the host namespace, even briefly.
-    With sessions, the three namespaces are then addressed concurrently.
+    With sessions, each namespace gets one batch of requests (_wire_sessions).
     """
     a = addresses
     client_route = [(f"{_subnet(a.server)}/{a.prefixlen}", a.router_client_side)]
@@ -88,19 +94,11 @@ def wire_path(client_ns, router_ns, server_ns, addresses=PATH_ADDRESSES):
     def endpoint(ipr, ifname, address, routes):
         _configure(ipr, ifname, address, a.prefixlen, routes)
 
-    _ipr_call(router_ns, "creating veth pairs", make_veths)
-    if all(session_for(n) for n in (client_ns, router_ns, server_ns)):
-        # Sessions made by create_namespace already brought lo up and (for a Lab's router) set ip_forward.
-        sessions = {n: session_for(n) for n in (client_ns, router_ns, server_ns)}
-        gather([
-            sessions[router_ns].submit("addressing the router", lambda: router_side(sessions[router_ns].ipr)),
-            sessions[client_ns].submit("addressing the client", lambda: endpoint(
-                sessions[client_ns].ipr, a.client_if, a.client, client_route)),
-            sessions[server_ns].submit("addressing the server", lambda: endpoint(
-                sessions[server_ns].ipr, a.server_if, a.server, server_route)),
-        ])
-        sessions[router_ns].write_sysctls({"net.ipv4.ip_forward": "1"})
+    sessions = [session_for(n) for n in (client_ns, router_ns, server_ns)]
+    if all(sessions):
+        _wire_sessions(*sessions, a, client_route, server_route)
         return
+    _ipr_call(router_ns, "creating veth pairs", make_veths)
     _ipr_call(router_ns, "addressing the router", lambda ipr: (
         router_side(ipr), ipr.link("set", index=_index(ipr, "lo"), state="up")))
     write_sysctls(router_ns, {"net.ipv4.ip_forward": "1"})
@@ -109,6 +107,37 @@ def wire_path(client_ns, router_ns, server_ns, addresses=PATH_ADDRESSES):
         endpoint(ipr, a.client_if, a.client, client_route), ipr.link("set", index=_index(ipr, "lo"), state="up")))
     _ipr_call(server_ns, "addressing the server", lambda ipr: (
         endpoint(ipr, a.server_if, a.server, server_route), ipr.link("set", index=_index(ipr, "lo"), state="up")))
+
+
+def _wire_sessions(client, router, server, a, client_route, server_route):
+    """Wire a path whose namespaces have sessions: one batch of requests per namespace, sent from this thread.
+
+    The router's batch creates both veth pairs (up, peers placed straight into the endpoints,
+    every index chosen) and addresses its ends; each endpoint's batch then brings its end up
+    (a peer cannot be created up), addresses it and adds its one route.
+    """
+    fds = [os.open(s.path, os.O_RDONLY | os.O_CLOEXEC) for s in (client, server)]
+    try:
+        router.batch("wiring the router", [
+            ("link", "add", {"ifname": a.router_client_if, "index": _ROUTER_CLIENT_INDEX, "state": "up",
+                             "attrs": [veth_peer_linkinfo(a.client_if, fds[0], _ENDPOINT_INDEX)]}),
+            ("link", "add", {"ifname": a.router_server_if, "index": _ROUTER_SERVER_INDEX, "state": "up",
+                             "attrs": [veth_peer_linkinfo(a.server_if, fds[1], _ENDPOINT_INDEX)]}),
+            ("addr", "add", {"index": _ROUTER_CLIENT_INDEX, "address": a.router_client_side, "prefixlen": a.prefixlen}),
+            ("addr", "add", {"index": _ROUTER_SERVER_INDEX, "address": a.router_server_side, "prefixlen": a.prefixlen}),
+        ], indexes={a.router_client_if: _ROUTER_CLIENT_INDEX, a.router_server_if: _ROUTER_SERVER_INDEX})
+    finally:
+        for fd in fds:
+            os.close(fd)
+    for session, role, ifname, address, routes in ((client, "client", a.client_if, a.client, client_route),
+                                                   (server, "server", a.server_if, a.server, server_route)):
+        session.batch(f"addressing the {role}", [
+            ("link", "set", {"index": _ENDPOINT_INDEX, "state": "up"}),
+            ("addr", "add", {"index": _ENDPOINT_INDEX, "address": address, "prefixlen": a.prefixlen}),
+            *[("route", "add", {"dst": dst, "gateway": gateway}) for dst, gateway in routes],
+        ], indexes={ifname: _ENDPOINT_INDEX})
+    # Sessions made for a Lab's router set it at creation; a caller's own router may not have.
+    router.write_sysctls({"net.ipv4.ip_forward": "1"})
 
 
 def interface_counters(namespace, ifname):
