@@ -18,6 +18,7 @@ import os
 import threading
 
 from pyroute2 import IPRoute
+from pyroute2.ethtool.ioctl import ETH_SS_FEATURES, IoctlEthtool
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ..errors import LabError, MissingCapability
@@ -100,6 +101,7 @@ class NamespaceSession:
         self._ipr = None
         self._ethtool = None
         self._rtnl = None
+        self._ethtool_lock = threading.Lock()
         self._indexes = {}
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -157,7 +159,7 @@ class NamespaceSession:
         _check(_libc.mount(b"/proc/thread-self/ns/net", self.path.encode(), b"none", _MS_BIND, None),
                f"bind mount {self.path}")
         self._write_sysctls_here(sysctls)
-        self._rtnl = RtnlSocket()
+        self._open_sockets()
         self._rtnl.batch([("link", "set", {"index": 1, "state": "up"})])  # lo is always ifindex 1 in a new namespace
 
     def _enter_here(self):
@@ -166,7 +168,12 @@ class NamespaceSession:
             _check(_libc.setns(fd, _CLONE_NEWNET), f"setns {self.path}")
         finally:
             os.close(fd)
+        self._open_sockets()
+
+    def _open_sockets(self):
+        # Both are plain sockets of the namespace they are opened in, usable from any thread after.
         self._rtnl = RtnlSocket()
+        self._ethtool = _Ethtool()
 
     def close(self):
         """Close the sockets and end the thread; remove the namespace if this session created it."""
@@ -228,17 +235,17 @@ class NamespaceSession:
         future.tcpnet_step = (step, self.name)
         return future
 
-    @property
-    def ethtool(self):
-        """The session's ethtool ioctl socket (pyroute2's IoctlEthtool), opened on first use, in the session's thread.
+    def with_ethtool(self, step, function):
+        """function(ethtool) on the session's ethtool ioctl socket, from the calling thread, one caller at a time.
 
         pyroute2's Ethtool does features through this ioctl half anyway; its netlink half would
         cost a generic-netlink family lookup per namespace and old-style flag reads we don't use.
+        The socket (opened inside the namespace) works from any thread; its request buffer is shared.
         """
-        if self._ethtool is None:
-            from pyroute2.ethtool.ioctl import IoctlEthtool
-            self._ethtool = IoctlEthtool()
-        return self._ethtool
+        with self._ethtool_lock, translate_errors(step, self.name):
+            if self._ethtool is None:
+                raise LabError(f"the session of namespace {self.name} is closed")
+            return function(self._ethtool)
 
     def index(self, ifname):
         """Interface index by name (cached: a lab never renames its interfaces)."""
@@ -264,6 +271,23 @@ class NamespaceSession:
 
     def __repr__(self):
         return f"<NamespaceSession {self.name}{' (ours)' if self.owned else ''}>"
+
+
+class _Ethtool(IoctlEthtool):
+    """pyroute2's ioctl ethtool, reading the feature names once per process.
+
+    ETH_SS_FEATURES is one kernel table (netdev_features_strings) for every device, and decoding
+    it in Python is most of what a features read costs.
+    """
+
+    _feature_names = None
+
+    def get_stringset(self, set_id=ETH_SS_FEATURES, *args, **kwargs):
+        if set_id != ETH_SS_FEATURES or args or kwargs:
+            return super().get_stringset(set_id, *args, **kwargs)
+        if _Ethtool._feature_names is None:
+            _Ethtool._feature_names = tuple(super().get_stringset(set_id))
+        return list(_Ethtool._feature_names)
 
 
 # The model's rules again, right where the path is built and the file written (defence in depth).

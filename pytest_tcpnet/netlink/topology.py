@@ -158,7 +158,7 @@ def _with_ethtool(namespace, function):
     """Call function(ethtool) inside the namespace: the session's ethtool ioctl socket if it has one, else a fresh one."""
     session = session_for(namespace)
     if session is not None:
-        return session.call("setting offloads", lambda: function(session.ethtool))
+        return session.with_ethtool("setting offloads", function)
     from pyroute2.ethtool.ioctl import IoctlEthtool
 
     def call():
