@@ -166,8 +166,7 @@ class Pair:
     def router_qdisc_stats(self):
         """{ifname: [qdisc stats]} of the router's two shaped interfaces."""
         a = netlink.PATH_ADDRESSES
-        return {ifname: netlink.qdisc_stats(self.router.namespace, ifname)
-                for ifname in (a.router_client_if, a.router_server_if)}
+        return netlink.qdisc_stats_of(self.router.namespace, [a.router_client_if, a.router_server_if])
 
     def transfer(self, nbytes=None, *, duration=None, direction="download", sndbuf=None, rcvbuf=None, cc=None,
                  reader=None, writer=None, write_size=1 << 20, starve_receiver=False, capture=False,

@@ -10,7 +10,7 @@ from .namespaces import with_iproute
 from .session import session_for
 from .topology import _index
 
-__all__ = ["shape_egress", "qdisc_stats", "htb_burst_bytes"]
+__all__ = ["shape_egress", "qdisc_stats", "qdisc_stats_of", "htb_burst_bytes"]
 
 _ROOT = 0x10000        # 1:
 _RATE_CLASS = 0x10001  # 1:1
@@ -93,13 +93,24 @@ def _requests(index, way):
 
 def qdisc_stats(namespace, ifname):
     """[{kind, handle, parent, packets, bytes, drops, overlimits, backlog}] of an interface's qdiscs."""
-    return with_iproute(namespace, lambda ipr: _stats(ipr, ifname), f"reading qdisc stats of {ifname}")
+    return qdisc_stats_of(namespace, [ifname])[ifname]
 
 
-def _stats(ipr, ifname):
-    index = _index(ipr, ifname)
+def qdisc_stats_of(namespace, ifnames):
+    """{ifname: qdisc_stats(namespace, ifname)} for several interfaces, from one dump where the session allows."""
+    session = session_for(namespace)
+    indexes = {ifname: session and session.known_index(ifname) for ifname in ifnames}
+    if all(indexes.values()):
+        # From this thread on the session's plain socket: no hop, no IPRoute to open.
+        (answer,) = session.query(f"reading qdisc stats of {', '.join(ifnames)}", [("tc", "dump", {})])
+        return {ifname: _stats([msg for msg in answer if msg["index"] == index]) for ifname, index in indexes.items()}
+    return {ifname: with_iproute(namespace, lambda ipr: _stats(ipr.get_qdiscs(index=_index(ipr, ifname))),
+                                 f"reading qdisc stats of {ifname}") for ifname in ifnames}
+
+
+def _stats(messages):
     result = []
-    for msg in ipr.get_qdiscs(index=index):
+    for msg in messages:
         # TCA_STATS2 is the maintained counter set (the legacy TCA_STATS names it "drop").
         stats2 = msg.get_attr("TCA_STATS2")
         basic = (stats2 and stats2.get_attr("TCA_STATS_BASIC")) or {}

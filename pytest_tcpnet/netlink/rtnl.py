@@ -14,12 +14,13 @@ import socket
 import threading
 
 from pyroute2.iproute.linux import get_arguments_processor
-from pyroute2.netlink import NLMSG_ERROR
+from pyroute2.netlink import NLMSG_DONE, NLMSG_ERROR
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.nlsocket import NetlinkRequest
-from pyroute2.netlink.rtnl import RTM_NEWADDR, RTM_NEWLINK, RTM_NEWQDISC, RTM_NEWROUTE, RTM_NEWTCLASS
+from pyroute2.netlink.rtnl import RTM_GETLINK, RTM_GETQDISC, RTM_GETSTATS, RTM_NEWADDR, RTM_NEWLINK, RTM_NEWQDISC, RTM_NEWROUTE, RTM_NEWTCLASS
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+from pyroute2.netlink.rtnl.ifstatsmsg import ifstatsmsg
 from pyroute2.netlink.rtnl.marshal import MarshalRtnl
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
@@ -34,6 +35,9 @@ _REQUESTS = {
     ("route", "add"): (rtmsg, RTM_NEWROUTE, "create"),
     ("tc", "add"): (tcmsg, RTM_NEWQDISC, "create"),
     ("tc", "add-class"): (tcmsg, RTM_NEWTCLASS, "create"),
+    ("link", "get"): (ifinfmsg, RTM_GETLINK, "get"),
+    ("tc", "dump"): (tcmsg, RTM_GETQDISC, "dump"),
+    ("stats", "get"): (ifstatsmsg, RTM_GETSTATS, "get"),
 }
 
 
@@ -91,28 +95,44 @@ class RtnlSocket:
         """Send [(mode, command, kwargs), ...] in one message and wait for every ack.
 
         Raises NetlinkError for the first request the kernel refused (naming it), after
-        reading every ack, so the socket is left clean for the next batch.
+        reading every answer, so the socket is left clean for the next batch.
+        """
+        self.query(requests)
+
+    def query(self, requests):
+        """Like batch, and return each request's answers: [[message, ...] per request] (at most one dump per call).
+
+        A "get" is answered by its message(s) and an ack, a "dump" by messages up to NLMSG_DONE.
         """
         with self._lock:
             data = bytearray()
-            pending = {}
+            pending, answers = {}, []
             for mode, command, kwargs in requests:
                 self._seq = self._seq % 0x7FFFFFFF + 1
                 data += compile_request(mode, command, self._seq, **dict(kwargs))
-                pending[self._seq] = (mode, command, kwargs)
+                answers.append([])
+                pending[self._seq] = (mode, command, kwargs, answers[-1])
             self._sock.send(data)
             failure = None
             while pending:
-                for msg in self._marshal.parse(self._sock.recv(65536)):
-                    request = pending.pop(msg["header"]["sequence_number"], None)
-                    if request is None or msg["header"]["type"] != NLMSG_ERROR:
+                for msg in self._marshal.parse(self._sock.recv(1 << 20)):
+                    seq, kind = msg["header"]["sequence_number"], msg["header"]["type"]
+                    request = pending.get(seq)
+                    if request is None:
                         continue
-                    code = -msg["error"]  # the kernel acks with -errno, 0 for success
-                    if code and failure is None:
-                        mode, command, kwargs = request
-                        failure = NetlinkError(code, f"{mode} {command} {_describe(kwargs)}: {os.strerror(code)}")
+                    if kind == NLMSG_ERROR:
+                        del pending[seq]
+                        code = -msg["error"]  # the kernel acks with -errno, 0 for success
+                        if code and failure is None:
+                            mode, command, kwargs, _ = request
+                            failure = NetlinkError(code, f"{mode} {command} {_describe(kwargs)}: {os.strerror(code)}")
+                    elif kind == NLMSG_DONE:
+                        del pending[seq]
+                    else:
+                        request[3].append(msg)
             if failure is not None:
                 raise failure
+            return answers
 
     def close(self):
         """Close the socket."""

@@ -101,6 +101,8 @@ class NamespaceSession:
         self._ipr = None
         self._ethtool = None
         self._rtnl = None
+        self._resources = {}
+        self.thread_id = None
         self._ethtool_lock = threading.Lock()
         self._indexes = {}
 
@@ -171,6 +173,7 @@ class NamespaceSession:
         self._open_sockets()
 
     def _open_sockets(self):
+        self.thread_id = threading.get_native_id()  # /proc/PID/task/TID/net shows this namespace to any thread
         # Both are plain sockets of the namespace they are opened in, usable from any thread after.
         self._rtnl = RtnlSocket()
         self._ethtool = _Ethtool()
@@ -193,11 +196,12 @@ class NamespaceSession:
             self.close()
 
     def _close_sockets(self):
-        for sock in (self._ipr, self._ethtool, self._rtnl):
+        for sock in (self._ipr, self._ethtool, self._rtnl, *self._resources.values()):
             if sock is not None:
                 with contextlib.suppress(Exception):
                     sock.close()
         self._ipr = self._ethtool = self._rtnl = None
+        self._resources.clear()
 
     # -- running work in the namespace ------------------------------------------------------------
     def call(self, step, function, *args):
@@ -223,11 +227,30 @@ class NamespaceSession:
 
         indexes: {ifname: ifindex} the requests give new interfaces, remembered once they succeed.
         """
-        if self._rtnl is None:
+        self.query(step, requests)
+        self._indexes.update(indexes or {})
+
+    def query(self, step, requests):
+        """Like batch, returning each request's answers (pyroute2 messages), from the calling thread."""
+        rtnl = self._rtnl
+        if rtnl is None:
             raise LabError(f"{step}: the session of namespace {self.name} is closed")
         with translate_errors(step, self.name):
-            self._rtnl.batch(requests)
-        self._indexes.update(indexes or {})
+            return rtnl.query(requests)
+
+    def resource(self, key, factory):
+        """factory(), called once in the session's thread (inside the namespace) and kept; closed with the session.
+
+        For sockets that, once opened in the namespace, any thread may use (diag.SocketTable).
+        """
+        found = self._resources.get(key)
+        if found is None:
+            found = self.call(f"opening {key}", lambda: self._resources.get(key) or self._resources.setdefault(key, factory()))
+        return found
+
+    def known_index(self, ifname):
+        """The index of an interface the session created (or looked up) already, else None."""
+        return self._indexes.get(ifname)
 
     def submit(self, step, function, *args):
         """Start function(*args) in the session's thread; returns a future (see gather)."""

@@ -35,6 +35,7 @@ PATH_ADDRESSES = PathAddresses()
 # Interface indexes the path's veths are created with (lo is 1 in a new namespace): chosen, so
 # nothing has to be looked up afterwards.
 _ROUTER_CLIENT_INDEX, _ROUTER_SERVER_INDEX, _ENDPOINT_INDEX = 2, 3, 2
+_STATS_LINK_64 = 1 << (1 - 1)  # RTM_GETSTATS filter bit of IFLA_STATS_LINK_64 (attribute 1)
 
 #: ethtool features that let a veth carry 64 KB super-packets (DESIGN pitfall 3). The TSO ones
 #: decide whether a super-packet leaves the device whole; GSO and GRO build them in software.
@@ -143,11 +144,20 @@ def _wire_sessions(client, router, server, a, client_route, server_route):
 def interface_counters(namespace, ifname):
     """{rx_packets, tx_packets, rx_dropped, tx_dropped} of one interface (IFLA_STATS64)."""
 
-    def read(ipr):
-        stats = ipr.get_links(_index(ipr, ifname))[0].get_attr("IFLA_STATS64") or {}
+    def counters(stats):
+        stats = stats or {}
         return {k: stats.get(k, 0) for k in ("rx_packets", "tx_packets", "rx_dropped", "tx_dropped")}
 
-    return _ipr_call(namespace, f"reading counters of {ifname}", read)
+    session = session_for(namespace)
+    index = session and session.known_index(ifname)
+    if index:
+        # From this thread on the session's plain socket (no hop, no IPRoute to open), and RTM_GETSTATS for
+        # just the 64-bit counters: a whole link message takes ~4x as long for pyroute2 to decode.
+        (answer,) = session.query(f"reading counters of {ifname}", [
+            ("stats", "get", {"ifindex": index, "filter_mask": _STATS_LINK_64})])
+        return counters(answer[0].get_attr("IFLA_STATS_LINK_64"))
+    return _ipr_call(namespace, f"reading counters of {ifname}",
+                     lambda ipr: counters(ipr.get_links(_index(ipr, ifname))[0].get_attr("IFLA_STATS64")))
 
 
 def _subnet(address):
