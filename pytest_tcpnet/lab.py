@@ -301,11 +301,10 @@ class Pair:
         errors = []
         for node in self.nodes:
             node.processes.stop_all()
-        for name in reversed(self._created):
-            try:
-                netlink.remove_namespace(name)
-            except OSError as exc:
-                errors.append(f"{name}: {exc}")
+        try:
+            netlink.remove_namespaces(self._created[::-1])
+        except OSError as exc:
+            errors.append(str(exc))
         if errors:
             raise LabError("teardown left namespaces behind: " + "; ".join(errors))
 

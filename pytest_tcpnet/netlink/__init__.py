@@ -1,7 +1,7 @@
 """The only layer that talks netlink (pyroute2): namespaces, veth, addresses, routes, qdiscs, sysctls."""
 
 from .namespaces import (NETNS_DIR, PREFIX, create_namespace, create_namespaces, lab_namespaces, namespace_path, owner_tag,
-                         pids_in_namespace, read_host_sysctls, read_sysctls, remove_namespace, run_in_namespace, run_in_namespaces,
+                         pids_in_namespace, read_host_sysctls, read_sysctls, remove_namespace, remove_namespaces, run_in_namespace, run_in_namespaces,
                          sweep_stale_namespaces,
                          sysctl_exists, write_sysctls)
 from .ownership import STATE_DIR, namespace_records, recorded_state
@@ -13,7 +13,7 @@ from .topology import OFFLOAD_FEATURES, interface_counters, TSO_FEATURES, PATH_A
 
 __all__ = [
     "NETNS_DIR", "PREFIX", "create_namespace", "create_namespaces", "lab_namespaces", "namespace_path", "owner_tag",
-    "pids_in_namespace", "read_host_sysctls", "read_sysctls", "remove_namespace", "run_in_namespace", "sweep_stale_namespaces",
+    "pids_in_namespace", "read_host_sysctls", "read_sysctls", "remove_namespace", "remove_namespaces", "run_in_namespace", "sweep_stale_namespaces",
     "sysctl_exists", "write_sysctls", "available_congestion_controls", "has_net_admin", "kernel_release",
     "qdisc_supported", "htb_burst_bytes", "qdisc_stats", "qdisc_stats_of", "shape_egress", "OFFLOAD_FEATURES", "TSO_FEATURES", "PATH_ADDRESSES",
     "PathAddresses", "interface_counters", "get_offloads", "set_offloads", "wire_path",

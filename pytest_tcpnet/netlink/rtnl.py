@@ -11,6 +11,7 @@ before). A plain socket is not tied to a thread, unlike pyroute2's, so any threa
 
 import os
 import socket
+import struct
 import threading
 
 from pyroute2.iproute.linux import get_arguments_processor
@@ -48,6 +49,29 @@ class _Compiler:
     status = {"nlm_echo": False}
     epid = 0
     marshal = None
+
+
+# Compiled requests by their arguments: a path's requests are the same from one path to the next
+# (same names, addresses, indexes; the same qdiscs for the same link), and compiling one costs
+# ~0.1-0.3 ms of Python (htb's rate tables most). Only the sequence number differs.
+_compiled = {}
+_COMPILED_MAX = 512
+_SEQ = struct.Struct("=I")
+_SEQ_OFFSET = 8  # nlmsghdr: length u32, type u16, flags u16, seq u32, pid u32
+
+
+def _compiled_request(mode, command, seq, kwargs):
+    """compile_request(...), from the cache when the same request was compiled before (its sequence number set)."""
+    key = (mode, command, repr(kwargs))
+    data = _compiled.get(key)
+    if data is None:
+        data = compile_request(mode, command, 0, **dict(kwargs))
+        if len(_compiled) >= _COMPILED_MAX:
+            _compiled.clear()
+        _compiled[key] = data
+    data = bytearray(data)
+    _SEQ.pack_into(data, _SEQ_OFFSET, seq)
+    return data
 
 
 def compile_request(mode, command, seq, **kwargs):
@@ -109,7 +133,7 @@ class RtnlSocket:
             pending, answers = {}, []
             for mode, command, kwargs in requests:
                 self._seq = self._seq % 0x7FFFFFFF + 1
-                data += compile_request(mode, command, self._seq, **dict(kwargs))
+                data += _compiled_request(mode, command, self._seq, kwargs)
                 answers.append([])
                 pending[self._seq] = (mode, command, kwargs, answers[-1])
             self._sock.send(data)

@@ -25,7 +25,7 @@ from ..errors import LabError, MissingCapability
 from . import ownership
 from .rtnl import RtnlSocket
 
-__all__ = ["NamespaceSession", "session_for", "translate_errors", "gather"]
+__all__ = ["NamespaceSession", "session_for", "translate_errors", "gather", "close_sessions"]
 
 _CLONE_NEWNET = 0x40000000
 _MS_BIND, _MS_REC, _MS_SHARED = 0x1000, 0x4000, 1 << 20
@@ -180,10 +180,16 @@ class NamespaceSession:
 
     def close(self):
         """Close the sockets and end the thread; remove the namespace if this session created it."""
+        close_sessions([self])
+
+    def _stop(self):
+        # The thread closes its sockets (pyroute2's must be closed by it) and ends, unwaited here.
         _unregister(self)
         with contextlib.suppress(Exception):
-            self._executor.submit(self._close_sockets).result()
-        self._executor.shutdown(wait=True)
+            self._executor.submit(self._close_sockets)
+        self._executor.shutdown(wait=False)
+
+    def _remove(self):
         if self.owned:
             with translate_errors("removing the namespace", self.name):
                 ownership.unmount_namespace(self.name)
@@ -368,6 +374,22 @@ def gather(futures):
     if failure is not None:
         raise failure
     return results
+
+
+def close_sessions(sessions):
+    """Close several sessions at once (their threads end side by side); raise the first error after all are closed."""
+    for session in sessions:
+        session._stop()
+    failure = None
+    for session in sessions:
+        try:
+            session._remove()
+        except BaseException as exc:
+            failure = failure or exc
+    for session in sessions:
+        session._executor.shutdown(wait=True)
+    if failure is not None:
+        raise failure
 
 
 def _register(session):
