@@ -186,8 +186,8 @@ def section_steps(rounds):
     from pytest_tcpnet import lab as lab_module
     timings = {}
     real = {}
-    names = ["create_namespaces", "create_namespace", "remove_namespace", "wire_path", "write_sysctls", "set_offloads", "get_offloads",
-             "shape_egress"]
+    names = ["create_namespaces", "create_namespace", "remove_namespace", "remove_namespaces", "wire_path", "write_sysctls",
+             "set_offloads", "get_offloads", "shape_egress"]
 
     def timed(name, function):
         def wrapper(*args, **kwargs):

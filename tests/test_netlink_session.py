@@ -60,3 +60,25 @@ def test_netlink_errors_name_the_step_and_the_namespace(name):
         netlink.shape_egress(name, "veth-nowhere", Link(rate="10mbit").toward_client)
     with pytest.raises(LabError, match=f"sysctl net.ipv4.tcp_rmem = 'nonsense' refused in namespace {name}"):
         netlink.write_sysctls(name, {"net.ipv4.tcp_rmem": "nonsense"})
+
+
+def test_a_recycled_session_thread_serves_the_next_namespace_from_home(name):
+    first = netlink.create_namespace(name)
+    thread = first._worker.thread
+    netlink.remove_namespace(name)
+    # Idle between sessions, the thread is back in our own namespace, not in the one it made.
+    assert os.stat(f"/proc/self/task/{thread.native_id}/ns/net").st_ino == os.stat("/proc/self/ns/net").st_ino
+    second = netlink.create_namespace(name)
+    assert second._worker.thread is thread  # reused, not a new thread
+    assert with_iproute(name, _link_names) == ["lo"]
+    assert os.stat(f"/proc/self/task/{thread.native_id}/ns/net").st_ino == os.stat(netlink.namespace_path(name)).st_ino
+
+
+def test_batched_requests_name_the_refused_one_and_leave_the_socket_usable(name):
+    session = netlink.create_namespace(name)
+    with pytest.raises(LabError, match=rf"addr add index=99 .*{name}|{name}.*addr add index=99"):
+        session.batch("addressing", [("link", "set", {"index": 1, "state": "up"}),
+                                     ("addr", "add", {"index": 99, "address": "198.18.9.1", "prefixlen": 24})])
+    session.batch("addressing", [("addr", "add", {"index": 1, "address": "198.18.9.1", "prefixlen": 24})])
+    (answer,) = session.query("reading", [("link", "get", {"index": 1})])
+    assert answer[0].get_attr("IFLA_IFNAME") == "lo"
