@@ -62,7 +62,7 @@ class SocketTable:
             self._sock.send(req.data)
             found = []
             while True:
-                for msg in self._marshal.parse(self._sock.recv(1 << 20)):
+                for msg in self._marshal.parse(self._sock.recv(65536)):  # a dump's read is at most 32 KiB
                     header = msg["header"]
                     if header["sequence_number"] != self._seq:
                         continue

@@ -43,9 +43,10 @@ def shape_egress(namespace, ifname, way):
     if way.is_unimpaired:
         return []
     session = session_for(namespace)
-    if session is not None and ifname in session._indexes:
+    index = session and session.known_index(ifname)
+    if index:
         # The session knows the index (it created the interface): one batch, sent from this thread.
-        requests, installed = _requests(session._indexes[ifname], way)
+        requests, installed = _requests(index, way)
         try:
             session.batch(f"installing qdiscs on {ifname} ({way.describe()})", requests)
         except LabError as exc:

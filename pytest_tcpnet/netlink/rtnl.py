@@ -58,6 +58,7 @@ _compiled = {}
 _COMPILED_MAX = 512
 _SEQ = struct.Struct("=I")
 _SEQ_OFFSET = 8  # nlmsghdr: length u32, type u16, flags u16, seq u32, pid u32
+_RECV_SIZE = 65536  # the kernel fills a dump's messages into at most 32 KiB per read
 
 
 def _compiled_request(mode, command, seq, kwargs):
@@ -139,7 +140,7 @@ class RtnlSocket:
             self._sock.send(data)
             failure = None
             while pending:
-                for msg in self._marshal.parse(self._sock.recv(1 << 20)):
+                for msg in self._marshal.parse(self._sock.recv(_RECV_SIZE)):
                     seq, kind = msg["header"]["sequence_number"], msg["header"]["type"]
                     request = pending.get(seq)
                     if request is None:

@@ -96,7 +96,7 @@ def wire_path(client_ns, router_ns, server_ns, addresses=PATH_ADDRESSES):
         _configure(ipr, ifname, address, a.prefixlen, routes)
 
     sessions = [session_for(n) for n in (client_ns, router_ns, server_ns)]
-    if all(sessions):
+    if all(s is not None and s.owned for s in sessions):  # namespaces we made: the chosen indexes are free
         _wire_sessions(*sessions, a, client_route, server_route)
         return
     _ipr_call(router_ns, "creating veth pairs", make_veths)
