@@ -3,10 +3,12 @@
 pyroute2 0.9 keeps a socket *per calling thread* (IPRoute opens a new one, in the caller's
 current namespace, the first time a thread uses it), so an IPRoute opened in a namespace and
 then used from the main thread silently talks to the host namespace. A session therefore owns
-one worker thread that entered (or created) the namespace and runs every call there: its
-IPRoute and Ethtool sockets are opened once, sysctls are plain file writes, and no call
-starts a thread or a process. Netlink and OS errors become LabError / MissingCapability, naming
-the step and the namespace, in this one place.
+one worker thread that entered (or created) the namespace and runs every pyroute2 call there;
+sysctls are plain file writes, and no call starts a thread or a process (the thread is a
+recycled one, see _Worker). Plain sockets are not tied to a thread: the session's NETLINK_ROUTE
+socket (rtnl.py) and ethtool socket, opened inside the namespace at creation, serve any thread
+directly, which is how a path is built and measured without a hop. Netlink and OS errors become
+LabError / MissingCapability, naming the step and the namespace, in this one place.
 """
 
 import concurrent.futures
@@ -99,6 +101,7 @@ class NamespaceSession:
         self.path = os.path.join(ownership.NETNS_DIR, name)
         self.owned = False  # True once this session created (and recorded) the namespace
         self._worker = _Worker.take()
+        self._released = None  # once closing: a future done when the worker has left the namespace
         self._ipr = None
         self._ethtool = None
         self._rtnl = None
@@ -180,11 +183,13 @@ class NamespaceSession:
         self._ethtool = _Ethtool()
 
     def close(self):
-        """Close the sockets and end the thread; remove the namespace if this session created it."""
+        """Close the sockets and release the thread; remove the namespace if this session created it."""
         close_sessions([self])
 
     def _stop(self):
-        # The thread closes its sockets (pyroute2's must be closed by it) and goes home, unwaited here.
+        # The thread closes its sockets (pyroute2's must be closed by it) and leaves, unwaited here.
+        if self._released is not None:
+            return  # released once only: a worker idle twice would serve two sessions
         _unregister(self)
         with contextlib.suppress(Exception):
             self._worker.submit(self._close_sockets)
@@ -213,10 +218,10 @@ class NamespaceSession:
     # -- running work in the namespace ------------------------------------------------------------
     def call(self, step, function, *args):
         """Run function(*args) in the session's thread (inside the namespace); errors name the step."""
-        if threading.get_ident() == self._worker.thread.ident:
+        if threading.get_ident() == self._worker.thread.ident and self._released is None:
             with translate_errors(step, self.name):
                 return function(*args)
-        future = self._worker.submit(function, *args)
+        future = self.submit(step, function, *args)
         with translate_errors(step, self.name):
             return future.result()
 
@@ -261,6 +266,9 @@ class NamespaceSession:
 
     def submit(self, step, function, *args):
         """Start function(*args) in the session's thread; returns a future (see gather)."""
+        if self._released is not None:
+            # Its thread may serve another namespace by now.
+            raise LabError(f"{step}: the session of namespace {self.name} is closed")
         future = self._worker.submit(function, *args)
         future.tcpnet_step = (step, self.name)
         return future
@@ -397,13 +405,15 @@ def close_sessions(sessions):
 class _Worker:
     """A thread serving one session at a time, recycled: starting a thread costs ~1 ms under load, three per path.
 
-    Between sessions it waits, back in the process's own network namespace (setns to the
-    namespace the process started in); one that cannot go back ends instead of being reused.
+    Between sessions it waits outside any lab namespace (so a removed one is freed): in the
+    process's own network namespace, or, where entering that is refused (rootless: the host's
+    namespace belongs to the initial user namespace), in a private empty one made for waiting.
+    One that can do neither ends instead of being reused.
     """
 
     _idle = []
     _idle_lock = threading.Lock()
-    _home = None  # fd of the process's own network namespace
+    _home = None  # fd of the namespace idle workers wait in
     _MAX_IDLE = 16
 
     def __init__(self):
@@ -432,13 +442,27 @@ class _Worker:
         return self.submit(self._go_home)
 
     def _go_home(self):
-        if _libc.setns(self._home, _CLONE_NEWNET) != 0:
+        if not self._leave_namespace():
             self._queue.put(None)  # stranded in the namespace: end, so it is freed
             return
         with self._idle_lock:
             if len(self._idle) >= self._MAX_IDLE:
                 self._idle.pop(0)._queue.put(None)  # the longest idle one ends
             self._idle.append(self)
+
+    @classmethod
+    def _leave_namespace(cls):
+        """In the worker's thread: move to the waiting namespace (see the class); False if impossible."""
+        if _libc.setns(cls._home, _CLONE_NEWNET) == 0:
+            return True
+        with cls._idle_lock:
+            if _libc.setns(cls._home, _CLONE_NEWNET) == 0:  # another worker made the private one meanwhile
+                return True
+            if _libc.unshare(_CLONE_NEWNET) != 0:
+                return False
+            os.close(cls._home)
+            cls._home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            return True
 
     def _serve(self):
         while True:
