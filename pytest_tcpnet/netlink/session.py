@@ -100,6 +100,7 @@ class NamespaceSession:
         self.name = name
         self.path = os.path.join(ownership.NETNS_DIR, name)
         self.owned = False  # True once this session created (and recorded) the namespace
+        self.created_with = {}  # the sysctls written when this session created the namespace
         self._worker = _Worker.take()
         self._released = None  # once closing: a future done when the worker has left the namespace
         self._ipr = None
@@ -165,6 +166,7 @@ class NamespaceSession:
         _check(_libc.mount(b"/proc/thread-self/ns/net", self.path.encode(), b"none", _MS_BIND, None),
                f"bind mount {self.path}")
         self._write_sysctls_here(sysctls)
+        self.created_with = dict(sysctls)
         self._open_sockets()
         self._rtnl.batch([("link", "set", {"index": 1, "state": "up"})])  # lo is always ifindex 1 in a new namespace
 

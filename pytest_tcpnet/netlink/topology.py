@@ -137,8 +137,8 @@ def _wire_sessions(client, router, server, a, client_route, server_route):
             ("addr", "add", {"index": _ENDPOINT_INDEX, "address": address, "prefixlen": a.prefixlen}),
             *[("route", "add", {"dst": dst, "gateway": gateway}) for dst, gateway in routes],
         ], indexes={ifname: _ENDPOINT_INDEX})
-    # Sessions made for a Lab's router set it at creation; a caller's own router may not have.
-    router.write_sysctls({"net.ipv4.ip_forward": "1"})
+    if router.created_with.get("net.ipv4.ip_forward") != "1":  # a Lab's router has it from creation
+        router.write_sysctls({"net.ipv4.ip_forward": "1"})
 
 
 def interface_counters(namespace, ifname):
