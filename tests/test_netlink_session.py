@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from pytest_tcpnet import Link, netlink
+from pytest_tcpnet import Link, netlink, rootless
 from pytest_tcpnet.errors import LabError
 from pytest_tcpnet.netlink import ownership
 from pytest_tcpnet.netlink.namespaces import with_iproute
@@ -60,3 +60,30 @@ def test_netlink_errors_name_the_step_and_the_namespace(name):
         netlink.shape_egress(name, "veth-nowhere", Link(rate="10mbit").toward_client)
     with pytest.raises(LabError, match=f"sysctl net.ipv4.tcp_rmem = 'nonsense' refused in namespace {name}"):
         netlink.write_sysctls(name, {"net.ipv4.tcp_rmem": "nonsense"})
+
+
+def test_a_recycled_session_thread_serves_the_next_namespace_from_outside_the_last(name):
+    first = netlink.create_namespace(name)
+    thread = first._worker.thread
+    made = os.stat(netlink.namespace_path(name)).st_ino
+    netlink.remove_namespace(name)
+    # Idle between sessions, the thread no longer holds the namespace it made (the kernel may free it):
+    # it waits in our own namespace, or rootless in a private empty one.
+    waiting = os.stat(f"/proc/self/task/{thread.native_id}/ns/net").st_ino
+    assert waiting != made
+    if not rootless.inside():
+        assert waiting == os.stat("/proc/self/ns/net").st_ino
+    second = netlink.create_namespace(name)
+    assert second._worker.thread is thread  # reused, not a new thread
+    assert with_iproute(name, _link_names) == ["lo"]
+    assert os.stat(f"/proc/self/task/{thread.native_id}/ns/net").st_ino == os.stat(netlink.namespace_path(name)).st_ino
+
+
+def test_batched_requests_name_the_refused_one_and_leave_the_socket_usable(name):
+    session = netlink.create_namespace(name)
+    with pytest.raises(LabError, match=rf"addr add index=99 .*{name}|{name}.*addr add index=99"):
+        session.batch("addressing", [("link", "set", {"index": 1, "state": "up"}),
+                                     ("addr", "add", {"index": 99, "address": "198.18.9.1", "prefixlen": 24})])
+    session.batch("addressing", [("addr", "add", {"index": 1, "address": "198.18.9.1", "prefixlen": 24})])
+    (answer,) = session.query("reading", [("link", "get", {"index": 1})])
+    assert answer[0].get_attr("IFLA_IFNAME") == "lo"

@@ -61,6 +61,7 @@ class SocketSampler:
 
     def start(self):
         """Start sampling; returns once every namespace has been sampled once."""
+        waits = []
         for role, namespace in self._namespaces.items():
             opened = threading.Event()
             outcome = []
@@ -73,6 +74,8 @@ class SocketSampler:
                                       name=f"tcpnet-sampler-{role}")
             thread.start()
             self._threads.append(thread)
+            waits.append((opened, outcome))
+        for opened, outcome in waits:  # every thread started first: their set-ups overlap
             opened.wait()
             if outcome[0] is not None:
                 self.stop()

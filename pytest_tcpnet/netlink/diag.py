@@ -1,12 +1,16 @@
 """sock_diag: TCP_INFO and socket memory of every TCP socket in a namespace, read from outside, as `ss -tim` does."""
 
+import os
 import socket
+import threading
 
-from pyroute2.netlink.diag import SS_ALL, DiagSocket, MarshalDiag, inet_diag_msg
+from pyroute2.netlink import NETLINK_SOCK_DIAG, NLM_F_MATCH, NLM_F_REQUEST, NLM_F_ROOT, NLMSG_DONE, NLMSG_ERROR, nlmsgerr
+from pyroute2.netlink.diag import SOCK_DIAG_BY_FAMILY, SS_ALL, MarshalDiag, inet_diag_msg, inet_diag_req
 
 from ..errors import LabError
 from ..model.tcpinfo import decode_tcp_info
 from .namespaces import run_in_namespace
+from .session import session_for
 
 __all__ = ["SocketTable", "SKMEM_FIELDS", "watch_sockets", "tcp_counters"]
 
@@ -30,21 +34,51 @@ class _RawMarshal(MarshalDiag):
 
 
 class SocketTable:
-    """A NETLINK_SOCK_DIAG socket of the calling thread's namespace.
+    """A NETLINK_SOCK_DIAG socket of the namespace the creating thread is in; usable from any thread after.
 
-    pyroute2 keeps a socket per thread: use a table only from the thread that created it
-    (watch_sockets does that inside a namespace).
+    A plain socket carrying pyroute2's request and message classes: pyroute2's own DiagSocket is
+    tied to the thread that opened it and costs ~1 ms of Python (an asyncio loop) to open.
     """
 
     def __init__(self):
-        self._diag = DiagSocket()
-        self._diag.set_marshal(_RawMarshal())
-        self._diag.bind()
+        self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_SOCK_DIAG)
+        self._sock.bind((0, 0))
+        self._marshal = _RawMarshal()
+        self._lock = threading.Lock()
+        self._seq = 0
+
+    def _dump(self, family, states, extensions):
+        """The inet_diag_msg of every socket of `family` and `states`, as DiagSocket.get_sock_stats asks for them."""
+        with self._lock:
+            self._seq = self._seq % 0x7FFFFFFF + 1
+            req = inet_diag_req()
+            req["sdiag_family"] = family
+            req["sdiag_protocol"] = socket.IPPROTO_TCP
+            req["idiag_states"] = states
+            req["idiag_ext"] = extensions
+            req["header"] = {"type": SOCK_DIAG_BY_FAMILY, "flags": NLM_F_REQUEST | NLM_F_ROOT | NLM_F_MATCH,
+                             "sequence_number": self._seq, "pid": 0}
+            req.encode()
+            self._sock.send(req.data)
+            found = []
+            while True:
+                for msg in self._marshal.parse(self._sock.recv(65536)):  # a dump's read is at most 32 KiB
+                    header = msg["header"]
+                    if header["sequence_number"] != self._seq:
+                        continue
+                    if header["type"] == NLMSG_DONE:
+                        return found
+                    if header["type"] == NLMSG_ERROR:
+                        error = nlmsgerr(msg.data, offset=msg.offset)
+                        error.decode()
+                        code = abs(error["error"])
+                        raise LabError(f"sock_diag dump failed: {os.strerror(code)}")
+                    found.append(msg)
 
     def tcp_sockets(self, states=SS_ALL):
         """[{local, remote, state, tcp_info, skmem, cc}] for every IPv4 TCP socket in the namespace."""
         rows = []
-        for msg in self._diag.get_sock_stats(family=socket.AF_INET, states=states, extensions=_EXTENSIONS):
+        for msg in self._dump(socket.AF_INET, states, _EXTENSIONS):
             raw_info = msg.get_attr("INET_DIAG_INFO")
             raw_mem = msg.get_attr("INET_DIAG_SKMEMINFO")
             rows.append({
@@ -59,15 +93,31 @@ class SocketTable:
 
     def close(self):
         """Close the netlink socket."""
-        self._diag.close()
+        self._sock.close()
 
 
 def watch_sockets(namespace, on_sockets, *, ready=None):
-    """Block, calling on_sockets(table) from a thread inside `namespace` until it returns False.
+    """Block, calling on_sockets(table) with a table of `namespace` until it returns False.
+
+    With a session, the calling thread uses the session's table; else a thread entering the namespace opens one.
 
     ready(error_or_None) is called once the table is open (or could not be), so a caller
     can wait for the first sample before starting what it measures.
     """
+    session = session_for(namespace)
+    if session is not None:
+        # The session's table, opened once inside the namespace, serves this thread as it is.
+        try:
+            table = session.resource("sock_diag socket", SocketTable)
+        except LabError as exc:
+            if ready:
+                ready(exc)
+            raise
+        if ready:
+            ready(None)
+        while on_sockets(table):
+            pass
+        return
 
     def loop():
         try:
@@ -90,17 +140,21 @@ def watch_sockets(namespace, on_sockets, *, ready=None):
 
 def tcp_counters(namespace):
     """The namespace's TCP MIB counters ({'TcpExt.TCPToZeroWindowAdv': n, 'Tcp.RetransSegs': n, ...}), as `nstat` reads them."""
+    session = session_for(namespace)
+    if session is not None and session.thread_id:
+        # The session's thread lives in the namespace: its /proc/PID/task/TID/net is the namespace's, read from here.
+        return _read_mib(f"/proc/{os.getpid()}/task/{session.thread_id}/net")
+    # thread-self: /proc/self/net would show the process's namespace, not this thread's.
+    return run_in_namespace(namespace, _read_mib, "/proc/thread-self/net")
 
-    def read():
-        counters = {}
-        for table in ("netstat", "snmp"):
-            # thread-self: /proc/self/net would show the process's namespace, not this thread's.
-            with open(f"/proc/thread-self/net/{table}") as f:
-                lines = f.read().splitlines()
-            for names, values in zip(lines[::2], lines[1::2]):
-                prefix, names = names.split(":", 1)
-                counters.update({f"{prefix}.{n}": int(v) for n, v in zip(names.split(), values.split(":", 1)[1].split())
-                                 if prefix in ("TcpExt", "Tcp")})
-        return counters
 
-    return run_in_namespace(namespace, read)
+def _read_mib(directory):
+    counters = {}
+    for table in ("netstat", "snmp"):
+        with open(f"{directory}/{table}") as f:
+            lines = f.read().splitlines()
+        for names, values in zip(lines[::2], lines[1::2]):
+            prefix, names = names.split(":", 1)
+            counters.update({f"{prefix}.{n}": int(v) for n, v in zip(names.split(), values.split(":", 1)[1].split())
+                             if prefix in ("TcpExt", "Tcp")})
+    return counters

@@ -9,10 +9,10 @@ from pyroute2 import netns as _netns
 
 from ..errors import LabError
 from . import ownership
-from .session import NamespaceSession, _sysctl_path, check_sysctls, gather, read_sysctls_here, session_for, write_sysctls_here
+from .session import NamespaceSession, _sysctl_path, check_sysctls, close_sessions, gather, read_sysctls_here, session_for, write_sysctls_here
 
 __all__ = [
-    "NETNS_DIR", "PREFIX", "create_namespace", "create_namespaces", "remove_namespace", "namespace_path", "run_in_namespace",
+    "NETNS_DIR", "PREFIX", "create_namespace", "create_namespaces", "remove_namespace", "remove_namespaces", "namespace_path", "run_in_namespace",
     "owner_tag", "lab_namespaces", "sweep_stale_namespaces", "pids_in_namespace", "write_sysctls",
     "read_sysctls", "sysctl_exists", "with_iproute", "call_in_own_thread", "run_in_namespaces",
 ]
@@ -58,10 +58,29 @@ def create_namespaces(sysctls_by_name):
 
 def remove_namespace(name):
     """Remove a named namespace; a namespace already gone is not an error."""
-    session = session_for(name)
-    if session is not None:
-        session.close()
-        return
+    remove_namespaces([name])
+
+
+def remove_namespaces(names):
+    """Remove several named namespaces, their sessions closed side by side; raise the first error after trying all."""
+    failure = None
+    sessions = [s for s in map(session_for, names) if s is not None]
+    try:
+        close_sessions(sessions)
+    except BaseException as exc:
+        failure = exc
+    with_session = {s.name for s in sessions}
+    for name in names:
+        if name not in with_session:
+            try:
+                _remove_without_session(name)
+            except BaseException as exc:
+                failure = failure or exc
+    if failure is not None:
+        raise failure
+
+
+def _remove_without_session(name):
     try:
         ownership.unmount_namespace(name)
     except OSError as exc:
@@ -69,6 +88,7 @@ def remove_namespace(name):
             raise
     if ownership.namespace_records().get(name, {}).get("owner_pid") == os.getpid():
         ownership.forget_namespace(name)
+
 
 def call_in_own_thread(enter_namespace, function, *args, name="tcpnet-netns"):
     """Run enter_namespace() then function(*args) in a fresh thread; return the result, re-raise its error.

@@ -7,9 +7,10 @@ from pyroute2.netlink.exceptions import NetlinkError
 from ..errors import LabError
 from ..model import MTU_FRAME_BYTES
 from .namespaces import with_iproute
+from .session import session_for
 from .topology import _index
 
-__all__ = ["shape_egress", "qdisc_stats", "htb_burst_bytes"]
+__all__ = ["shape_egress", "qdisc_stats", "qdisc_stats_of", "htb_burst_bytes"]
 
 _ROOT = 0x10000        # 1:
 _RATE_CLASS = 0x10001  # 1:1
@@ -41,6 +42,16 @@ def shape_egress(namespace, ifname, way):
     """Install the qdiscs for one direction (a model.OneWay) on an interface; unimpaired adds nothing."""
     if way.is_unimpaired:
         return []
+    session = session_for(namespace)
+    index = session and session.known_index(ifname)
+    if index:
+        # The session knows the index (it created the interface): one batch, sent from this thread.
+        requests, installed = _requests(index, way)
+        try:
+            session.batch(f"installing qdiscs on {ifname} ({way.describe()})", requests)
+        except LabError as exc:
+            raise LabError(f"installing qdiscs on {ifname} in {namespace} ({way.describe()}) failed: {exc}") from exc
+        return installed
     try:
         return with_iproute(namespace, lambda ipr: _install(ipr, ifname, way), f"installing qdiscs on {ifname}")
     except NetlinkError as exc:
@@ -49,41 +60,58 @@ def shape_egress(namespace, ifname, way):
 
 def _install(ipr, ifname, way):
     """The qdisc tree for one direction, on an IPRoute socket already in the router's namespace."""
-    index = _index(ipr, ifname)
-    installed = []
+    requests, installed = _requests(_index(ipr, ifname), way)
+    for _, command, kwargs in requests:
+        ipr.tc(command, **kwargs)
+    return installed
+
+
+def _requests(index, way):
+    """([("tc", command, kwargs)], descriptions) of the qdisc tree for one direction on interface `index`."""
+    requests, installed = [], []
     leaf_parent = None
     if way.rate_bps is not None:
         burst = htb_burst_bytes(way.rate_bps)
-        ipr.tc("add", "htb", index=index, handle=_ROOT, default=1)
+        requests.append(("tc", "add", dict(kind="htb", index=index, handle=_ROOT, default=1)))
         # quantum: a few frames; the default (rate/r2q) overflows at Gbit rates.
-        ipr.tc("add-class", "htb", index=index, handle=_RATE_CLASS, parent=_ROOT,
-               rate=f"{int(way.rate_bps)}bit", ceil=f"{int(way.rate_bps)}bit",
-               burst=burst, cburst=burst, quantum=min(200000, max(MTU_FRAME_BYTES, burst)))
+        requests.append(("tc", "add-class", dict(kind="htb", index=index, handle=_RATE_CLASS, parent=_ROOT,
+                                                 rate=f"{int(way.rate_bps)}bit", ceil=f"{int(way.rate_bps)}bit",
+                                                 burst=burst, cburst=burst,
+                                                 quantum=min(200000, max(MTU_FRAME_BYTES, burst)))))
         installed.append(f"htb rate {int(way.rate_bps)}bit burst {burst}b")
         leaf_parent = _RATE_CLASS
     if way.needs_netem:
         kwargs = _netem_kwargs(way)
-        if leaf_parent is None:
-            ipr.tc("add", "netem", index=index, handle=_LEAF, **kwargs)
-        else:
-            ipr.tc("add", "netem", index=index, handle=_LEAF, parent=leaf_parent, **kwargs)
+        parent = {} if leaf_parent is None else {"parent": leaf_parent}
+        requests.append(("tc", "add", dict(kind="netem", index=index, handle=_LEAF, **parent, **kwargs)))
         installed.append("netem " + " ".join(f"{k}={v}" for k, v in kwargs.items()))
     elif leaf_parent is not None:
-        ipr.tc("add", "pfifo", index=index, handle=_LEAF, parent=leaf_parent,
-               limit=way.queue_limit_packets())
+        requests.append(("tc", "add", dict(kind="pfifo", index=index, handle=_LEAF, parent=leaf_parent,
+                                           limit=way.queue_limit_packets())))
         installed.append(f"pfifo limit {way.queue_limit_packets()}")
-    return installed
+    return requests, installed
 
 
 def qdisc_stats(namespace, ifname):
     """[{kind, handle, parent, packets, bytes, drops, overlimits, backlog}] of an interface's qdiscs."""
-    return with_iproute(namespace, lambda ipr: _stats(ipr, ifname), f"reading qdisc stats of {ifname}")
+    return qdisc_stats_of(namespace, [ifname])[ifname]
 
 
-def _stats(ipr, ifname):
-    index = _index(ipr, ifname)
+def qdisc_stats_of(namespace, ifnames):
+    """{ifname: qdisc_stats(namespace, ifname)} for several interfaces, from one dump where the session allows."""
+    session = session_for(namespace)
+    indexes = {ifname: session and session.known_index(ifname) for ifname in ifnames}
+    if all(indexes.values()):
+        # From this thread on the session's plain socket: no hop, no IPRoute to open.
+        (answer,) = session.query(f"reading qdisc stats of {', '.join(ifnames)}", [("tc", "dump", {})])
+        return {ifname: _stats([msg for msg in answer if msg["index"] == index]) for ifname, index in indexes.items()}
+    return {ifname: with_iproute(namespace, lambda ipr: _stats(ipr.get_qdiscs(index=_index(ipr, ifname))),
+                                 f"reading qdisc stats of {ifname}") for ifname in ifnames}
+
+
+def _stats(messages):
     result = []
-    for msg in ipr.get_qdiscs(index=index):
+    for msg in messages:
         # TCA_STATS2 is the maintained counter set (the legacy TCA_STATS names it "drop").
         stats2 = msg.get_attr("TCA_STATS2")
         basic = (stats2 and stats2.get_attr("TCA_STATS_BASIC")) or {}

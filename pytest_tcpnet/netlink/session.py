@@ -3,10 +3,12 @@
 pyroute2 0.9 keeps a socket *per calling thread* (IPRoute opens a new one, in the caller's
 current namespace, the first time a thread uses it), so an IPRoute opened in a namespace and
 then used from the main thread silently talks to the host namespace. A session therefore owns
-one worker thread that entered (or created) the namespace and runs every call there: its
-IPRoute and Ethtool sockets are opened once, sysctls are plain file writes, and no call
-starts a thread or a process. Netlink and OS errors become LabError / MissingCapability, naming
-the step and the namespace, in this one place.
+one worker thread that entered (or created) the namespace and runs every pyroute2 call there;
+sysctls are plain file writes, and no call starts a thread or a process (the thread is a
+recycled one, see _Worker). Plain sockets are not tied to a thread: the session's NETLINK_ROUTE
+socket (rtnl.py) and ethtool socket, opened inside the namespace at creation, serve any thread
+directly, which is how a path is built and measured without a hop. Netlink and OS errors become
+LabError / MissingCapability, naming the step and the namespace, in this one place.
 """
 
 import concurrent.futures
@@ -15,15 +17,18 @@ import ctypes
 import errno
 import fcntl
 import os
+import queue
 import threading
 
 from pyroute2 import IPRoute
+from pyroute2.ethtool.ioctl import ETH_SS_FEATURES, IoctlEthtool
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ..errors import LabError, MissingCapability
 from . import ownership
+from .rtnl import RtnlSocket
 
-__all__ = ["NamespaceSession", "session_for", "translate_errors", "gather"]
+__all__ = ["NamespaceSession", "session_for", "translate_errors", "gather", "close_sessions"]
 
 _CLONE_NEWNET = 0x40000000
 _MS_BIND, _MS_REC, _MS_SHARED = 0x1000, 0x4000, 1 << 20
@@ -95,9 +100,15 @@ class NamespaceSession:
         self.name = name
         self.path = os.path.join(ownership.NETNS_DIR, name)
         self.owned = False  # True once this session created (and recorded) the namespace
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tcpnet-{name}")
+        self.created_with = {}  # the sysctls written when this session created the namespace
+        self._worker = _Worker.take()
+        self._released = None  # once closing: a future done when the worker has left the namespace
         self._ipr = None
         self._ethtool = None
+        self._rtnl = None
+        self._resources = {}
+        self.thread_id = None
+        self._ethtool_lock = threading.Lock()
         self._indexes = {}
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -110,7 +121,7 @@ class NamespaceSession:
     def create_many(cls, sysctls_by_name):
         """Create several namespaces at once, each by its own session thread; all or none (the made ones are removed)."""
         sessions = [cls(name) for name in sysctls_by_name]
-        futures = [s._executor.submit(s._create_here, sysctls_by_name[s.name] or {}) for s in sessions]
+        futures = [s._worker.submit(s._create_here, sysctls_by_name[s.name] or {}) for s in sessions]
         failure = None
         for session, future in zip(sessions, futures):
             try:
@@ -155,7 +166,9 @@ class NamespaceSession:
         _check(_libc.mount(b"/proc/thread-self/ns/net", self.path.encode(), b"none", _MS_BIND, None),
                f"bind mount {self.path}")
         self._write_sysctls_here(sysctls)
-        self.ipr.link("set", index=1, state="up")  # lo is always ifindex 1 in a new namespace
+        self.created_with = dict(sysctls)
+        self._open_sockets()
+        self._rtnl.batch([("link", "set", {"index": 1, "state": "up"})])  # lo is always ifindex 1 in a new namespace
 
     def _enter_here(self):
         fd = os.open(self.path, os.O_RDONLY)
@@ -163,13 +176,28 @@ class NamespaceSession:
             _check(_libc.setns(fd, _CLONE_NEWNET), f"setns {self.path}")
         finally:
             os.close(fd)
+        self._open_sockets()
+
+    def _open_sockets(self):
+        self.thread_id = threading.get_native_id()  # /proc/PID/task/TID/net shows this namespace to any thread
+        # Both are plain sockets of the namespace they are opened in, usable from any thread after.
+        self._rtnl = RtnlSocket()
+        self._ethtool = _Ethtool()
 
     def close(self):
-        """Close the sockets and end the thread; remove the namespace if this session created it."""
+        """Close the sockets and release the thread; remove the namespace if this session created it."""
+        close_sessions([self])
+
+    def _stop(self):
+        # The thread closes its sockets (pyroute2's must be closed by it) and leaves, unwaited here.
+        if self._released is not None:
+            return  # released once only: a worker idle twice would serve two sessions
         _unregister(self)
         with contextlib.suppress(Exception):
-            self._executor.submit(self._close_sockets).result()
-        self._executor.shutdown(wait=True)
+            self._worker.submit(self._close_sockets)
+        self._released = self._worker.release()
+
+    def _remove(self):
         if self.owned:
             with translate_errors("removing the namespace", self.name):
                 ownership.unmount_namespace(self.name)
@@ -182,19 +210,20 @@ class NamespaceSession:
             self.close()
 
     def _close_sockets(self):
-        for sock in (self._ipr, self._ethtool):
+        for sock in (self._ipr, self._ethtool, self._rtnl, *self._resources.values()):
             if sock is not None:
                 with contextlib.suppress(Exception):
                     sock.close()
-        self._ipr = self._ethtool = None
+        self._ipr = self._ethtool = self._rtnl = None
+        self._resources.clear()
 
     # -- running work in the namespace ------------------------------------------------------------
     def call(self, step, function, *args):
         """Run function(*args) in the session's thread (inside the namespace); errors name the step."""
-        if threading.current_thread().name.startswith(f"tcpnet-{self.name}_"):
+        if threading.get_ident() == self._worker.thread.ident and self._released is None:
             with translate_errors(step, self.name):
                 return function(*args)
-        future = self._executor.submit(function, *args)
+        future = self.submit(step, function, *args)
         with translate_errors(step, self.name):
             return future.result()
 
@@ -203,25 +232,60 @@ class NamespaceSession:
         """The session's IPRoute socket (only inside the session's thread)."""
         if self._ipr is None:
             self._ipr = IPRoute()
+            # topology._index's cache on the socket: share the indexes the session already knows.
+            self._ipr.__dict__["_tcpnet_indexes"] = self._indexes
         return self._ipr
+
+    def batch(self, step, requests, indexes=None):
+        """Send [(mode, command, kwargs), ...] in one netlink message, from the calling thread (see rtnl.py).
+
+        indexes: {ifname: ifindex} the requests give new interfaces, remembered once they succeed.
+        """
+        self.query(step, requests)
+        self._indexes.update(indexes or {})
+
+    def query(self, step, requests):
+        """Like batch, returning each request's answers (pyroute2 messages), from the calling thread."""
+        rtnl = self._rtnl
+        if rtnl is None:
+            raise LabError(f"{step}: the session of namespace {self.name} is closed")
+        with translate_errors(step, self.name):
+            return rtnl.query(requests)
+
+    def resource(self, key, factory):
+        """factory(), called once in the session's thread (inside the namespace) and kept; closed with the session.
+
+        For sockets that, once opened in the namespace, any thread may use (diag.SocketTable).
+        """
+        found = self._resources.get(key)
+        if found is None:
+            found = self.call(f"opening {key}", lambda: self._resources.get(key) or self._resources.setdefault(key, factory()))
+        return found
+
+    def known_index(self, ifname):
+        """The index of an interface the session created (or looked up) already, else None."""
+        return self._indexes.get(ifname)
 
     def submit(self, step, function, *args):
         """Start function(*args) in the session's thread; returns a future (see gather)."""
-        future = self._executor.submit(function, *args)
+        if self._released is not None:
+            # Its thread may serve another namespace by now.
+            raise LabError(f"{step}: the session of namespace {self.name} is closed")
+        future = self._worker.submit(function, *args)
         future.tcpnet_step = (step, self.name)
         return future
 
-    @property
-    def ethtool(self):
-        """The session's ethtool ioctl socket (pyroute2's IoctlEthtool), opened on first use, in the session's thread.
+    def with_ethtool(self, step, function):
+        """function(ethtool) on the session's ethtool ioctl socket, from the calling thread, one caller at a time.
 
         pyroute2's Ethtool does features through this ioctl half anyway; its netlink half would
         cost a generic-netlink family lookup per namespace and old-style flag reads we don't use.
+        The socket (opened inside the namespace) works from any thread; its request buffer is shared.
         """
-        if self._ethtool is None:
-            from pyroute2.ethtool.ioctl import IoctlEthtool
-            self._ethtool = IoctlEthtool()
-        return self._ethtool
+        with self._ethtool_lock, translate_errors(step, self.name):
+            if self._ethtool is None:
+                raise LabError(f"the session of namespace {self.name} is closed")
+            return function(self._ethtool)
 
     def index(self, ifname):
         """Interface index by name (cached: a lab never renames its interfaces)."""
@@ -247,6 +311,23 @@ class NamespaceSession:
 
     def __repr__(self):
         return f"<NamespaceSession {self.name}{' (ours)' if self.owned else ''}>"
+
+
+class _Ethtool(IoctlEthtool):
+    """pyroute2's ioctl ethtool, reading the feature names once per process.
+
+    ETH_SS_FEATURES is one kernel table (netdev_features_strings) for every device, and decoding
+    it in Python is most of what a features read costs.
+    """
+
+    _feature_names = None
+
+    def get_stringset(self, set_id=ETH_SS_FEATURES, *args, **kwargs):
+        if set_id != ETH_SS_FEATURES or args or kwargs:
+            return super().get_stringset(set_id, *args, **kwargs)
+        if _Ethtool._feature_names is None:
+            _Ethtool._feature_names = tuple(super().get_stringset(set_id))
+        return list(_Ethtool._feature_names)
 
 
 # The model's rules again, right where the path is built and the file written (defence in depth).
@@ -306,6 +387,99 @@ def gather(futures):
     return results
 
 
+def close_sessions(sessions):
+    """Close several sessions at once (their threads end side by side); raise the first error after all are closed."""
+    for session in sessions:
+        session._stop()
+    failure = None
+    for session in sessions:
+        try:
+            session._remove()
+        except BaseException as exc:
+            failure = failure or exc
+    for session in sessions:
+        # Once back home (or ended), the thread holds the namespace no longer: the kernel may free it.
+        session._released.result()
+    if failure is not None:
+        raise failure
+
+
+class _Worker:
+    """A thread serving one session at a time, recycled: starting a thread costs ~1 ms under load, three per path.
+
+    Between sessions it waits outside any lab namespace (so a removed one is freed): in the
+    process's own network namespace, or, where entering that is refused (rootless: the host's
+    namespace belongs to the initial user namespace), in a private empty one made for waiting.
+    One that can do neither ends instead of being reused.
+    """
+
+    _idle = []
+    _idle_lock = threading.Lock()
+    _home = None  # fd of the namespace idle workers wait in
+    _MAX_IDLE = 16
+
+    def __init__(self):
+        self._queue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, daemon=True, name="tcpnet-session")
+        self.thread.start()
+
+    @classmethod
+    def take(cls):
+        """An idle worker, or a new one."""
+        with cls._idle_lock:
+            if cls._home is None:
+                cls._home = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            if cls._idle:
+                return cls._idle.pop()
+        return cls()
+
+    def submit(self, function, *args):
+        """Run function(*args) in the worker's thread; a concurrent.futures.Future of its result."""
+        future = concurrent.futures.Future()
+        self._queue.put((future, function, args))
+        return future
+
+    def release(self):
+        """Send the worker home after the work queued so far; a future that completes once it is home or ended."""
+        return self.submit(self._go_home)
+
+    def _go_home(self):
+        if not self._leave_namespace():
+            self._queue.put(None)  # stranded in the namespace: end, so it is freed
+            return
+        with self._idle_lock:
+            if len(self._idle) >= self._MAX_IDLE:
+                self._idle.pop(0)._queue.put(None)  # the longest idle one ends
+            self._idle.append(self)
+
+    @classmethod
+    def _leave_namespace(cls):
+        """In the worker's thread: move to the waiting namespace (see the class); False if impossible."""
+        if _libc.setns(cls._home, _CLONE_NEWNET) == 0:
+            return True
+        with cls._idle_lock:
+            if _libc.setns(cls._home, _CLONE_NEWNET) == 0:  # another worker made the private one meanwhile
+                return True
+            if _libc.unshare(_CLONE_NEWNET) != 0:
+                return False
+            os.close(cls._home)
+            cls._home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            return True
+
+    def _serve(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            future, function, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(function(*args))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+
 def _register(session):
     with _sessions_lock:
         _sessions[session.name] = session
@@ -320,6 +494,8 @@ def _unregister(session):
 def _forget_sessions_in_child():
     # A forked child has none of the parent's session threads: it must not queue work to them.
     _sessions.clear()
+    _Worker._idle.clear()
+    _Worker._idle_lock = threading.Lock()  # a parent's thread may have held it at the fork
 
 
 os.register_at_fork(after_in_child=_forget_sessions_in_child)

@@ -12,6 +12,7 @@ import ctypes
 import importlib
 import os
 import pickle
+import select
 import signal
 import socket
 import struct
@@ -178,6 +179,11 @@ class NamespaceChild:
         request = {"netns": netns_path, "target": f"{target.__module__}.{target.__qualname__}", "kwargs": kwargs,
                    "cpu": cpu, "nice": nice}
         self.pid, self._conn = _the_zygote().fork(request)
+        try:
+            # A pidfd pins the child (no signal can reach a reused pid) and wakes a waiter the moment it exits.
+            self._pidfd = os.pidfd_open(self.pid)
+        except ProcessLookupError:
+            self._pidfd = None  # exited and reaped already
 
     def receive(self, deadline, expect):
         """The next message, which must be of event `expect`; LabError naming this child otherwise."""
@@ -196,12 +202,16 @@ class NamespaceChild:
         return message
 
     def running(self):
-        """True while the child exists (the zygote reaps it as soon as it exits)."""
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
+        """True until the child exits."""
+        return self._wait_exit(0) is False
+
+    def _wait_exit(self, timeout):
+        """True once the child has exited (waiting up to `timeout` seconds for it), else False."""
+        if self._pidfd is None:
+            return True
+        poller = select.poll()
+        poller.register(self._pidfd, select.POLLIN)  # a pidfd turns readable when its process exits
+        return bool(poller.poll(timeout * 1000))
 
     def stop(self, grace=0.2):
         """SIGTERM, then SIGKILL after `grace` seconds; idempotent."""
@@ -209,11 +219,12 @@ class NamespaceChild:
             if not self.running():
                 break
             try:
-                os.kill(self.pid, sig)
+                signal.pidfd_send_signal(self._pidfd, sig)
             except ProcessLookupError:
                 break
-            end = time.monotonic() + wait
-            while self.running() and time.monotonic() < end:
-                time.sleep(0.005)
+            self._wait_exit(wait)
+        if self._pidfd is not None and not self.running():
+            os.close(self._pidfd)
+            self._pidfd = None
         if not self._conn.closed:
             self._conn.close()
