@@ -24,7 +24,7 @@ MAX_TRANSFER_BYTES = 2**40  # 1 TiB: far beyond any test, small enough that dead
 def check_positive_bytes(field, value):
     """A byte count: a positive int (up to 1 TiB) or a size string like '1mb'."""
     nbytes = parse_size(value, field) if isinstance(value, str) else value
-    if isinstance(value, str) and nbytes == int(nbytes):
+    if isinstance(value, str) and math.isfinite(nbytes) and nbytes == int(nbytes):
         nbytes = int(nbytes)
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or not 0 < nbytes <= MAX_TRANSFER_BYTES:
         raise ValueError(f"{field}: must be a positive int of bytes up to 2^40 (or a size like '1mb'), "
@@ -35,8 +35,9 @@ def check_positive_bytes(field, value):
 def check_buffer_bytes(field, value):
     """A socket buffer request: 1..2^31-1 bytes (setsockopt takes an int), or a size like '16kb'."""
     nbytes = parse_size(value, field) if isinstance(value, str) else value  # a bad unit says so itself
-    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or nbytes != int(nbytes) \
-            or not 0 < nbytes <= 2**31 - 1:
+    # Finite first: int() of an infinity or NaN raises OverflowError or a message about NaN, not ours.
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not math.isfinite(nbytes) \
+            or nbytes != int(nbytes) or not 0 < nbytes <= 2**31 - 1:
         raise ValueError(f"{field}: must be a whole number of bytes in 1..2^31-1 (or a size like '16kb'), "
                          f"got {value!r}")
     return int(nbytes)
