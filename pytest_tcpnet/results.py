@@ -194,13 +194,27 @@ class TransferResult:
 
     @property
     def limited_by(self):
-        """What bounded the sender most: 'rwnd', 'sndbuf', 'cwnd' or 'app' (TCP_INFO chrono counters)."""
-        from .analysis.limits import limited_by
+        """What bounded the sender most: 'rwnd', 'sndbuf', 'cwnd' or 'app'.
+
+        The kernel's chrono counters in TCP_INFO decide, except that time they count as busy is
+        'sndbuf' when most of the sender's samples show a full send buffer with everything
+        written in flight (the chrono misses a writer of small blocking writes: analysis.limits).
+        """
+        from .analysis.limits import limited_by, send_buffer_bound_share
 
         info = self.sender_tcp_info
         if any(info.get(k) is None for k in ("busy_time", "rwnd_limited", "sndbuf_limited")):
             return None  # a tool that reports no chrono counters, or a kernel before 4.10
-        return limited_by(info, self.sender_active_s)[0]
+        label = limited_by(info, self.sender_active_s)[0]
+        if label == "cwnd" and (send_buffer_bound_share(self._sender_samples()) or 0) > 0.5:
+            return "sndbuf"
+        return label
+
+    def _sender_samples(self):
+        """The sender's sampled rows as dicts (field: value), in time order; [] without samples."""
+        fields = ("notsent_bytes", "wmem_queued", "sndbuf", "unacked", "snd_cwnd", "snd_wnd", "snd_mss")
+        columns = {field: dict(self.series(field)) for field in fields}
+        return [{field: columns[field].get(t) for field in fields} for t in sorted(columns["unacked"])]
 
     @property
     def sender_active_s(self):

@@ -3,7 +3,7 @@
 import pytest
 
 from pytest_tcpnet import Link, model
-from pytest_tcpnet.analysis.limits import limited_by
+from pytest_tcpnet.analysis.limits import limited_by, send_buffer_bound_share
 
 BIG_CAPS = {"net.core.rmem_max": "4194304", "net.core.wmem_max": "4194304"}
 
@@ -121,6 +121,21 @@ def test_limited_by_reads_the_chrono_counters():
     assert limited_by(info, duration_s=4.0)[0] == "app"
     with pytest.raises(ValueError, match="busy_time"):
         limited_by({"rtt": 1})
+
+
+def test_a_full_send_buffer_with_nothing_unsent_is_send_buffer_bound():
+    # Shaped like the 6.1 VM's C11 flow: SO_SNDBUF 32 KB effective, ~24 segments in flight, cwnd 150.
+    blocked = {"notsent_bytes": 0, "wmem_queued": 46_000, "sndbuf": 32768, "unacked": 24, "snd_cwnd": 150,
+               "snd_wnd": 131_072, "snd_mss": 1448}
+    assert send_buffer_bound_share([blocked] * 3) == 1.0
+    # Something still unsent (the writer is ahead of the network), cwnd full, or the peer's window full: not it.
+    assert send_buffer_bound_share([dict(blocked, notsent_bytes=65_536)]) == 0.0
+    assert send_buffer_bound_share([dict(blocked, snd_cwnd=24)]) == 0.0
+    assert send_buffer_bound_share([dict(blocked, snd_wnd=24 * 1448)]) == 0.0
+    assert send_buffer_bound_share([dict(blocked, wmem_queued=8_000)]) == 0.0  # the buffer is not full
+    assert send_buffer_bound_share([blocked, dict(blocked, wmem_queued=0)]) == 0.5
+    assert send_buffer_bound_share([]) is None
+    assert send_buffer_bound_share([{"unacked": 3}]) is None  # no socket memory sampled
 
 
 def test_a_known_size_pays_for_slow_start():

@@ -4,9 +4,14 @@ The kernel times three states while data is outstanding: busy (sending, so bound
 congestion window or the path), rwnd-limited (the peer's window is full) and sndbuf-limited
 (the application is blocked on a full send buffer and the queue ran dry); tcpi_busy_time
 is their sum. Time outside all three, within the transfer, is the application not writing.
+
+The sndbuf state starts only when a transmission empties the write queue while the writer
+already waits for space. A writer of small blocking send()s never meets that: its data leaves
+at once, and it waits only between transmissions; the kernel counts that time as busy. So a
+sampled series of the sender's socket tells it too (send_buffer_bound_share).
 """
 
-__all__ = ["LABELS", "limited_by"]
+__all__ = ["LABELS", "limited_by", "send_buffer_bound_share"]
 
 LABELS = ("rwnd", "sndbuf", "cwnd", "app")
 
@@ -29,3 +34,29 @@ def limited_by(tcp_info, duration_s=None):
     shares = {"rwnd": rwnd / total, "sndbuf": sndbuf / total, "cwnd": max(0.0, busy - rwnd - sndbuf) / total,
               "app": max(0.0, total - busy) / total}
     return max(LABELS, key=shares.get), shares
+
+
+#: A sample's send buffer counts as full from this share of SO_SNDBUF charged (truesize, not payload).
+FULL_SEND_BUFFER = 0.75
+
+
+def send_buffer_bound_share(samples):
+    """Share of sender samples in which the send buffer alone held the flow back.
+
+    samples: dicts with notsent_bytes, wmem_queued, sndbuf, unacked, snd_cwnd, snd_wnd and
+    snd_mss (TCP_INFO and socket memory of the sender, as the sampler reads them). A sample is
+    send-buffer-bound when all that was written is in flight (nothing unsent), the buffer is
+    full, and neither the congestion window nor the peer's window is. None without samples.
+    """
+    usable = [s for s in samples if all(s.get(k) is not None for k in
+                                        ("notsent_bytes", "wmem_queued", "sndbuf", "unacked", "snd_cwnd"))]
+    if not usable:
+        return None
+
+    def bound(s):
+        mss = s.get("snd_mss") or 1448
+        window_room = s.get("snd_wnd") is None or s["unacked"] * mss + mss <= s["snd_wnd"]
+        return (s["notsent_bytes"] < mss and s["wmem_queued"] >= FULL_SEND_BUFFER * s["sndbuf"]
+                and s["unacked"] < s["snd_cwnd"] and window_room)
+
+    return sum(map(bound, usable)) / len(usable)
