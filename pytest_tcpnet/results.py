@@ -125,6 +125,10 @@ class TransferResult:
         if sampled and origin is not None and origin < sampled[0][0]:
             # A burst that fills the buffer before the first sample belongs to the first interval.
             sampled.insert(0, (origin, 0))
+        elif sampled and sampled[0][1] > 0:
+            # The kernel took bytes in before the application's clock said it was connected (its
+            # connect() returned late): they arrived since the sample before, which had no socket yet.
+            sampled.insert(0, (sampled[0][0] - (self.samples.interval if self.samples else 0.0), 0))
         return sampled
 
     # -- TCP_INFO and socket memory ------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Result arithmetic on made-up flows (no privileges): goodput, active rate, rate series, EWMA, fairness, the fake workload."""
 
+import dataclasses
+
 import pytest
 
 from pytest_tcpnet.results import jain_index
@@ -33,6 +35,27 @@ def test_rate_series_interpolates_checkpoints():
         result.rate_series(0)
     with pytest.raises(ValueError, match="source"):
         result.rate_series(0.1, source="wire")
+
+
+def _sampled(result, receiver_rows, interval=0.01):
+    """Give a fake result sampled receiver rows [(monotonic t, {field: value})] (the sender has none)."""
+    from pytest_tcpnet.measure.sampler import SERIES_FIELDS, SocketSamples
+    local, remote = ("198.18.0.2", 40000), ("198.19.0.2", 5001)
+    result.receiver.update(local=local, remote=remote)
+    rows = [(t, tuple(values.get(f) for f in SERIES_FIELDS)) for t, values in receiver_rows]
+    return dataclasses.replace(result, samples=SocketSamples({("client", local, remote): rows}, interval))
+
+
+def test_a_burst_before_the_first_sample_counts_in_the_socket_rate():
+    # All 60 KB reached the kernel before the first sample, and the application's connect() returned
+    # (connected_at) only after that sample: the burst still shows, in the first interval.
+    result = fake_result(nbytes=60_000, duration_s=3.0)
+    result.receiver.update(connected_at=100.02, first_byte_at=100.02)
+    result = _sampled(result, [(100.015, {"bytes_received": 60_000}), (100.5, {"bytes_received": 60_000}),
+                      (103.0, {"bytes_received": 60_000})])
+    series = result.rate_series(0.1, source="socket")
+    assert series[0][1] == pytest.approx(60_000 * 8 / 0.1)  # from the sample before (10 ms earlier)
+    assert [bps for _, bps in series[1:]] == [0.0] * (len(series) - 1)
 
 
 def test_jain_index():
