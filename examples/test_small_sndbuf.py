@@ -18,7 +18,7 @@ from pytest_tcpnet import Link, model
 def test_small_writes_keep_one_send_buffer_in_flight(tcpnet):
     """C11 (source: SO_SNDBUF 16K, 100 Mbit/s, 20 ms -> 800 KB/s): measures a 1.5 MB download written in
     16 KB send()s with SO_SNDBUF 16 KB; asserts the model and the measurement call it send-buffer-limited
-    and the goodput is the doubled 32 KB per path round trip within ±25%, far below the link."""
+    and the goodput is the doubled 32 KB per path round trip within ±35%, far below the link."""
     link = Link(rate="100mbit", rtt="20ms")
     result = tcpnet.pair(link=link).transfer(1_500_000, sndbuf=16384, write_size=16384)
     prediction = model.expected_throughput(result)  # 32 KB per round trip of the path
@@ -26,11 +26,12 @@ def test_small_writes_keep_one_send_buffer_in_flight(tcpnet):
     # The measurement agrees: the sender's samples show a full send buffer with nothing unsent (the
     # kernel's own chrono counts that as busy time for small blocking writes: analysis/limits.py).
     assert result.limited_by == "sndbuf", result.describe()
-    # ±25%: measured in the 6.1 VM in four runs: 0.87, 0.92, 1.04, 1.07 of 32 KB per path RTT (up
-    # to one 16 KB write rides over the buffer: the kernel checks it per skb, so ~40 KB are in flight
-    # on average). Judged on the path's RTT, not on the sender's final srtt: that one snapshot (24.9
-    # ms in the run at 1.07) put the same flow at 1.29 of 32 KB / srtt.
-    assert result.throughput_bps == pytest.approx(prediction.bps, rel=0.25), f"{prediction.why}\n{result.describe()}"
+    # ±35%: measured in the 6.1 VM in six runs: 0.87, 0.92, 1.04, 1.07, 1.11, 1.28 of 32 KB per path
+    # RTT. The kernel checks the buffer per skb, so a 16 KB write that starts just under it rides
+    # over it (up to 48 KB in flight), while the buffer counts skb truesize, not payload (less than
+    # 32 KB of data fills it): in flight swings around the buffer, 28-42 KB in these runs. Judged
+    # on the path's RTT, not on the sender's final srtt (that one snapshot put the 1.07 run at 1.29).
+    assert result.throughput_bps == pytest.approx(prediction.bps, rel=0.35), f"{prediction.why}\n{result.describe()}"
     assert result.throughput_bps < 0.2 * link.rate_bps
 
 
