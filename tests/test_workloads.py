@@ -110,6 +110,34 @@ def test_a_hung_peer_hits_the_deadline_and_is_stopped(tcpnet):
     assert _ours(pair) == []
 
 
+def test_queueing_for_the_measurement_slot_is_not_the_transfers_time(tcpnet, tmp_path, monkeypatch):
+    # Under -n 2 another worker's 20 s download once held the slot while this file's deadline test
+    # waited: "no measurement slot free within 2 s". The timeout is the transfer's own.
+    import threading
+    from pytest_tcpnet.measure.slots import measurement_slot
+
+    monkeypatch.setenv("TCPNET_LOCK_DIR", str(tmp_path / "locks"))  # slots of this test's own
+    monkeypatch.setenv("TCPNET_MEASUREMENT_SLOTS", "1")
+    pair = tcpnet.pair()
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with measurement_slot(5):
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert held.wait(5)
+        threading.Timer(3.0, release.set).start()  # the slot frees after 3 s, beyond the 2 s timeout
+        result = pair.transfer(100_000, timeout=2)
+    finally:
+        release.set()
+        thread.join()
+    assert result.nbytes == 100_000
+
+
 def test_flows_start_from_a_preloaded_zygote_not_a_fresh_interpreter(tcpnet):
     pair = tcpnet.pair()
     pair.transfer(1000)

@@ -6,7 +6,7 @@ from .. import netlink
 from ..netlink.diag import tcp_counters
 from ..results import TransferResult
 from .sampler import SocketSampler, default_interval
-from .slots import measurement_slot
+from .slots import measurement_slot, slot_wait_s
 
 __all__ = ["run_workload", "TCP_SYSCTLS"]
 
@@ -29,8 +29,10 @@ def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False
     """
     if sample_interval is None:
         sample_interval = default_interval(pair.link.rtt_s)
-    deadline = time.monotonic() + timeout
-    with measurement_slot(timeout):
+    # Waiting for a slot is queueing behind other sessions' transfers, not this transfer's time:
+    # its deadline starts once the slot is held.
+    with measurement_slot(slot_wait_s()):
+        deadline = time.monotonic() + timeout
         stats_before, counters_before = pair.router_qdisc_stats(), pair.interface_counters()
         mib_before = {role: tcp_counters(node.namespace) for role, node in (("client", pair.client),
                                                                             ("server", pair.server))}
