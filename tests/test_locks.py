@@ -3,12 +3,12 @@
 import fcntl
 import os
 import stat
-import threading
 
 import pytest
 
 from pytest_tcpnet import locks
 from pytest_tcpnet.errors import LabError
+from slotholder import slot_held_elsewhere
 
 try:  # the measurement code is moving from lab.py to measure/
     from pytest_tcpnet.measure import measurement_slot
@@ -100,25 +100,12 @@ def test_lock_names_that_are_not_plain_file_names_are_refused(lock_dir, name):
 
 def test_measurement_slots_exclude_each_other_through_the_safe_lock_files(lock_dir, monkeypatch):
     monkeypatch.setenv("TCPNET_MEASUREMENT_SLOTS", "1")
-    held, release = threading.Event(), threading.Event()
-
-    def holder():
-        with measurement_slot(5):
-            held.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=holder)
-    thread.start()
-    try:
-        assert held.wait(5)
+    with slot_held_elsewhere():
         with pytest.raises(LabError, match="no measurement slot free"):
             with measurement_slot(0.2):
                 pass
         assert [p.name for p in lock_dir.iterdir()] == ["measurement-slot-0.lock"]
         assert stat.S_IMODE(os.stat(lock_dir / "measurement-slot-0.lock").st_mode) & 0o077 == 0
-    finally:
-        release.set()
-        thread.join()
     with measurement_slot(5) as slot:  # free again once the holder left
         assert slot == 0
 

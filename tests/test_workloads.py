@@ -8,6 +8,7 @@ import pytest
 
 from pytest_tcpnet import Flow, LabError, model, Link, MissingCapability, Pace, Pause, netlink
 from pytest_tcpnet.assertions.verdicts import judge_trials
+from slotholder import slot_held_elsewhere
 from pytest_tcpnet.results import jain_index
 from pytest_tcpnet.workload.spawn import zygote_pid
 
@@ -113,28 +114,11 @@ def test_a_hung_peer_hits_the_deadline_and_is_stopped(tcpnet):
 def test_queueing_for_the_measurement_slot_is_not_the_transfers_time(tcpnet, tmp_path, monkeypatch):
     # Under -n 2 another worker's 20 s download once held the slot while this file's deadline test
     # waited: "no measurement slot free within 2 s". The timeout is the transfer's own.
-    import threading
-    from pytest_tcpnet.measure.slots import measurement_slot
-
     monkeypatch.setenv("TCPNET_LOCK_DIR", str(tmp_path / "locks"))  # slots of this test's own
     monkeypatch.setenv("TCPNET_MEASUREMENT_SLOTS", "1")
     pair = tcpnet.pair()
-    held, release = threading.Event(), threading.Event()
-
-    def holder():
-        with measurement_slot(5):
-            held.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=holder)
-    thread.start()
-    try:
-        assert held.wait(5)
-        threading.Timer(3.0, release.set).start()  # the slot frees after 3 s, beyond the 2 s timeout
+    with slot_held_elsewhere(hold_s=3.0):  # the slot frees after 3 s, beyond the 2 s timeout
         result = pair.transfer(100_000, timeout=2)
-    finally:
-        release.set()
-        thread.join()
     assert result.nbytes == 100_000
 
 
