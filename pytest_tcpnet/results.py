@@ -204,18 +204,15 @@ class TransferResult:
         'sndbuf' when most of the sender's samples show a full send buffer with everything
         written in flight (the chrono misses a writer of small blocking writes: analysis.limits).
         """
-        from .analysis.limits import limited_by, send_buffer_bound_share
+        from .analysis.limits import limited_by
 
         info = self.sender_tcp_info
         if any(info.get(k) is None for k in ("busy_time", "rwnd_limited", "sndbuf_limited")):
             return None  # a tool that reports no chrono counters, or a kernel before 4.10
-        label = limited_by(info, self.sender_active_s)[0]
-        if label == "cwnd" and (send_buffer_bound_share(self._sender_samples()) or 0) > 0.5:
-            return "sndbuf"
-        return label
+        return limited_by(info, self.sender_active_s, self.sender_samples())[0]
 
-    def _sender_samples(self):
-        """The sender's sampled rows as dicts (field: value), in time order; [] without samples."""
+    def sender_samples(self):
+        """The sender's sampled rows as dicts (field: value), in time order, as limited_by reads them ([] if unsampled)."""
         fields = ("notsent_bytes", "wmem_queued", "sndbuf", "unacked", "snd_cwnd", "snd_wnd", "snd_mss")
         columns = {field: dict(self.series(field)) for field in fields}
         return [{field: columns[field].get(t) for field in fields} for t in sorted(columns["unacked"])]

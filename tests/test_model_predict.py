@@ -136,6 +136,11 @@ def test_a_full_send_buffer_with_nothing_unsent_is_send_buffer_bound():
     assert send_buffer_bound_share([blocked, dict(blocked, wmem_queued=0)]) == 0.5
     assert send_buffer_bound_share([]) is None
     assert send_buffer_bound_share([{"unacked": 3}]) is None  # no socket memory sampled
+    # What the chrono calls busy is the send buffer's when most samples say so; shares stay the chrono's.
+    busy = {"busy_time": 1_000_000, "rwnd_limited": 0, "sndbuf_limited": 0}
+    assert limited_by(busy, samples=[blocked] * 3) == ("sndbuf", limited_by(busy)[1])
+    assert limited_by(busy, samples=[dict(blocked, notsent_bytes=65_536)] * 3)[0] == "cwnd"
+    assert limited_by(busy)[0] == "cwnd"
 
 
 def test_a_known_size_pays_for_slow_start():

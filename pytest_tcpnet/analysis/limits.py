@@ -16,11 +16,13 @@ __all__ = ["LABELS", "limited_by", "send_buffer_bound_share"]
 LABELS = ("rwnd", "sndbuf", "cwnd", "app")
 
 
-def limited_by(tcp_info, duration_s=None):
+def limited_by(tcp_info, duration_s=None, samples=None):
     """(label, shares): the state the sender spent most time in, and every state's share of the time.
 
     tcp_info: a decoded TCP_INFO dict (microsecond counters). duration_s, when given, is the
     transfer's length: the time not busy counts as "app". Without it, shares are of busy time.
+    samples: the sender's sampled rows (see send_buffer_bound_share); when most show a full send
+    buffer with nothing unsent, time the chrono counted as busy is "sndbuf". Shares stay the chrono's.
     """
     missing = [k for k in ("busy_time", "rwnd_limited", "sndbuf_limited") if tcp_info.get(k) is None]
     if missing:
@@ -33,7 +35,10 @@ def limited_by(tcp_info, duration_s=None):
         return "app", {"rwnd": 0.0, "sndbuf": 0.0, "cwnd": 0.0, "app": 1.0}
     shares = {"rwnd": rwnd / total, "sndbuf": sndbuf / total, "cwnd": max(0.0, busy - rwnd - sndbuf) / total,
               "app": max(0.0, total - busy) / total}
-    return max(LABELS, key=shares.get), shares
+    label = max(LABELS, key=shares.get)
+    if label == "cwnd" and samples and (send_buffer_bound_share(samples) or 0) > 0.5:
+        label = "sndbuf"
+    return label, shares
 
 
 #: A sample's send buffer counts as full from this share of SO_SNDBUF charged (truesize, not payload).

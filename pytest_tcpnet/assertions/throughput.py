@@ -104,7 +104,8 @@ def assert_limited_by(result, label):
     if label not in LABELS:
         raise ValueError(f"label: must be one of {', '.join(LABELS)}, got {label!r}")
     # The same verdict as result.limited_by, with the shares behind it for the message.
-    got, shares = limited_by(result.sender_tcp_info, getattr(result, "sender_active_s", None))
+    samples = result.sender_samples() if callable(getattr(result, "sender_samples", None)) else None
+    got, shares = limited_by(result.sender_tcp_info, getattr(result, "sender_active_s", None), samples)
     if got == label:
         return shares
     share_text = ", ".join(f"{k} {v:.0%}" for k, v in shares.items()) or "no shares recorded"
