@@ -73,6 +73,8 @@ def pytest_configure(config):
     config.pluginmanager.register(_SigtermTeardown(), "tcpnet-sigterm")
     if config.getoption("tcpnet_host_guard") and not hasattr(config, "workerinput"):
         config.pluginmanager.register(_HostGuard(), "tcpnet-host-guard")  # xdist: the controller guards
+    from . import vm
+    vm.use_host_for_analysis()  # in a --tcpnet-vm guest: tshark and plots run on the host
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,5 +1,7 @@
 """Plots of real flows under netem (run in the VM): C1's window-per-RTT staircase, C11's small SO_SNDBUF."""
 
+import importlib.util
+
 import pytest
 
 from pytest_tcpnet import Capture, Host, Link
@@ -19,6 +21,12 @@ class _Captured:
         return getattr(self._transfer, name)
 
 
+def _needs_matplotlib():
+    # Not importorskip: importing matplotlib takes seconds under emulation, and the host draws the plots.
+    if importlib.util.find_spec("matplotlib") is None:
+        pytest.skip("plots need matplotlib: pip install 'pytest-tcpnet[plots]'")
+
+
 def _rounds(ts, rtt_s):
     """Bursts of data segments separated by gaps of at least half an RTT: one per round trip."""
     times = [t for t, _, _ in ts.segments]
@@ -26,7 +34,7 @@ def _rounds(ts, rtt_s):
 
 
 def test_c1_tiny_receive_buffer_time_sequence(tcpnet, tmp_path):
-    pytest.importorskip("matplotlib")
+    _needs_matplotlib()
     pair = tcpnet.pair(link=Link(rtt="10ms"), client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"}))
     with Capture(pair.server, directory=tmp_path) as cap:
         transfer = pair.transfer(nbytes=60_000)
@@ -40,7 +48,7 @@ def test_c1_tiny_receive_buffer_time_sequence(tcpnet, tmp_path):
 
 
 def test_c11_small_sndbuf_time_sequence(tcpnet, tmp_path):
-    pytest.importorskip("matplotlib")
+    _needs_matplotlib()
     pair = tcpnet.pair(link=Link(rate="100mbit", rtt="20ms"))
     with Capture(pair.server, directory=tmp_path) as cap:
         transfer = pair.transfer(nbytes=400_000, sndbuf=16384)

@@ -695,6 +695,24 @@ def test_netem_is_real():
     finally:
         netns.remove(name)
 
+def test_host_does_the_analysis(tmp_path):
+    import pytest
+    from pytest_tcpnet import Capture, Host, Lab, vm
+    from pytest_tcpnet.analysis import plots
+    from pytest_tcpnet.capture import decode
+    if not vm.use_host_for_analysis():  # what plugin.py does at configure time
+        pytest.skip("no host-call port: a vng boot")
+    with Lab() as lab:
+        pair = lab.pair(client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"}))
+        with Capture(pair.server, directory=tmp_path) as cap:
+            pair.transfer(nbytes=100_000)
+    on_host = decode.decode_pcap(cap.result.pcap)
+    decode.run_elsewhere(None)
+    assert on_host == decode.decode_pcap(cap.result.pcap) and len(on_host) > 50
+    paths = plots.plot_result(cap.result, tmp_path)
+    assert len(paths) == 3 and all(p.read_bytes().startswith(b"\\x89PNG") for p in paths)
+    assert "matplotlib" not in sys.modules  # drawn on the host
+
 def test_fails():
     assert 1 + 1 == 3, "deliberate failure"
 '''
@@ -708,7 +726,7 @@ def test_session_runs_in_vm(tmp_path, vm_kernel):
     out = _pytest(proj, [
         "--tcpnet-vm", "--tcpnet-kernel", vm_kernel.release, f"--tcpnet-vm-accel={ACCEL}",
         "--tcpnet-vm-cpus", "2", "--tcpnet-vm-memory=1G", "--tcpnet-vm-boot-timeout", "240",
-        f"--junitxml={junit}", "-v", "-k", "forwarded or netem or fails",
+        f"--junitxml={junit}", "-v", "-k", "forwarded or netem or fails or host",
     ], timeout=900, env=_env(TCPNET_VMTEST_TOKEN="tok en'1"))
     log = f"--- stdout\n{out.stdout}\n--- stderr\n{out.stderr}"
     assert out.returncode == 1, log  # one deliberate failure, propagated from the guest
@@ -717,6 +735,9 @@ def test_session_runs_in_vm(tmp_path, vm_kernel):
     assert "test_netem_is_real PASSED" in out.stdout, log
     assert "test_fails FAILED" in out.stdout and "deliberate failure" in out.stdout, log
     assert "could not load kernel modules" not in out.stderr, log
+    if "fast boot:" in out.stderr:  # the host decoded the pcap and drew three plots for the guest
+        assert "test_host_does_the_analysis PASSED" in out.stdout, log
+        assert "the host decoded pcaps and drew plots for the guest: 4 host calls" in out.stderr, log
     assert "Power down" not in out.stderr, log
 
     guest = json.loads((proj / "guest.json").read_text())
@@ -725,7 +746,7 @@ def test_session_runs_in_vm(tmp_path, vm_kernel):
     assert guest["accel"] == ACCEL  # what software_emulated() reads
     assert guest["ifaces"] == ["lo"]  # no network device in the VM
     assert not [a for a in guest["argv"] if a.startswith("--tcpnet-")], guest["argv"]
-    assert guest["argv"][-2:] == ["-k", "forwarded or netem or fails"]
+    assert guest["argv"][-2:] == ["-k", "forwarded or netem or fails or host"]
     if "fast boot:" in out.stderr:
         # The code the guest imports comes through the cached read-only root; the cwd stays a
         # read-write, uncached share (the host reads what the guest writes there).
@@ -737,7 +758,7 @@ def test_session_runs_in_vm(tmp_path, vm_kernel):
         assert not {"loose", "cache=loose"} & set(cwd_options), guest
 
     cases = {c.get("name"): c for c in ElementTree.parse(junit).getroot().iter("testcase")}
-    assert set(cases) == {"test_forwarded", "test_netem_is_real", "test_fails"}
+    assert set(cases) == {"test_forwarded", "test_netem_is_real", "test_host_does_the_analysis", "test_fails"}
     assert cases["test_fails"].find("failure") is not None
     assert not _qemus_in(proj)
 

@@ -5,13 +5,14 @@ is drawn. The plot_* functions take plain data (unit-testable); plot_result read
 """
 
 import textwrap
+from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import MissingCapability
 from .series import acked_rate_series, capture_windows, ewma, suggest_interval, time_sequence
 
 __all__ = ["PlotsUnavailable", "plot_time_sequence", "plot_windows", "plot_throughput", "plot_result",
-           "conditions_title"]
+           "conditions_title", "draw", "draw_elsewhere"]
 
 
 class PlotsUnavailable(MissingCapability):
@@ -44,30 +45,35 @@ def _save(fig, path, title):
 
 def plot_time_sequence(ts, path, *, title=""):
     """Draw a series.TimeSequence: segments as vertical bars, ACK and window-edge lines, events marked."""
+    return draw("time_sequence", path, {**asdict(ts), "title": title})
+
+
+def _draw_time_sequence(path, *, segments, retransmissions, acks, window_edge, zero_windows, window_full, probes,
+                        title):
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 6))
-    if ts.segments:
-        ax.vlines([t for t, _, _ in ts.segments], [s for _, s, _ in ts.segments], [e for _, _, e in ts.segments],
+    if segments:
+        ax.vlines([t for t, _, _ in segments], [s for _, s, _ in segments], [e for _, _, e in segments],
                   colors="black", linewidth=0.8, label="data segments")
-    if ts.retransmissions:
-        ax.vlines([t for t, _, _ in ts.retransmissions], [s for _, s, _ in ts.retransmissions],
-                  [e for _, _, e in ts.retransmissions], colors="red", linewidth=1.5, label="retransmissions")
-        ax.plot([t for t, _, _ in ts.retransmissions], [e for _, _, e in ts.retransmissions], "rx", markersize=5)
-    if ts.acks:
-        ax.step([t for t, _ in ts.acks], [a for _, a in ts.acks], where="post", color="tab:green", linewidth=1,
+    if retransmissions:
+        ax.vlines([t for t, _, _ in retransmissions], [s for _, s, _ in retransmissions],
+                  [e for _, _, e in retransmissions], colors="red", linewidth=1.5, label="retransmissions")
+        ax.plot([t for t, _, _ in retransmissions], [e for _, _, e in retransmissions], "rx", markersize=5)
+    if acks:
+        ax.step([t for t, _ in acks], [a for _, a in acks], where="post", color="tab:green", linewidth=1,
                 label="ACK (cumulative)")
-    if ts.window_edge:
-        ax.step([t for t, _ in ts.window_edge], [w for _, w in ts.window_edge], where="post", color="tab:olive",
+    if window_edge:
+        ax.step([t for t, _ in window_edge], [w for _, w in window_edge], where="post", color="tab:olive",
                 linewidth=1, label="receive window edge (ACK + window)")
-    if ts.window_full:
-        ax.plot([t for t, _ in ts.window_full], [s for _, s in ts.window_full], "^", color="tab:orange",
-                markersize=3, label=f"window full ({len(ts.window_full)})")
-    if ts.zero_windows:
-        ax.plot([t for t, _ in ts.zero_windows], [a for _, a in ts.zero_windows], "o", color="tab:purple",
-                markersize=6, label=f"zero window ({len(ts.zero_windows)})")
-    if ts.probes:
-        ax.plot([t for t, _ in ts.probes], [s for _, s in ts.probes], "D", color="tab:blue", markersize=5,
-                label=f"zero-window probes ({len(ts.probes)})")
+    if window_full:
+        ax.plot([t for t, _ in window_full], [s for _, s in window_full], "^", color="tab:orange",
+                markersize=3, label=f"window full ({len(window_full)})")
+    if zero_windows:
+        ax.plot([t for t, _ in zero_windows], [a for _, a in zero_windows], "o", color="tab:purple",
+                markersize=6, label=f"zero window ({len(zero_windows)})")
+    if probes:
+        ax.plot([t for t, _ in probes], [s for _, s in probes], "D", color="tab:blue", markersize=5,
+                label=f"zero-window probes ({len(probes)})")
     ax.set_xlabel("time since first data byte (s)")
     ax.set_ylabel("relative sequence number (bytes)")
     ax.grid(True, alpha=0.3)
@@ -87,6 +93,10 @@ def _finish_over_time(fig, ax, path, ylabel, title):
 
 def plot_windows(lines, path, *, title=""):
     """Draw {label: [(t_s, bytes)]} (advertised window, bytes in flight, cwnd, ...) against time."""
+    return draw("windows", path, {"lines": lines, "title": title})
+
+
+def _draw_windows(path, *, lines, title):
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 5))
     for label, points in lines.items():
@@ -98,6 +108,11 @@ def plot_windows(lines, path, *, title=""):
 def plot_throughput(rate, path, *, smoothed=None, predicted_bps=None, predicted_label="model", interval=None,
                     title=""):
     """Draw per-interval throughput [(t_s, bit/s)], its EWMA and the model's prediction, in Mbit/s."""
+    return draw("throughput", path, {"rate": rate, "smoothed": smoothed, "predicted_bps": predicted_bps,
+                                     "predicted_label": predicted_label, "interval": interval, "title": title})
+
+
+def _draw_throughput(path, *, rate, smoothed, predicted_bps, predicted_label, interval, title):
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 5))
     if rate:
@@ -112,6 +127,30 @@ def plot_throughput(rate, path, *, smoothed=None, predicted_bps=None, predicted_
         ax.axhline(predicted_bps / 1e6, color="tab:red", linestyle="--", linewidth=1,
                    label=f"{predicted_label}: {predicted_bps / 1e6:.3g} Mbit/s")
     return _finish_over_time(fig, ax, path, "throughput (Mbit/s)", "throughput over time: " + title)
+
+
+_DRAWERS = {"time_sequence": _draw_time_sequence, "windows": _draw_windows, "throughput": _draw_throughput}
+# Who draws: this process's matplotlib, unless a --tcpnet-vm guest handed drawing to the host
+# (vm/hostcall.py: under software emulation a plot costs seconds of FreeType, on the host milliseconds).
+_elsewhere = None
+
+
+def draw_elsewhere(delegate):
+    """From now on delegate(kind, path, data) -> bool draws (False: it could not, draw here); None: draw here."""
+    global _elsewhere
+    _elsewhere = delegate
+
+
+def draw(kind, path, data, *, here=False):
+    """Draw plot kind (time_sequence, windows, throughput) from JSON-able data into path; return the path.
+
+    here: with this process's matplotlib even when drawing was handed elsewhere (what the host does).
+    """
+    if kind not in _DRAWERS:
+        raise ValueError(f"kind: no plot named {kind!r}; one of {', '.join(_DRAWERS)}")
+    if not here and _elsewhere is not None and _elsewhere(kind, str(path), data):
+        return Path(path)
+    return _DRAWERS[kind](path, **data)
 
 
 def conditions_title(result):
@@ -143,7 +182,8 @@ def plot_result(result, directory):
     Uses only: result.capture (packets), result.series(field, side), result.rate_series,
     result.ewma_series, the conditions; a CaptureResult alone gives the capture-based plots.
     """
-    _pyplot()  # fail early, with the install hint, before any work
+    if _elsewhere is None:
+        _pyplot()  # fail early, with the install hint, before any work
     directory = Path(directory)
     capture = getattr(result, "capture", None)
     title = conditions_title(result)

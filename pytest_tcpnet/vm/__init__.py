@@ -19,7 +19,8 @@ import os
 
 from .options import add_options
 
-__all__ = ["add_options", "maybe_run_in_vm", "inside_vm", "software_emulated", "IN_VM_ENV", "ACCEL_ENV"]
+__all__ = ["add_options", "maybe_run_in_vm", "inside_vm", "software_emulated", "use_host_for_analysis", "IN_VM_ENV",
+           "ACCEL_ENV"]
 
 #: Set to "1" in the guest's environment; also what stops the guest from recursing.
 IN_VM_ENV = "TCPNET_IN_VM"
@@ -39,6 +40,15 @@ def software_emulated() -> bool:
     milliseconds per round trip (more when the host is busy), which a fast path cannot hide.
     """
     return inside_vm() and os.environ.get(ACCEL_ENV) == "tcg"
+
+
+def use_host_for_analysis() -> bool:
+    """In a guest whose runner offers it, decode pcaps and draw plots on the host (see hostcall)."""
+    if not inside_vm() or os.environ.get("TCPNET_VM_HOSTCALL") != "1":
+        return False
+    from .hostcall import use_host_for_analysis as use
+
+    return use()
 
 
 def maybe_run_in_vm(config) -> "int | None":

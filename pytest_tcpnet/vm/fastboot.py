@@ -362,11 +362,12 @@ def kernel_cmdline(shares: list, script: str, debug: bool = False, code: list = 
 
 
 def qemu_command(qemu: str, boot: FastBoot, accel: str, cpus: int, memory: str,
-                 shares: list, script: str, debug: bool = False, code: list = ()) -> list:
+                 shares: list, script: str, debug: bool = False, code: list = (), extra: list = ()) -> list:
     """Return the qemu command line: q35, no network device, host root read-only, shares rw.
 
     code: directories the session imports from (a virtualenv, this package): the guest sees
     them read-only through the cached root even where a share or its tmpfs covers them.
+    extra: more devices (the host-call port: hostcall.Server.qemu_args).
     """
     cmd = [qemu, "-M", f"q35,accel={accel}", "-cpu", "host" if accel == "kvm" else "max",
            "-smp", str(cpus), "-m", memory, "-no-reboot", "-nodefaults", "-no-user-config",
@@ -378,6 +379,7 @@ def qemu_command(qemu: str, boot: FastBoot, accel: str, cpus: int, memory: str,
            "-device", "virtserialport,chardev=out,name=tcpnet.stdout",
            "-chardev", "file,id=err,path=/proc/self/fd/2",
            "-device", "virtserialport,chardev=err,name=tcpnet.stderr",
+           *extra,
            "-fsdev", "local,id=root,path=/,security_model=none,readonly=on,multidevs=remap",
            "-device", "virtio-9p-pci,fsdev=root,mount_tag=root"]
     for i, path in enumerate(shares):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from . import ACCEL_ENV, IN_VM_ENV
 from .accel import choose_accel
 from .args import artifact_dirs, check_shareable, guest_environment, share_dirs, strip_vm_args
-from . import fastboot
+from . import fastboot, hostcall
 from .errors import EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED, VMError, VMUsageError
 from .kernel import Kernel, has_module, resolve_kernel
 from .launch import LaunchResult, launch
@@ -358,18 +358,22 @@ def _run_locked(plan: Plan) -> int:
     say(f"accel={accel} ({why})")
 
     workdir = tempfile.mkdtemp(prefix="tcpnet-vm-")
+    server = None
     try:
         check_shareable(workdir, "the runner's temporary directory")
         script = os.path.join(workdir, "run.sh")
         exit_file = os.path.join(workdir, "exitcode")
         sentinel = f"TCPNET-VM-STARTED-{secrets.token_hex(8)}"
-        body = guest_script(replace(plan, env={**plan.env, ACCEL_ENV: accel}), sentinel, exit_file)
+        server = _hostcall_server(workdir) if boot else None
+        guest_env = {**plan.env, ACCEL_ENV: accel, **({hostcall.ENV: "1"} if server else {})}
+        body = guest_script(replace(plan, env=guest_env), sentinel, exit_file)
         with open(script, "w", encoding="utf-8") as f:
             f.write(fastboot.session_script(body) if boot else body)
         shares = plan.shares + [workdir]
         if boot:
-            cmd = fastboot.qemu_command(plan.qemu, boot, accel, plan.cpus, plan.memory,
-                                        shares, script, debug=plan.echo_boot, code=plan.code)
+            cmd = fastboot.qemu_command(plan.qemu, boot, accel, plan.cpus, plan.memory, shares, script,
+                                        debug=plan.echo_boot, code=plan.code,
+                                        extra=server.qemu_args() if server else ())
         else:
             cmd = vng_command(plan, accel, script, shares)
         say(f"booting {plan.kernel.release} ({plan.kernel.path}, {how}), {plan.cpus} CPUs, "
@@ -407,9 +411,24 @@ def _run_locked(plan: Plan) -> int:
             say(f"warning: other processes kept {others:.1f} of this host's {os.cpu_count()} CPUs busy during the "
                 f"session; the emulated CPUs competed with them, which slows the guest's endpoints and its "
                 f"emulated links: timing and rate verdicts in the VM are less reliable on a busy host")
+        if server is not None and server.calls:
+            say(f"the host decoded pcaps and drew plots for the guest: {server.calls} host calls")
         return code
     finally:
+        if server is not None:
+            server.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _hostcall_server(workdir: str) -> "hostcall.Server | None":
+    """Serve the guest's host calls (tshark, plots) from a socket in workdir; None when off or impossible."""
+    if os.environ.get(hostcall.ENV) == "0":
+        return None
+    try:
+        return hostcall.Server(os.path.join(workdir, "hostcall.sock")).start()
+    except (hostcall.Unavailable, OSError) as why_not:
+        say(f"note: the guest decodes pcaps and draws plots itself ({why_not})")
+        return None
 
 
 def run_config_in_vm(config) -> int:
