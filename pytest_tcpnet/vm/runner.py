@@ -222,7 +222,9 @@ def guest_script(plan: Plan, sentinel: str, exit_file: str) -> str:
         f"echo {GUEST_PRINTK_LEVEL} > /proc/sys/kernel/printk 2>/dev/null",
         f"echo {q(sentinel)}",
         "missing=''",
-        f"for m in {' '.join(q(m) for m in plan.modules)}; do",
+        # One modprobe for all (1.1 s one by one under emulation); one by one only to name a failure.
+        f"modules={q(' '.join(plan.modules))}",
+        'modprobe -a -q $modules 2>/dev/null || for m in $modules; do',
         '  modprobe -q "$m" 2>/dev/null || missing="$missing $m"',
         "done",
         '[ -z "$missing" ] || echo "tcpnet-vm: could not load kernel modules:$missing" >&2',
