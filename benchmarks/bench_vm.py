@@ -75,7 +75,7 @@ METRICS = [
 ]
 
 SUITE = [sys.executable, "-m", "pytest", "--tcpnet-vm", "--tcpnet-strict=all", "-p", "no:cacheprovider",
-         "-q", "-m", "needs_netem or kernel_comparison", "tests", "examples"]
+         "-q", "-rfE", "-m", "needs_netem or kernel_comparison", "tests", "examples"]
 
 
 def parse_result(text: str) -> "dict | None":
@@ -134,8 +134,9 @@ def run_suite(fast: bool) -> dict:
     out = subprocess.run(SUITE, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                          env=env, capture_output=True, text=True, check=False)
     took = time.monotonic() - t
-    last = (out.stdout.strip().splitlines() or [""])[-1]
-    return {"fast": fast, "seconds": took, "returncode": out.returncode, "summary": last}
+    lines = out.stdout.strip().splitlines() or [""]
+    failed = [ln for ln in lines if ln.startswith(("FAILED ", "ERROR "))]
+    return {"fast": fast, "seconds": took, "returncode": out.returncode, "summary": lines[-1], "failed": failed}
 
 
 def _median(runs: list, key: str) -> "float | None":
@@ -207,6 +208,9 @@ def main() -> int:
         print(f"\nVM part of CI, fast boot off: {old['seconds']:6.1f} s (exit {old['returncode']}: {old['summary']})")
         print(f"VM part of CI, fast boot on:  {new['seconds']:6.1f} s (exit {new['returncode']}: {new['summary']})")
         print(f"speed-up: {old['seconds'] / new['seconds']:.1f}x")
+        for run in suite:
+            for line in run["failed"]:
+                print(f"  fast boot {'on' if run['fast'] else 'off'}: {line}")
     print("\nJSON " + json.dumps({"host": host, "guests": {f"{h}/{a}": v for (h, a), v in columns.items()},
                                   "suite": suite}))
     return 0
