@@ -24,6 +24,8 @@ __all__ = ["add_options", "maybe_run_in_vm", "inside_vm", "software_emulated", "
 
 #: Set to "1" in the guest's environment; also what stops the guest from recursing.
 IN_VM_ENV = "TCPNET_IN_VM"
+#: "1" in the guest's environment when the runner serves host calls (hostcall.py); "0" on the host turns them off.
+HOSTCALL_ENV = "TCPNET_VM_HOSTCALL"
 #: The guest's accelerator ("kvm" or "tcg"), in the guest's environment.
 ACCEL_ENV = "TCPNET_VM_ACCEL"
 
@@ -44,7 +46,7 @@ def software_emulated() -> bool:
 
 def use_host_for_analysis() -> bool:
     """In a guest whose runner offers it, decode pcaps and draw plots on the host (see hostcall)."""
-    if not inside_vm() or os.environ.get("TCPNET_VM_HOSTCALL") != "1":
+    if not inside_vm() or os.environ.get(HOSTCALL_ENV) != "1":
         return False
     from .hostcall import use_host_for_analysis as use
 

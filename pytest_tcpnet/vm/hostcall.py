@@ -16,11 +16,11 @@ A request's header has ``id`` and ``op``; its response echoes the ``id``.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
 import select
-import shutil
 import socket
 import struct
 import tempfile
@@ -28,10 +28,10 @@ import threading
 import time
 import warnings
 
+from . import HOSTCALL_ENV as ENV  # "1" in the guest's environment when the runner serves host calls
+
 __all__ = ["ENV", "PORT_NAME", "Server", "Unavailable", "available", "call", "use_host_for_analysis"]
 
-#: In the guest's environment: "1" when the runner serves host calls.
-ENV = "TCPNET_VM_HOSTCALL"
 #: The virtio-serial port's name, as the guest's /sys/class/virtio-ports lists it.
 PORT_NAME = "tcpnet.hostcall"
 MAGIC = b"TCPNETHC"
@@ -111,14 +111,11 @@ def _decode_pcap(header: dict, payload: bytes) -> "tuple[dict, bytes]":
     """Run the guest's tshark decode on the pcap it sent: the same argv as decode.py's own."""
     from ..capture import decode
 
-    workdir = tempfile.mkdtemp(prefix="tcpnet-hostcall-")
-    try:
+    with tempfile.TemporaryDirectory(prefix="tcpnet-hostcall-") as workdir:
         pcap = os.path.join(workdir, "capture.pcap")
         with open(pcap, "wb") as f:
             f.write(payload)
         returncode, stdout, stderr = decode.run_tshark(pcap, timeout=float(header.get("timeout", 300)))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
     return {"returncode": returncode, "stderr": stderr}, stdout.encode()
 
 
@@ -126,14 +123,11 @@ def _plot(header: dict, payload: bytes) -> "tuple[dict, bytes]":
     """Draw one plot from the data the guest sent; return the PNG."""
     from ..analysis import plots
 
-    workdir = tempfile.mkdtemp(prefix="tcpnet-hostcall-")
-    try:
+    with tempfile.TemporaryDirectory(prefix="tcpnet-hostcall-") as workdir:
         path = os.path.join(workdir, "plot.png")
         plots.draw(header["kind"], path, json.loads(payload), here=True)
         with open(path, "rb") as f:
             return {}, f.read()
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 HANDLERS = {"decode_pcap": _decode_pcap, "plot": _plot}
@@ -265,7 +259,7 @@ def _open(port: str, deadline: float) -> int:
         try:
             return os.open(port, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
-            if exc.errno != 16 or time.monotonic() > deadline:  # EBUSY
+            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
                 raise Unavailable(f"cannot open {port}: {exc}") from exc
             time.sleep(0.01)
 
