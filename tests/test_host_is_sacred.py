@@ -49,23 +49,20 @@ def project(tmp_path):
     return tmp_path
 
 
-def _session(project, selection):
+def _session(children, project, selection):
     # This checkout's pytest_tcpnet first: the installed one may belong to another checkout.
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, TCPNET_TEST_MARK=str(project / "mark.txt"),
                PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-    return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-k", selection,
-                             "test_project.py"], cwd=project, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return children.popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-k", selection,
+                           "test_project.py"], cwd=project, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT)
 
 
-def _interrupted_session_in_its_test(project):
+def _interrupted_session_in_its_test(children, project):
     """Start the session that blocks inside a test with a lab built; return once it is there."""
-    proc = _session(project, "interrupted")
-    deadline = time.monotonic() + 60
-    while not (project / "mark.txt.ready").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
-        time.sleep(0.05)
+    proc = _session(children, project, "interrupted")
+    children.wait_until(proc, (project / "mark.txt.ready").exists, 60, "its test built a lab")
     return proc
 
 
@@ -80,28 +77,28 @@ def _assert_nothing_left(project, before):
     assert hoststate.differences(before, hoststate.snapshot()) == []
 
 
-def test_sessions_that_pass_and_fail_leave_nothing(project):
+def test_sessions_that_pass_and_fail_leave_nothing(children, project):
     before = hoststate.snapshot()
-    proc = _session(project, "passes or fails")
-    out, _ = proc.communicate(timeout=120)
+    proc = _session(children, project, "passes or fails")
+    out, _ = children.communicate(proc, timeout=120)
     assert proc.returncode == 1, out
     assert "1 failed, 1 passed" in out
     _assert_nothing_left(project, before)
 
 
-def test_ctrl_c_leaves_nothing(project):
+def test_ctrl_c_leaves_nothing(children, project):
     before = hoststate.snapshot()
-    proc = _interrupted_session_in_its_test(project)
+    proc = _interrupted_session_in_its_test(children, project)
     proc.send_signal(signal.SIGINT)  # what Ctrl-C delivers to the foreground pytest
-    out, _ = proc.communicate(timeout=60)
+    out, _ = children.communicate(proc, timeout=60)
     assert proc.returncode == 2, out  # pytest's "interrupted"
     assert "KeyboardInterrupt" in out
     _assert_nothing_left(project, before)
 
 
-def test_sweeper_removes_what_a_killed_session_left(project):
+def test_sweeper_removes_what_a_killed_session_left(children, project):
     before = hoststate.snapshot()
-    proc = _interrupted_session_in_its_test(project)
+    proc = _interrupted_session_in_its_test(children, project)
     proc.kill()  # SIGKILL: no teardown runs at all
     proc.communicate(timeout=30)
     pid, *namespaces = (project / "mark.txt").read_text().split()

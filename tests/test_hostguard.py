@@ -6,7 +6,6 @@ Changes are planted only in namespaces these tests create: the host itself is ne
 import itertools
 import os
 import shutil
-import subprocess
 import sys
 import textwrap
 
@@ -94,25 +93,25 @@ PROJECT = textwrap.dedent('''
 ''')
 
 
-def _guarded_session(tmp_path, plant):
+def _guarded_session(children, tmp_path, plant):
     (tmp_path / "test_project.py").write_text(PROJECT)
     env = dict(os.environ, PYTHONPATH=REPO, PLANT="1" if plant else "")
     # Its own network namespace is this session's "host": a plant there never reaches the real one.
     argv = [shutil.which("unshare"), "--net", "--", sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
             "--tcpnet-host-guard", "test_project.py"]
-    return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    return children.run(argv, cwd=tmp_path, env=env, timeout=180)
 
 
 @pytest.mark.skipif(shutil.which("ip") is None or shutil.which("unshare") is None, reason="needs iproute2's ip")
-def test_a_session_that_changes_nothing_passes_the_guard(tmp_path):
-    out = _guarded_session(tmp_path, plant=False)
+def test_a_session_that_changes_nothing_passes_the_guard(children, tmp_path):
+    out = _guarded_session(children, tmp_path, plant=False)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 passed" in out.stdout and "tcpnet host guard: host namespace unchanged" in out.stdout
 
 
 @pytest.mark.skipif(shutil.which("ip") is None or shutil.which("unshare") is None, reason="needs iproute2's ip")
-def test_a_session_that_changes_its_host_fails_naming_the_change(tmp_path):
-    out = _guarded_session(tmp_path, plant=True)
+def test_a_session_that_changes_its_host_fails_naming_the_change(children, tmp_path):
+    out = _guarded_session(children, tmp_path, plant=True)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "2 passed" in out.stdout  # every test passed: the guard alone fails the session
     assert "tcpnet host guard: the host namespace changed" in out.stdout

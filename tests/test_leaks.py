@@ -21,6 +21,7 @@ from pytest_tcpnet.errors import LabError
 from pytest_tcpnet.netlink import ownership
 
 from pytest_tcpnet import rootless  # noqa: E402
+from children import STACKS_ON_SIGUSR1, checkout_env
 
 pytestmark = [pytest.mark.tcpnet_needs("privilege"),
               # Root-only: look-alikes are planted with `ip netns add` in the host's /run/netns and the
@@ -46,22 +47,17 @@ def lookalike():
         subprocess.run(["ip", "netns", "del", name], check=False)
 
 
-def _env(**extra):
-    """This checkout's pytest_tcpnet first (an installed copy may be another checkout's)."""
-    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
-    return dict(os.environ, PYTHONPATH=path, **extra)
-
-
-def _child(body):
-    """Start a Python child that runs `body` with a Lab; it prints READY when at the point to kill it."""
-    script = textwrap.dedent("""
+def _child(children, body):
+    """Start a Python child (owned by the test) that runs `body` with a Lab; it prints READY at the point to kill it."""
+    script = STACKS_ON_SIGUSR1 + textwrap.dedent("""
         import os, sys, time
         sys.path.insert(0, {root!r})
         from pytest_tcpnet import Lab, Link, Host
         lab = Lab()
     """).format(root=ROOT) + textwrap.dedent(body)
-    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=_env(TCPNET_MEASUREMENT_SLOTS="64"))
+    # Many slots: the child must not queue behind this session's other transfers (it takes the highest free one).
+    return children.popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          env=checkout_env(TCPNET_MEASUREMENT_SLOTS=64))
 
 
 def _await_ready(proc, timeout=60):
@@ -71,7 +67,7 @@ def _await_ready(proc, timeout=60):
     with selectors.DefaultSelector() as selector:
         selector.register(proc.stdout, selectors.EVENT_READ)
         if not selector.select(timeout):
-            proc.kill()
+            proc.kill()  # its group is the `children` fixture's
             pytest.fail(f"the child said nothing within {timeout} s: {proc.communicate()[1]}")
     line = proc.stdout.readline()
     assert line.startswith("READY"), (line, proc.stderr.read() if proc.poll() is not None else "")
@@ -164,10 +160,10 @@ def test_a_record_whose_namespace_was_replaced_is_not_trusted(lookalike, monkeyp
 
 
 @pytest.mark.parametrize("delay_ms", [5, 15, 30])
-def test_sigkill_during_builds_leaves_nothing_after_cleanup(lookalike, delay_ms):
+def test_sigkill_during_builds_leaves_nothing_after_cleanup(children, lookalike, delay_ms):
     """Killed at different points of back-to-back builds (a build is ~20-40 ms here): creation, wiring, shaping."""
     before = hoststate.snapshot()["links"]
-    proc = _child("""
+    proc = _child(children, """
         print("READY", os.getpid(), flush=True)
         while True:
             lab.pair(link=Link(rate="10mbit"), client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 8192 16384"})).close()
@@ -182,8 +178,8 @@ def test_sigkill_during_builds_leaves_nothing_after_cleanup(lookalike, delay_ms)
     _assert_lookalike_untouched(lookalike)
 
 
-def test_sigkill_during_a_transfer_leaves_nothing_after_cleanup(lookalike):
-    proc = _child("""
+def test_sigkill_during_a_transfer_leaves_nothing_after_cleanup(children, lookalike):
+    proc = _child(children, """
         import threading
         pair = lab.pair(link=Link(rate="1mbit"))
         def announce():
@@ -203,8 +199,8 @@ def test_sigkill_during_a_transfer_leaves_nothing_after_cleanup(lookalike):
     _assert_lookalike_untouched(lookalike)
 
 
-def test_ctrl_c_during_a_transfer_leaves_nothing(lookalike):
-    proc = _child("""
+def test_ctrl_c_during_a_transfer_leaves_nothing(children, lookalike):
+    proc = _child(children, """
         import threading
         pair = lab.pair(link=Link(rate="1mbit"))
         def announce():
@@ -219,8 +215,15 @@ def test_ctrl_c_during_a_transfer_leaves_nothing(lookalike):
             lab.close()
     """)
     pid, *workload = _await_ready(proc)
+    sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        proc.wait(timeout=10)  # the process itself: its pipes may be held by what it started (checked below)
+    except subprocess.TimeoutExpired:
+        children.communicate(proc, timeout=0.1)  # fails the test with every thread's stack
+    exited = time.monotonic() - sent
+    _, err = children.communicate(proc, timeout=10)  # EOF on its pipes: nothing it started still holds them
+    print(f"SIGINT to exit: {exited:.3f} s")
     assert "KeyboardInterrupt" in err
     _assert_gone(int(pid), [int(p) for p in workload])  # no cleanup command: teardown did it
     _assert_lookalike_untouched(lookalike)
@@ -239,24 +242,16 @@ XDIST_PROJECT = textwrap.dedent('''
 ''')
 
 
-def test_sigkill_of_an_xdist_worker_leaves_nothing_after_cleanup(tmp_path, lookalike):
+def test_sigkill_of_an_xdist_worker_leaves_nothing_after_cleanup(children, tmp_path, lookalike):
     (tmp_path / "test_project.py").write_text(XDIST_PROJECT)
     mark = tmp_path / "mark"
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "1",
-                             "test_project.py"], cwd=tmp_path, env=_env(TCPNET_TEST_MARK=str(mark)),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not mark.exists() or not mark.read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
-            time.sleep(0.05)
-        worker, sleeper = (int(x) for x in mark.read_text().split())
-        os.kill(worker, signal.SIGKILL)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    proc = children.popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "1",
+                           "test_project.py"], cwd=tmp_path, env=checkout_env(TCPNET_TEST_MARK=str(mark)),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    children.wait_until(proc, lambda: mark.exists() and mark.read_text(), 120, "its worker built a lab")
+    worker, sleeper = (int(x) for x in mark.read_text().split())
+    os.kill(worker, signal.SIGKILL)
+    out, _ = children.communicate(proc, timeout=120)
     assert "crashed" in out or "worker" in out, out
     _cleanup()
     _assert_gone(worker, [sleeper])

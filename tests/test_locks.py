@@ -10,10 +10,8 @@ from pytest_tcpnet import locks
 from pytest_tcpnet.errors import LabError
 from slotholder import slot_held_elsewhere
 
-try:  # the measurement code is moving from lab.py to measure/
-    from pytest_tcpnet.measure import measurement_slot
-except ImportError:
-    from pytest_tcpnet.lab import measurement_slot
+from pytest_tcpnet.measure import measurement_slot
+from pytest_tcpnet.measure.slots import slot_holders
 
 
 @pytest.fixture
@@ -101,7 +99,7 @@ def test_lock_names_that_are_not_plain_file_names_are_refused(lock_dir, name):
 def test_measurement_slots_exclude_each_other_through_the_safe_lock_files(lock_dir, monkeypatch):
     monkeypatch.setenv("TCPNET_MEASUREMENT_SLOTS", "1")
     with slot_held_elsewhere():
-        with pytest.raises(LabError, match="no measurement slot free"):
+        with pytest.raises(LabError, match=rf"no measurement slot free .*slot 0: pid {os.getpid()} \(.*python"):
             with measurement_slot(0.2):
                 pass
         assert [p.name for p in lock_dir.iterdir()] == ["measurement-slot-0.lock"]
@@ -114,3 +112,51 @@ def _umask():
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_a_process_with_more_slots_takes_the_ones_default_processes_never_use(lock_dir, monkeypatch):
+    """A child configured with 64 slots beside default sessions (1 slot here): it must not hold theirs."""
+    monkeypatch.setenv("TCPNET_MEASUREMENT_SLOTS", "64")
+    with measurement_slot(1) as many:
+        assert many == 63
+        monkeypatch.setenv("TCPNET_MEASUREMENT_SLOTS", "1")
+        with measurement_slot(1) as default:
+            assert default == 0
+
+
+def _plant_holder(lock_dir, record):
+    """Hold slot 0 through a descriptor whose record says `record` (as a forked or hung holder would)."""
+    lock_dir.mkdir(exist_ok=True, mode=0o700)
+    fd = locks.open_lock_file("measurement-slot-0.lock")
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.pwrite(fd, record.encode(), 0)
+    return fd
+
+
+def test_a_holder_that_died_is_named_and_not_waited_for(lock_dir, monkeypatch):
+    monkeypatch.setenv("TCPNET_MEASUREMENT_SLOTS", "1")
+    fd = _plant_holder(lock_dir, "999999999 1 1.0 -\n")  # no such pid: its lock lives on in an inherited fd
+    try:
+        assert "which is dead" in slot_holders()[0]["why"]
+        with pytest.warns(UserWarning, match="not waiting for pid 999999999, which is dead"):
+            with measurement_slot(30) as slot:
+                assert slot is None  # measured without a slot rather than queued behind nobody
+    finally:
+        os.close(fd)
+
+
+def test_a_holder_past_its_own_deadline_is_not_waited_for(lock_dir, monkeypatch):
+    from pytest_tcpnet.netlink.ownership import process_start_ticks
+    import time
+
+    monkeypatch.setenv("TCPNET_MEASUREMENT_SLOTS", "1")
+    overdue = time.time() - 61  # its transfer's deadline passed more than OVERDUE_GRACE_S ago
+    fd = _plant_holder(lock_dir, f"{os.getpid()} {process_start_ticks(os.getpid())} {overdue - 5} {overdue}\n")
+    try:
+        started = time.monotonic()
+        with pytest.warns(UserWarning, match="past its own deadline: hung"):
+            with measurement_slot(30):
+                pass
+        assert time.monotonic() - started < 5
+    finally:
+        os.close(fd)

@@ -1,7 +1,6 @@
 """pytest -n 2 over many lab-building tests: unique names, no collision, every test passes."""
 
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -28,13 +27,12 @@ PROJECT = textwrap.dedent('''
 ''')
 
 
-def test_xdist_two_workers_build_48_pairs_without_collision(tmp_path):
+def test_xdist_two_workers_build_48_pairs_without_collision(children, tmp_path):
     pytest.importorskip("xdist")
     (tmp_path / "test_many.py").write_text(PROJECT)
     names = tmp_path / "names.txt"
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "-q", "test_many.py"],
-                         cwd=tmp_path, env=dict(os.environ, TCPNET_NAMES=str(names)), capture_output=True,
-                         text=True, timeout=300)
+    out = children.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "-q", "test_many.py"],
+                         cwd=tmp_path, env=dict(os.environ, TCPNET_NAMES=str(names)), timeout=300)
     assert out.returncode == 0, out.stdout[-3000:]
     assert "24 passed" in out.stdout
     created = names.read_text().split()

@@ -33,7 +33,7 @@ PROJECT = textwrap.dedent('''
 ''')
 
 
-def _run(tmp_path, *args, unprivileged=False, env=None, quiet=True):
+def _run(children, tmp_path, *args, unprivileged=False, env=None, quiet=True):
     (tmp_path / "test_project.py").write_text(PROJECT)
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rsf", *(["-q"] if quiet else []), *args,
             "test_project.py"]
@@ -42,8 +42,7 @@ def _run(tmp_path, *args, unprivileged=False, env=None, quiet=True):
         argv = [shutil.which("setpriv"), "--bounding-set=-net_admin,-sys_admin",
                 "--inh-caps=-net_admin,-sys_admin", "--", *argv]
         env = {"TCPNET_ROOTLESS": "off", **(env or {})}  # labs would otherwise build rootless (test_rootless.py)
-    return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env=dict(SUBPROCESS_ENV, **(env or {})))
+    return children.run(argv, cwd=tmp_path, timeout=120, env=dict(SUBPROCESS_ENV, **(env or {})))
 
 
 needs_setpriv = pytest.mark.skipif(shutil.which("setpriv") is None or os.geteuid() != 0,
@@ -51,8 +50,8 @@ needs_setpriv = pytest.mark.skipif(shutil.which("setpriv") is None or os.geteuid
 
 
 @needs_setpriv
-def test_without_privilege_lab_tests_skip_with_the_reason(tmp_path):
-    out = _run(tmp_path, unprivileged=True)
+def test_without_privilege_lab_tests_skip_with_the_reason(children, tmp_path):
+    out = _run(children, tmp_path, unprivileged=True)
     assert out.returncode == 0, out.stdout
     assert "1 passed, 3 skipped" in out.stdout
     assert "CAP_NET_ADMIN" in out.stdout
@@ -62,16 +61,16 @@ def test_without_privilege_lab_tests_skip_with_the_reason(tmp_path):
 
 
 @needs_setpriv
-def test_strict_undeclared_fails_only_undeclared_needs(tmp_path):
-    out = _run(tmp_path, "--tcpnet-strict=undeclared", unprivileged=True)
+def test_strict_undeclared_fails_only_undeclared_needs(children, tmp_path):
+    out = _run(children, tmp_path, "--tcpnet-strict=undeclared", unprivileged=True)
     assert out.returncode == 1, out.stdout
     assert "1 failed, 1 passed, 2 skipped" in out.stdout
     assert "FAILED test_project.py::test_undeclared" in out.stdout
 
 
 @needs_setpriv
-def test_strict_all_fails_every_missing_capability(tmp_path):
-    out = _run(tmp_path, env={"TCPNET_STRICT": "all"}, unprivileged=True)
+def test_strict_all_fails_every_missing_capability(children, tmp_path):
+    out = _run(children, tmp_path, env={"TCPNET_STRICT": "all"}, unprivileged=True)
     assert out.returncode == 1, out.stdout
     # Declared needs fail in setup (pytest calls that an error), the undeclared one in the call.
     assert "1 failed, 1 passed, 2 errors" in out.stdout
@@ -79,14 +78,14 @@ def test_strict_all_fails_every_missing_capability(tmp_path):
 
 
 @pytest.mark.tcpnet_needs("privilege")
-def test_with_privilege_the_lab_tests_run(tmp_path):
-    out = _run(tmp_path, "--tcpnet-strict=undeclared")
+def test_with_privilege_the_lab_tests_run(children, tmp_path):
+    out = _run(children, tmp_path, "--tcpnet-strict=undeclared")
     assert out.returncode == 0, out.stdout
     assert "3 passed, 1 skipped" in out.stdout
 
 
-def test_needs_become_selectable_markers(tmp_path):
-    out = _run(tmp_path, "-m", "needs_privilege", "--collect-only")
+def test_needs_become_selectable_markers(children, tmp_path):
+    out = _run(children, tmp_path, "-m", "needs_privilege", "--collect-only")
     assert "test_declared" in out.stdout and "test_undeclared" not in out.stdout
 
 
@@ -99,6 +98,6 @@ def test_unknown_need_is_an_error(tmp_path):
     assert "unknown need 'warp-drive'" in out.stdout
 
 
-def test_report_header_describes_the_machine(tmp_path):
-    out = _run(tmp_path, "--collect-only", quiet=False)
+def test_report_header_describes_the_machine(children, tmp_path):
+    out = _run(children, tmp_path, "--collect-only", quiet=False)
     assert f"tcpnet: kernel {os.uname().release}" in out.stdout

@@ -50,17 +50,17 @@ PROJECT = textwrap.dedent('''
 ''')
 
 
-def _session(tmp_path, *args, prefix=(), env=None):
+def _session(children, tmp_path, *args, prefix=(), env=None):
     (tmp_path / "test_project.py").write_text(PROJECT)
     environment = {k: v for k, v in os.environ.items() if k not in (rootless.INSIDE_ENV, rootless.MODE_ENV)}
     environment.update(PYTHONPATH=REPO, MARK=str(tmp_path / "mark"), **(env or {}))
     argv = [*prefix, *DROP_PRIVILEGE, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", *args,
             "test_project.py"]
-    return subprocess.run(argv, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=240)
+    return children.run(argv, cwd=tmp_path, env=environment, timeout=240)
 
 
-def test_without_privilege_labs_build_in_a_user_namespace(tmp_path):
-    out = _session(tmp_path, "--tcpnet-host-guard")
+def test_without_privilege_labs_build_in_a_user_namespace(children, tmp_path):
+    out = _session(children, tmp_path, "--tcpnet-host-guard")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 passed" in out.stdout
     assert "running this session rootless" in out.stderr
@@ -73,14 +73,14 @@ def test_without_privilege_labs_build_in_a_user_namespace(tmp_path):
     assert int((tmp_path / "mark.netns").read_text()) == os.stat("/proc/self/ns/net").st_ino
 
 
-def test_rootless_also_runs_under_xdist(tmp_path):
-    out = _session(tmp_path, "-n", "2")
+def test_rootless_also_runs_under_xdist(children, tmp_path):
+    out = _session(children, tmp_path, "-n", "2")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 passed" in out.stdout
 
 
-def test_rootless_off_skips_lab_tests_saying_how_to_enable_it(tmp_path):
-    out = _session(tmp_path, "--tcpnet-rootless=off")
+def test_rootless_off_skips_lab_tests_saying_how_to_enable_it(children, tmp_path):
+    out = _session(children, tmp_path, "--tcpnet-rootless=off")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 skipped" in out.stdout
     assert "CAP_NET_ADMIN" in out.stdout and "--tcpnet-rootless=auto" in out.stdout
@@ -92,16 +92,16 @@ FORBID_USERNS = [UNSHARE, "--user", "--map-root-user", "--", "sh", "-c",
                  'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"', "forbid-userns"]
 
 
-def test_where_user_namespaces_are_forbidden_the_skip_names_the_setting(tmp_path):
-    out = _session(tmp_path, prefix=FORBID_USERNS)
+def test_where_user_namespaces_are_forbidden_the_skip_names_the_setting(children, tmp_path):
+    out = _session(children, tmp_path, prefix=FORBID_USERNS)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 skipped" in out.stdout
     assert "user.max_user_namespaces=0 forbids unprivileged user namespaces" in out.stdout
     assert "sudo sysctl -w user.max_user_namespaces=15000" in out.stdout
 
 
-def test_rootless_on_where_forbidden_is_a_usage_error_naming_the_setting(tmp_path):
-    out = _session(tmp_path, "--tcpnet-rootless=on", prefix=FORBID_USERNS)
+def test_rootless_on_where_forbidden_is_a_usage_error_naming_the_setting(children, tmp_path):
+    out = _session(children, tmp_path, "--tcpnet-rootless=on", prefix=FORBID_USERNS)
     assert out.returncode == 4, out.stdout + out.stderr
     assert "--tcpnet-rootless=on, but user.max_user_namespaces=0" in out.stderr
 
@@ -122,17 +122,15 @@ SLEEPER = textwrap.dedent('''
 ''')
 
 
-def _sleeping_rootless_session(tmp_path):
+def _sleeping_rootless_session(children, tmp_path):
     (tmp_path / "test_sleeper.py").write_text(SLEEPER)
     environment = {k: v for k, v in os.environ.items() if k not in (rootless.INSIDE_ENV, rootless.MODE_ENV)}
     environment.update(PYTHONPATH=REPO, MARK=str(tmp_path / "mark"))
-    proc = subprocess.Popen([*DROP_PRIVILEGE, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                             "test_sleeper.py"], cwd=tmp_path, env=environment, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "mark").exists() or not (tmp_path / "mark").read_text():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
-        time.sleep(0.05)
+    proc = children.popen([*DROP_PRIVILEGE, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                           "test_sleeper.py"], cwd=tmp_path, env=environment, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT)
+    mark = tmp_path / "mark"
+    children.wait_until(proc, lambda: mark.exists() and mark.read_text(), 60, "its test built a lab")
     return proc, int((tmp_path / "mark").read_text())
 
 
@@ -145,16 +143,16 @@ def _gone_within(pid, seconds):
     return True
 
 
-def test_sigterm_to_the_outer_pytest_tears_the_rootless_session_down(tmp_path):
-    proc, inner = _sleeping_rootless_session(tmp_path)
+def test_sigterm_to_the_outer_pytest_tears_the_rootless_session_down(children, tmp_path):
+    proc, inner = _sleeping_rootless_session(children, tmp_path)
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = children.communicate(proc, timeout=60)
     assert proc.returncode == 2, out
     assert "SIGTERM: tearing the labs down" in out and _gone_within(inner, 5)
 
 
-def test_a_killed_outer_pytest_takes_the_rootless_session_with_it(tmp_path):
-    proc, inner = _sleeping_rootless_session(tmp_path)
+def test_a_killed_outer_pytest_takes_the_rootless_session_with_it(children, tmp_path):
+    proc, inner = _sleeping_rootless_session(children, tmp_path)
     proc.kill()  # SIGKILL: the outer runs no code; the session gets SIGTERM as its parent-death signal
-    proc.communicate(timeout=30)
+    children.communicate(proc, timeout=30)
     assert _gone_within(inner, 30)

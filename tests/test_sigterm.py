@@ -31,22 +31,19 @@ PROJECT = textwrap.dedent('''
 REPO = os.path.dirname(os.path.dirname(pytest_tcpnet.__file__))
 
 
-def _session(tmp_path, *args):
+def _session(children, tmp_path, *args):
     (tmp_path / "test_project.py").write_text(PROJECT)
     (tmp_path / "conftest.py").write_text(
         "import pytest\n@pytest.fixture\ndef worker_id(request):\n"
         "    return getattr(request.config, 'workerinput', {}).get('workerid', 'main')\n")
     env = dict(os.environ, TCPNET_TEST_MARK=str(tmp_path / "mark"), PYTHONPATH=REPO)
-    return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args,
-                             "test_project.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return children.popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args,
+                           "test_project.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT)
 
 
-def _wait_for_marks(proc, tmp_path, count):
-    deadline = time.monotonic() + 90
-    while len(list(tmp_path.glob("mark.*"))) < count:
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
-        time.sleep(0.05)
+def _wait_for_marks(children, proc, tmp_path, count):
+    children.wait_until(proc, lambda: len(list(tmp_path.glob("mark.*"))) >= count, 90, f"{count} tests built labs")
     time.sleep(0.2)  # the marks are written; let the tests reach their sleep
     return [mark.read_text().split() for mark in tmp_path.glob("mark.*")]
 
@@ -64,29 +61,29 @@ def _leftovers(marks):
     return found
 
 
-def test_sigterm_to_pytest_tears_the_lab_down(tmp_path):
-    proc = _session(tmp_path, "-k", "sleeps")
-    marks = _wait_for_marks(proc, tmp_path, 1)
+def test_sigterm_to_pytest_tears_the_lab_down(children, tmp_path):
+    proc = _session(children, tmp_path, "-k", "sleeps")
+    marks = _wait_for_marks(children, proc, tmp_path, 1)
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = children.communicate(proc, timeout=60)
     assert proc.returncode == 2, out  # pytest's "interrupted", after its teardown
     assert "SIGTERM: tearing the labs down" in out
     assert _leftovers(marks) == []
 
 
-def test_sigterm_to_every_xdist_process_tears_every_lab_down(tmp_path):
-    proc = _session(tmp_path, "-n", "2")
-    marks = _wait_for_marks(proc, tmp_path, 2)
+def test_sigterm_to_every_xdist_process_tears_every_lab_down(children, tmp_path):
+    proc = _session(children, tmp_path, "-n", "2")
+    marks = _wait_for_marks(children, proc, tmp_path, 2)
     os.killpg(proc.pid, signal.SIGTERM)  # a CI timeout or systemd stopping the whole process group
-    out, _ = proc.communicate(timeout=60)
+    out, _ = children.communicate(proc, timeout=60)
     assert proc.returncode == 2, out
     assert _leftovers(marks) == []
 
 
-def test_sigterm_to_the_xdist_controller_alone_tears_every_lab_down(tmp_path):
-    proc = _session(tmp_path, "-n", "2")
-    marks = _wait_for_marks(proc, tmp_path, 2)
+def test_sigterm_to_the_xdist_controller_alone_tears_every_lab_down(children, tmp_path):
+    proc = _session(children, tmp_path, "-n", "2")
+    marks = _wait_for_marks(children, proc, tmp_path, 2)
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = children.communicate(proc, timeout=60)
     assert proc.returncode == 2, out
     assert _leftovers(marks) == []

@@ -31,7 +31,7 @@ def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False
         sample_interval = default_interval(pair.link.rtt_s)
     # Waiting for a slot is queueing behind other sessions' transfers, not this transfer's time:
     # its deadline starts once the slot is held.
-    with measurement_slot(slot_wait_s()):
+    with measurement_slot(slot_wait_s(), hold_s=timeout):
         deadline = time.monotonic() + timeout
         stats_before, counters_before = pair.router_qdisc_stats(), pair.interface_counters()
         mib_before = {role: tcp_counters(node.namespace) for role, node in (("client", pair.client),
