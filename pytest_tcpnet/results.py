@@ -198,24 +198,35 @@ class TransferResult:
 
     @property
     def limited_by(self):
-        """What bounded the sender most: 'rwnd', 'sndbuf', 'cwnd' or 'app'.
+        """What bounded the sender most: 'rwnd', 'sndbuf', 'cwnd' or 'app' (None if nothing tells).
 
-        The kernel's chrono counters in TCP_INFO decide, except that time they count as busy is
-        'sndbuf' when most of the sender's samples show a full send buffer with everything
-        written in flight (the chrono misses a writer of small blocking writes: analysis.limits).
+        Read from the sender's samples within the transfer (analysis.limits: in flight against
+        cwnd and the peer's window, unsent data, the send buffer); the kernel's chrono counters
+        decide only when too few samples exist.
         """
+        verdict = self.limited_by_shares()
+        return verdict and verdict[0]
+
+    def limited_by_shares(self):
+        """(label, {label: share}, basis) behind limited_by, or None without samples or chrono counters."""
         from .analysis.limits import limited_by
 
-        info = self.sender_tcp_info
-        if any(info.get(k) is None for k in ("busy_time", "rwnd_limited", "sndbuf_limited")):
-            return None  # a tool that reports no chrono counters, or a kernel before 4.10
-        return limited_by(info, self.sender_active_s, self.sender_samples())[0]
+        try:
+            return limited_by(self.sender_tcp_info, self.sender_active_s, self.sender_samples())
+        except ValueError:
+            return None  # a tool that reports no chrono counters (or a kernel before 4.10), and too few samples
 
     def sender_samples(self):
-        """The sender's sampled rows as dicts (field: value), in time order, as limited_by reads them ([] if unsampled)."""
-        fields = ("notsent_bytes", "wmem_queued", "sndbuf", "unacked", "snd_cwnd", "snd_wnd", "snd_mss")
-        columns = {field: dict(self.series(field)) for field in fields}
-        return [{field: columns[field].get(t) for field in fields} for t in sorted(columns["unacked"])]
+        """The sender's sampled rows within the transfer (first write to last ACK) as dicts, in time order."""
+        from .analysis.limits import SAMPLE_FIELDS
+
+        columns = {field: dict(self.series(field)) for field in SAMPLE_FIELDS}
+        start, end = self.sender.get("first_write_at"), self.sender.get("acked_at")
+        origin = self.first_byte_at
+        times = sorted(columns["unacked"])
+        if start is not None and end is not None and origin is not None:
+            times = [t for t in times if start - origin <= t <= end - origin]
+        return [{field: columns[field].get(t) for field in SAMPLE_FIELDS} for t in times]
 
     @property
     def sender_active_s(self):

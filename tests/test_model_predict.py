@@ -3,7 +3,7 @@
 import pytest
 
 from pytest_tcpnet import Link, model
-from pytest_tcpnet.analysis.limits import limited_by, send_buffer_bound_share
+from pytest_tcpnet.analysis.limits import chrono_shares, classify_sample, limited_by, sample_shares
 
 BIG_CAPS = {"net.core.rmem_max": "4194304", "net.core.wmem_max": "4194304"}
 
@@ -114,33 +114,48 @@ def test_conditions_from_a_result():
     assert model.Conditions.from_result(_Result(), observed=True).rtt_s == 0.0251  # srtt, the RTT the flow saw
 
 
-def test_limited_by_reads_the_chrono_counters():
+def test_limited_by_falls_back_to_the_chrono_counters_without_samples():
     info = {"busy_time": 1_000_000, "rwnd_limited": 700_000, "sndbuf_limited": 100_000}
-    label, shares = limited_by(info)
-    assert label == "rwnd" and shares["cwnd"] == pytest.approx(0.2)
+    label, shares, basis = limited_by(info)
+    assert (label, basis) == ("rwnd", "chrono") and shares["cwnd"] == pytest.approx(0.2)
     assert limited_by(info, duration_s=4.0)[0] == "app"
+    assert chrono_shares(info) == shares
     with pytest.raises(ValueError, match="busy_time"):
         limited_by({"rtt": 1})
 
 
-def test_a_full_send_buffer_with_nothing_unsent_is_send_buffer_bound():
-    # Shaped like the 6.1 VM's C11 flow: SO_SNDBUF 32 KB effective, ~24 segments in flight, cwnd 150.
-    blocked = {"notsent_bytes": 0, "wmem_queued": 46_000, "sndbuf": 32768, "unacked": 24, "snd_cwnd": 150,
-               "snd_wnd": 131_072, "snd_mss": 1448}
-    assert send_buffer_bound_share([blocked] * 3) == 1.0
-    # Something still unsent (the writer is ahead of the network), cwnd full, or the peer's window full: not it.
-    assert send_buffer_bound_share([dict(blocked, notsent_bytes=65_536)]) == 0.0
-    assert send_buffer_bound_share([dict(blocked, snd_cwnd=24)]) == 0.0
-    assert send_buffer_bound_share([dict(blocked, snd_wnd=24 * 1448)]) == 0.0
-    assert send_buffer_bound_share([dict(blocked, wmem_queued=8_000)]) == 0.0  # the buffer is not full
-    assert send_buffer_bound_share([blocked, dict(blocked, wmem_queued=0)]) == 0.5
-    assert send_buffer_bound_share([]) is None
-    assert send_buffer_bound_share([{"unacked": 3}]) is None  # no socket memory sampled
-    # What the chrono calls busy is the send buffer's when most samples say so; shares stay the chrono's.
-    busy = {"busy_time": 1_000_000, "rwnd_limited": 0, "sndbuf_limited": 0}
-    assert limited_by(busy, samples=[blocked] * 3) == ("sndbuf", limited_by(busy)[1])
-    assert limited_by(busy, samples=[dict(blocked, notsent_bytes=65_536)] * 3)[0] == "cwnd"
-    assert limited_by(busy)[0] == "cwnd"
+#: Shaped like the 6.1 VM's C11 flow: SO_SNDBUF 32 KB effective, ~24 segments in flight, cwnd 150.
+BLOCKED_ON_SNDBUF = {"notsent_bytes": 0, "wmem_queued": 46_000, "sndbuf": 32768, "unacked": 24, "snd_cwnd": 150,
+                     "snd_wnd": 131_072, "snd_mss": 1448}
+
+
+@pytest.mark.parametrize("change, label", [
+    ({}, "sndbuf"),  # everything written in flight, buffer full, room in both windows
+    ({"wmem_queued": 8_000}, "app"),  # nothing unsent and room in the buffer: the application is not writing
+    ({"notsent_bytes": 65_536, "snd_wnd": 24 * 1448}, "rwnd"),  # data waits, the peer's window is full
+    ({"notsent_bytes": 65_536, "snd_wnd": 2_920, "unacked": 2}, "rwnd"),  # a 4 KB receiver: no room for a segment
+    ({"notsent_bytes": 65_536, "snd_cwnd": 24}, "cwnd"),  # data waits, cwnd is full
+    ({"notsent_bytes": 65_536}, "cwnd"),  # data waits with room in both windows: pacing, the path
+    ({"snd_cwnd": 24}, "cwnd"),  # the buffer is full but so is cwnd
+    ({"snd_wnd": 24 * 1448}, "rwnd"),  # ... or the peer's window
+    # A stop-and-wait protocol (16 KB per application ACK, cwnd 25) waiting for its own reply:
+    ({"notsent_bytes": 0, "unacked": 11, "snd_cwnd": 25, "wmem_queued": 24_000, "sndbuf": 87_040}, "app"),
+    ({"notsent_bytes": 0, "unacked": 0, "snd_cwnd": 25, "wmem_queued": 0, "sndbuf": 87_040}, "app"),
+])
+def test_each_sample_names_what_held_the_sender(change, label):
+    assert classify_sample(dict(BLOCKED_ON_SNDBUF, **change)) == label
+
+
+def test_samples_decide_and_the_chrono_only_without_enough_of_them():
+    busy = {"busy_time": 1_000_000, "rwnd_limited": 0, "sndbuf_limited": 0}  # the chrono says "cwnd" 100%
+    label, shares, basis = limited_by(busy, samples=[BLOCKED_ON_SNDBUF] * 3)
+    assert (label, basis, shares["sndbuf"]) == ("sndbuf", "3 samples", 1.0)
+    idle = dict(BLOCKED_ON_SNDBUF, wmem_queued=0)
+    assert limited_by(busy, samples=[BLOCKED_ON_SNDBUF, idle, idle])[:2] == ("app", {
+        "rwnd": 0.0, "sndbuf": pytest.approx(1 / 3), "cwnd": 0.0, "app": pytest.approx(2 / 3)})
+    assert limited_by(busy, samples=[BLOCKED_ON_SNDBUF] * 2)[::2] == ("cwnd", "chrono")  # too few samples
+    assert limited_by(busy, samples=[{"unacked": 3}] * 5)[2] == "chrono"  # no socket memory sampled
+    assert sample_shares([]) == ({}, 0)
 
 
 def test_a_known_size_pays_for_slow_start():

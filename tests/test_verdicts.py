@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from pytest_tcpnet import Link, assert_faster, assert_intervals_within, assert_throughput_within
+from pytest_tcpnet import Link, Pace, assert_faster, assert_intervals_within, assert_throughput_within
 from pytest_tcpnet.assertions.verdicts import confirm_failure, judge_trials
 
 pytest_plugins = ["pytester"]
@@ -127,12 +127,43 @@ def test_a_false_claim_fails_with_the_readable_report(pytester, monkeypatch):
     print(text[text.index("def test_twenty"):text.index("short test summary")])
 
 
+#: (link, client Host sysctls, transfer options, the verdict): flows this project did not tune for the verdict.
+LIMIT_CASES = {
+    "4 KB SO_RCVBUF at 100 Mbit/s": ({"rate": "100mbit"}, {}, {"nbytes": 2_000_000, "rcvbuf": 4096}, "rwnd"),
+    "client tcp_rmem 4096, unshaped": ({}, {"net.ipv4.tcp_rmem": "4096 4096 4096"}, {"nbytes": 2_000_000}, "rwnd"),
+    "16 KB SO_SNDBUF, 1 MB writes, unshaped": ({}, {}, {"nbytes": 200_000_000, "sndbuf": 16384}, "sndbuf"),
+    "autotuned at 20 Mbit/s": ({"rate": "20mbit"}, {}, {"nbytes": 2_000_000}, "cwnd"),
+    "writer paced at 16 KB x 25/s": ({"rate": "20mbit"}, {}, {"nbytes": 250_000, "writer": Pace(16384, 25)}, "app"),
+}
+
+
 @pytest.mark.tcpnet_needs("htb")
-def test_limited_by_tells_window_from_link_on_real_transfers(tcpnet):
-    from pytest_tcpnet import assert_limited_by
-    pair = tcpnet.pair(link=Link(rate="100mbit"))
-    assert_limited_by(pair.transfer(nbytes=2_000_000, rcvbuf=4096), "rwnd")
-    shares = assert_limited_by(pair.transfer(nbytes=2_000_000), "cwnd")
-    assert shares["rwnd"] < 0.5
-    with pytest.raises(AssertionError, match="sender was rwnd-limited, not cwnd-limited"):
-        assert_limited_by(pair.transfer(nbytes=2_000_000, rcvbuf=4096), "cwnd")
+@pytest.mark.parametrize("case", LIMIT_CASES)
+def test_limited_by_names_what_held_the_sender_on_real_transfers(tcpnet, case):
+    from pytest_tcpnet import Host, assert_limited_by
+    link, sysctls, options, label = LIMIT_CASES[case]
+    pair = tcpnet.pair(link=Link(**link), client=Host(sysctls=sysctls))
+    result = pair.transfer(**options)
+    shares = assert_limited_by(result, label)
+    assert result.limited_by == label and shares[label] > 0.5
+    wrong = next(other for other in ("cwnd", "rwnd") if other != label)
+    with pytest.raises(AssertionError, match=f"sender was {label}-limited, not {wrong}-limited: .* samples"):
+        assert_limited_by(result, wrong)
+
+
+#: The same kinds of flow at 20 ms RTT (netem: the VM): the verdicts must not depend on an undelayed path.
+LIMIT_CASES_20MS = {
+    "client tcp_rmem 4096": ({"rate": "20mbit"}, {"net.ipv4.tcp_rmem": "4096 4096 4096"}, {"nbytes": 300_000}, "rwnd"),
+    "16 KB SO_SNDBUF, 1 MB writes": ({"rate": "20mbit"}, {}, {"nbytes": 1_000_000, "sndbuf": 16384}, "sndbuf"),
+    "autotuned at 20 Mbit/s": ({"rate": "20mbit"}, {}, {"nbytes": 4_000_000}, "cwnd"),
+    "writer paced at 16 KB x 25/s": ({"rate": "20mbit"}, {}, {"nbytes": 250_000, "writer": Pace(16384, 25)}, "app"),
+}
+
+
+@pytest.mark.tcpnet_needs("netem")
+@pytest.mark.parametrize("case", LIMIT_CASES_20MS)
+def test_limited_by_at_20ms(tcpnet, case):
+    from pytest_tcpnet import Host, assert_limited_by
+    link, sysctls, options, label = LIMIT_CASES_20MS[case]
+    result = tcpnet.pair(link=Link(rtt="20ms", **link), client=Host(sysctls=sysctls)).transfer(**options)
+    assert assert_limited_by(result, label)[label] > 0.5

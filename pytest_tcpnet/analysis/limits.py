@@ -1,30 +1,71 @@
-"""What limited a sender, from the kernel's chrono counters in TCP_INFO (busy_time, rwnd_limited, sndbuf_limited).
+"""What limited a sender: read from its sampled socket state, cross-checked with the kernel's chrono counters.
 
-The kernel times three states while data is outstanding: busy (sending, so bounded by the
-congestion window or the path), rwnd-limited (the peer's window is full) and sndbuf-limited
-(the application is blocked on a full send buffer and the queue ran dry); tcpi_busy_time
-is their sum. Time outside all three, within the transfer, is the application not writing.
+Each sample of the sender's socket says what held it back at that instant:
+  - "app":    the application gave the kernel nothing more to send (nothing unsent, send buffer
+              not full): a paced writer, a stop-and-wait protocol waiting for its own reply;
+  - "rwnd":   data waits and the peer's window has no room for another segment;
+  - "cwnd":   data waits and the congestion window is full, or both windows have room but the
+              data still waits (pacing, the path): the congestion control and the network;
+  - "sndbuf": everything written is in flight, the send buffer is full and both windows have
+              room: the buffer bounds what can be in flight.
+The verdict is the label of most samples in the transfer.
 
-The sndbuf state starts only when a transmission empties the write queue while the writer
-already waits for space. A writer of small blocking send()s never meets that: its data leaves
-at once, and it waits only between transmissions; the kernel counts that time as busy. So a
-sampled series of the sender's socket tells it too (send_buffer_bound_share).
+The chrono counters (tcpi_busy_time, rwnd_limited, sndbuf_limited) are the kernel's own
+timing, kept as a cross-check and as the fallback without samples. They cannot tell "cwnd"
+from "app" on their own: busy time that is neither rwnd- nor sndbuf-limited is any time with
+data in flight, so a stop-and-wait protocol reads as 100% busy, and a 4 KB receive window on an
+undelayed path as 79% busy (its window opens and closes faster than the chrono switches). And
+the sndbuf state starts only when a transmission empties the write queue while the writer
+already waits, which a writer of small blocking writes never meets.
 """
 
-__all__ = ["LABELS", "limited_by", "send_buffer_bound_share"]
+__all__ = ["LABELS", "SAMPLE_FIELDS", "FULL_SEND_BUFFER", "MIN_SAMPLES", "limited_by", "classify_sample",
+           "sample_shares", "chrono_shares"]
 
 LABELS = ("rwnd", "sndbuf", "cwnd", "app")
 
+#: The sender's sampled fields a verdict reads (TCP_INFO and socket memory, as the sampler takes them).
+SAMPLE_FIELDS = ("unacked", "snd_cwnd", "snd_wnd", "snd_mss", "notsent_bytes", "wmem_queued", "sndbuf")
 
-def limited_by(tcp_info, duration_s=None, samples=None):
-    """(label, shares): the state the sender spent most time in, and every state's share of the time.
+#: A sample's send buffer counts as full from this share of SO_SNDBUF charged (truesize, not payload).
+FULL_SEND_BUFFER = 0.75
 
-    tcp_info: a decoded TCP_INFO dict (microsecond counters). duration_s, when given, is the
-    transfer's length: the time not busy counts as "app". Without it, shares are of busy time.
-    samples: the sender's sampled rows (see send_buffer_bound_share); when most show a full send
-    buffer with nothing unsent, time the chrono counted as busy is "sndbuf". Shares stay the chrono's.
-    """
-    missing = [k for k in ("busy_time", "rwnd_limited", "sndbuf_limited") if tcp_info.get(k) is None]
+#: Fewer classified samples than this and the verdict falls back to the chrono counters.
+MIN_SAMPLES = 3
+
+
+def classify_sample(sample):
+    """The label one sample of the sender's socket shows (see the module), or None if it lacks the fields."""
+    unacked, cwnd = sample.get("unacked"), sample.get("snd_cwnd")
+    queued, buffer = sample.get("wmem_queued"), sample.get("sndbuf")
+    if unacked is None or cwnd is None or queued is None or not buffer:
+        return None
+    mss = sample.get("snd_mss") or 1448
+    notsent = sample.get("notsent_bytes")
+    waiting = notsent is not None and notsent >= mss
+    full = queued >= FULL_SEND_BUFFER * buffer
+    if not waiting and not full:
+        return "app"
+    window = sample.get("snd_wnd")
+    if window is not None and unacked * mss + mss > window:
+        return "rwnd"
+    if unacked >= cwnd or waiting:
+        return "cwnd"
+    return "sndbuf"
+
+
+def sample_shares(samples):
+    """({label: share of classified samples}, how many were classified); ({}, 0) without usable samples."""
+    labels = [label for label in map(classify_sample, samples or ()) if label is not None]
+    if not labels:
+        return {}, 0
+    return {label: labels.count(label) / len(labels) for label in LABELS}, len(labels)
+
+
+def chrono_shares(tcp_info, duration_s=None):
+    """{label: share of the transfer} from the chrono counters: busy time neither rwnd- nor sndbuf-limited is
+    "cwnd", time not busy within duration_s is "app" (shares of busy time without it). ValueError without them."""
+    missing = [k for k in ("busy_time", "rwnd_limited", "sndbuf_limited") if (tcp_info or {}).get(k) is None]
     if missing:
         raise ValueError(f"tcp_info: lacks {', '.join(missing)} (kernel older than 4.10?); cannot tell the limit")
     busy = tcp_info["busy_time"] / 1e6
@@ -32,36 +73,20 @@ def limited_by(tcp_info, duration_s=None, samples=None):
     sndbuf = tcp_info["sndbuf_limited"] / 1e6
     total = max(busy, duration_s or 0.0)
     if total <= 0:
-        return "app", {"rwnd": 0.0, "sndbuf": 0.0, "cwnd": 0.0, "app": 1.0}
-    shares = {"rwnd": rwnd / total, "sndbuf": sndbuf / total, "cwnd": max(0.0, busy - rwnd - sndbuf) / total,
-              "app": max(0.0, total - busy) / total}
-    label = max(LABELS, key=shares.get)
-    if label == "cwnd" and samples and (send_buffer_bound_share(samples) or 0) > 0.5:
-        label = "sndbuf"
-    return label, shares
+        return {"rwnd": 0.0, "sndbuf": 0.0, "cwnd": 0.0, "app": 1.0}
+    return {"rwnd": rwnd / total, "sndbuf": sndbuf / total, "cwnd": max(0.0, busy - rwnd - sndbuf) / total,
+            "app": max(0.0, total - busy) / total}
 
 
-#: A sample's send buffer counts as full from this share of SO_SNDBUF charged (truesize, not payload).
-FULL_SEND_BUFFER = 0.75
+def limited_by(tcp_info, duration_s=None, samples=None):
+    """(label, shares, basis): what bounded the sender most, every label's share, and what they were read from.
 
-
-def send_buffer_bound_share(samples):
-    """Share of sender samples in which the send buffer alone held the flow back.
-
-    samples: dicts with notsent_bytes, wmem_queued, sndbuf, unacked, snd_cwnd, snd_wnd and
-    snd_mss (TCP_INFO and socket memory of the sender, as the sampler reads them). A sample is
-    send-buffer-bound when all that was written is in flight (nothing unsent), the buffer is
-    full, and neither the congestion window nor the peer's window is. None without samples.
+    samples: the sender's sampled rows within the transfer (dicts with SAMPLE_FIELDS); with at
+    least MIN_SAMPLES of them classified, they decide and basis says "N samples". Otherwise
+    the chrono counters of tcp_info decide (basis "chrono"; ValueError if it lacks them).
     """
-    usable = [s for s in samples if all(s.get(k) is not None for k in
-                                        ("notsent_bytes", "wmem_queued", "sndbuf", "unacked", "snd_cwnd"))]
-    if not usable:
-        return None
-
-    def bound(s):
-        mss = s.get("snd_mss") or 1448
-        window_room = s.get("snd_wnd") is None or s["unacked"] * mss + mss <= s["snd_wnd"]
-        return (s["notsent_bytes"] < mss and s["wmem_queued"] >= FULL_SEND_BUFFER * s["sndbuf"]
-                and s["unacked"] < s["snd_cwnd"] and window_room)
-
-    return sum(map(bound, usable)) / len(usable)
+    shares, count = sample_shares(samples)
+    if count >= MIN_SAMPLES:
+        return max(LABELS, key=shares.get), shares, f"{count} samples"
+    shares = chrono_shares(tcp_info, duration_s)
+    return max(LABELS, key=shares.get), shares, "chrono"

@@ -80,14 +80,10 @@ def _report(result, expected_bps, rel, observed):
             for name, bps in sorted(prediction.bounds.items(), key=lambda kv: kv[1])))
         lines.append(f"  model: {prediction.why}")
         lines.append(f"  conditions: {c.describe()}")
-    limited = getattr(result, "limited_by", None)
-    if limited is None and info.get("busy_time") is not None:
-        from ..analysis.limits import limited_by
-        limited = limited_by(info, getattr(result, "duration_s", None))
-    if limited:
-        label, shares = limited if isinstance(limited, tuple) else (limited, {})
-        lines.append(f"  sender was {label}-limited" + (": " + ", ".join(
-            f"{k} {v:.0%}" for k, v in shares.items()) if shares else ""))
+    verdict = _limited_by(result)
+    if verdict:
+        label, shares, basis = verdict
+        lines.append(f"  sender was {label}-limited" + (f": {_shares_text(shares)} ({basis})" if shares else ""))
     describe = getattr(result, "describe", None)
     if callable(describe):
         lines.append("  " + describe().replace("\n", "\n  "))
@@ -98,16 +94,39 @@ def _report(result, expected_bps, rel, observed):
 
 
 def assert_limited_by(result, label):
-    """Assert the sender spent most of its time limited by label ("rwnd", "sndbuf", "cwnd" or "app")."""
+    """Assert the sender spent most of its time limited by label ("rwnd", "sndbuf", "cwnd" or "app"); return the shares."""
     __tracebackhide__ = True  # pytest shows the caller's line, not ours
-    from ..analysis.limits import LABELS, limited_by
+    from ..analysis.limits import LABELS, chrono_shares
     if label not in LABELS:
         raise ValueError(f"label: must be one of {', '.join(LABELS)}, got {label!r}")
-    # The same verdict as result.limited_by, with the shares behind it for the message.
-    samples = result.sender_samples() if callable(getattr(result, "sender_samples", None)) else None
-    got, shares = limited_by(result.sender_tcp_info, getattr(result, "sender_active_s", None), samples)
+    verdict = _limited_by(result)
+    if verdict is None:
+        raise AssertionError(f"cannot tell what limited the sender: no samples of its socket and no chrono counters "
+                             f"in its TCP_INFO (sample_interval off, or a kernel before 4.10)\n{result.describe()}")
+    got, shares, basis = verdict
     if got == label:
         return shares
-    share_text = ", ".join(f"{k} {v:.0%}" for k, v in shares.items()) or "no shares recorded"
-    raise AssertionError(f"sender was {got}-limited, not {label}-limited ({share_text} of the transfer, "
-                         f"from TCP_INFO busy_time / rwnd_limited / sndbuf_limited)\n{result.describe()}")
+    text = f"sender was {got}-limited, not {label}-limited: {_shares_text(shares)} of the transfer, from {basis}"
+    if basis != "chrono":
+        try:  # the kernel's own timing beside it, as a cross-check
+            text += f"; the kernel's chrono counters: {_shares_text(chrono_shares(result.sender_tcp_info, getattr(result, 'sender_active_s', None)))}"
+        except ValueError:
+            pass
+    raise AssertionError(f"{text}\n{result.describe()}")
+
+
+def _limited_by(result):
+    """(label, shares, basis) for a TransferResult or a look-alike that has TCP_INFO (and maybe samples); or None."""
+    own = getattr(result, "limited_by_shares", None)
+    if callable(own):
+        return own()
+    from ..analysis.limits import limited_by
+    samples = result.sender_samples() if callable(getattr(result, "sender_samples", None)) else None
+    try:
+        return limited_by(getattr(result, "sender_tcp_info", None), getattr(result, "sender_active_s", None), samples)
+    except ValueError:
+        return None
+
+
+def _shares_text(shares):
+    return ", ".join(f"{k} {v:.0%}" for k, v in shares.items())

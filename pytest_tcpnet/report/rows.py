@@ -135,14 +135,21 @@ def _number(value):
 
 
 def _limited_by(result):
-    """(label, shares): the result's verdict and the chrono-counter shares behind it."""
+    """(label, shares): the result's verdict and the shares behind it (of samples, or of the chrono counters)."""
     verdict = _attr(result, "limited_by")
     if isinstance(verdict, (tuple, list)) and verdict:  # a result type that gives (label, shares) itself
         return str(verdict[0]), verdict[1] if len(verdict) > 1 and isinstance(verdict[1], dict) else None
     if verdict is None:
         return None, None
-    from ..analysis.limits import limited_by
-    return str(verdict), limited_by(_attr(result, "sender_tcp_info"), _attr(result, "sender_active_s"))[1]
+    own = _attr(result, "limited_by_shares")
+    behind = own() if callable(own) else None
+    if behind and behind[0] == verdict:
+        return str(verdict), behind[1]
+    from ..analysis.limits import chrono_shares
+    try:
+        return str(verdict), chrono_shares(_attr(result, "sender_tcp_info"), _attr(result, "sender_active_s"))
+    except ValueError:
+        return str(verdict), None
 
 
 def _events(result):

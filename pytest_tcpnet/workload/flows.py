@@ -95,12 +95,13 @@ def _send(sock, nbytes, duration, writer, write_size=CHUNK):
         want = gate.next_size(sent, write_size if nbytes is None else min(write_size, nbytes - sent))
         if want <= 0:
             break
+        if first_write_at is None:
+            # Before the call: a blocking 1 MiB write into a small send buffer returns only once most of it is sent.
+            first_write_at = time.monotonic()
         try:
             n = sock.send(_payload(want))
         except socket.timeout:
             continue
-        if first_write_at is None:
-            first_write_at = time.monotonic()
         sent += n
     sock.settimeout(None)
     return sent, first_write_at, gate.pauses
