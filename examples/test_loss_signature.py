@@ -32,3 +32,33 @@ def test_resends_and_dup_acks_follow_the_loss_rate(tcpnet):
     for kind in ("duplicate_ack",):
         assert high.rate(kind) > 3 * low.rate(kind), (low.describe(), high.describe())
     assert high.resent_segments / high.data_segments > 3 * low.resent_segments / low.data_segments
+
+
+def _lossy(tcpnet, loss, nbytes, *, cc, rcvbuf, rtt="40ms", rate="50mbit"):
+    pair = tcpnet.pair(link=Link(rate=rate, rtt=rtt, to_client={"loss": loss}), server=Host(cc=cc))
+    return pair.transfer(nbytes=nbytes, rcvbuf=rcvbuf, capture=True)
+
+
+@pytest.mark.tcpnet_needs("netem", "tshark")
+def test_the_signature_holds_for_small_and_wide_windows(tcpnet):
+    """Issue 18: each loss costs about a window of duplicate ACKs, so a ~150-segment bbr flow at 1% loss
+    shows ~13% of them (a healthy flow that a window-blind check called broken); a 10-segment cubic
+    flow far fewer. Both pass, because the allowed dup-ack range scales with the segments in flight."""
+    wide = _lossy(tcpnet, 0.01, 6_000_000, cc="bbr", rcvbuf=217_000)  # 6.1: SO_RCVBUF x2 / 2 = 150 segments
+    narrow = _lossy(tcpnet, 0.01, 3_000_000, cc="cubic", rcvbuf=14_480, rtt="10ms")  # 10 segments
+    assert wide.capture.segments_in_flight > 4 * narrow.capture.segments_in_flight, (wide.describe(), narrow.describe())
+    assert_loss_signature(wide, 0.01)
+    assert_loss_signature(narrow, 0.01)
+
+
+@pytest.mark.tcpnet_needs("netem", "tshark")
+def test_a_tenth_of_a_percent_and_five_percent_are_told_apart(tcpnet):
+    # 0.1% over ~14000 segments is ~14 losses (P(fewer than 5) ~0.2%); 5% over ~700 is ~35.
+    rare = _lossy(tcpnet, 0.001, 20_000_000, cc="bbr", rcvbuf=None)
+    often = _lossy(tcpnet, 0.05, 1_000_000, cc="bbr", rcvbuf=None)
+    assert_loss_signature(rare, 0.001)
+    assert_loss_signature(often, 0.05)
+    with pytest.raises(AssertionError, match="resent segment rate"):
+        assert_loss_signature(rare, 0.05)
+    with pytest.raises(AssertionError, match="resent segment rate"):
+        assert_loss_signature(often, 0.001)

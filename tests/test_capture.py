@@ -2,7 +2,7 @@
 
 import pytest
 
-from pytest_tcpnet import Host, Lab, LabError, Pause
+from pytest_tcpnet import Host, Lab, LabError, Link, Pause
 from pytest_tcpnet.assertions.events import assert_no_window_full, assert_window_full, assert_zero_window
 from pytest_tcpnet.capture import DEFAULT_SNAPLEN, Capture, CaptureResult
 
@@ -56,6 +56,16 @@ def test_window_full_under_a_tiny_client_rmem_and_not_when_tuned(tcpnet, tmp_pat
     assert "TCP Window Full events" in message and "window_full" in message
     assert "peer_win=" in message.split("first window_full packets:")[1]  # the window the sender filled
     assert str(small.result.pcap) in message
+
+
+def test_window_full_after_start_up_tells_an_autotuned_flow_from_a_tiny_window(tcpnet):
+    # Default autotuning on a fast path: measured 0-2 Window Full, all in the first 1-3 ms, while the receiver's
+    # window reached 90% of its largest after 14-330 ms (9 transfers at 0.5, 1 Gbit/s and unshaped).
+    default = tcpnet.pair(link=Link(rate="1gbit")).transfer(nbytes=20_000_000, capture=True)
+    assert_no_window_full(default, after="slow_start")
+    tiny = tcpnet.pair(link=Link(rate="1gbit"), client=TINY_RMEM).transfer(nbytes=500_000, capture=True)
+    with pytest.raises(AssertionError, match=r"TCP Window Full events after .* ms \(slow_start; \d+ before it\)"):
+        assert_no_window_full(tiny, after="slow_start")
 
 
 def test_pausing_reader_gives_zero_window_probes_and_update(tcpnet, tmp_path):

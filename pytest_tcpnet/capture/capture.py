@@ -173,6 +173,16 @@ class CaptureResult:
         follows the previous segment by less than an RTT, as fast retransmissions on short paths do)."""
         return self.events["retransmission"] + self.events["out_of_order"]
 
+    @property
+    def segments_in_flight(self):
+        """Mean full-sized segments in flight when a data segment left (tshark's bytes in flight / the largest
+        payload seen); None without data segments. A lost segment draws about this many duplicate ACKs."""
+        data = [p for p in self.packets if p.direction == "data" and p.len > 0 and p.bytes_in_flight is not None]
+        if not data:
+            return None
+        mss = max(p.len for p in data)
+        return sum(p.bytes_in_flight for p in data) / len(data) / mss
+
     def rate(self, kind):
         """Events of kind per data segment sent (e.g. 0.01 when 1 segment in 100 was retransmitted)."""
         return self.events[kind] / max(1, self.data_segments)
