@@ -47,10 +47,9 @@ class ReportPlugin:
 
     def __init__(self, config):
         from .report import ArtifactStore, ResultsWriter
+        from .report.artifacts import artifacts_root
         self.config = config
-        root = config.getoption("tcpnet_artifacts")
-        root = config.rootpath / "tcpnet-artifacts" if root is None else config.invocation_params.dir / root
-        self.artifacts = ArtifactStore(root, config.getoption("tcpnet_keep"))
+        self.artifacts = ArtifactStore(artifacts_root(config), config.getoption("tcpnet_keep"))
         self.is_worker = hasattr(config, "workerinput")
         self.flows = []
         self.kept = []
@@ -64,8 +63,18 @@ class ReportPlugin:
                 raise pytest.UsageError(f"--tcpnet-results={path}: {exc}") from None
 
     def start_test(self, item):
-        """A fresh artifact directory for the test."""
-        return self.artifacts.directory_for(item.nodeid)
+        """A fresh artifact directory for the test; None (and a warning naming where) if it cannot be made.
+
+        An artifact directory is a by-product: failing to make one must not turn the test into
+        an error that hides its own outcome.
+        """
+        try:
+            return self.artifacts.directory_for(item.nodeid)
+        except OSError as exc:
+            item.warn(pytest.PytestWarning(
+                f"tcpnet: no artifact directory for this test (pcaps and plots are not kept): cannot write "
+                f"{exc.filename or self.artifacts.root}: {exc.strerror or exc}; --tcpnet-artifacts=DIR moves them"))
+            return None
 
     def finish_test(self, item, lab):
         """Build the test's rows (summary, JUnit properties), then keep or remove its artifact directory."""

@@ -97,6 +97,16 @@ def test_keep_all_and_none(project, keep, kept):
     assert ("tcpnet artifacts" in result.stdout.str()) is (keep == "all")
 
 
+def test_artifacts_that_cannot_be_written_leave_the_outcomes_standing(project):
+    (project.path / "taken").write_text("a file where the artifacts directory would be")
+    result = project.runpytest("-p", "no:cacheprovider", "--tcpnet-artifacts=taken", "-k", "fast or slow_claim")
+    result.assert_outcomes(passed=1, failed=1)  # no errors at setup: each test's own outcome
+    text = result.stdout.str()
+    assert "a 10 Mbit/s link cannot carry 1 Gbit/s" in text
+    assert "tcpnet: no artifact directory for this test (pcaps and plots are not kept): cannot write" in text
+    assert f"{project.path / 'taken'}" in text and "--tcpnet-artifacts=DIR moves them" in text
+
+
 def test_real_merge_of_two_runs(project, capsys):
     for label in ("first", "second"):
         result = project.runpytest("-p", "no:cacheprovider", "-k", "fast or None",

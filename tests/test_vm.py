@@ -94,6 +94,22 @@ def test_artifact_dirs(tmp_path):
     )
     # basetemp's parent: pytest deletes and re-creates basetemp, impossible on a mount point.
     assert got == [f"{cwd}/reports", "/srv", "/var/tmp/bt", f"{cwd}/arts"]
+    # The default artifacts directory and pytest's cache live under the rootdir, which may be above the cwd.
+    above = args.artifact_dirs(cwd, artifacts="/home/u/tcpnet-artifacts", cache_dir="/home/u/.pytest_cache")
+    assert above == ["/home/u/tcpnet-artifacts", "/home/u/.pytest_cache"]
+
+
+def test_the_artifacts_root_is_the_sessions_own(tmp_path):
+    from types import SimpleNamespace
+
+    from pytest_tcpnet.report.artifacts import artifacts_root
+
+    def config(chosen):
+        return SimpleNamespace(rootpath=tmp_path, invocation_params=SimpleNamespace(dir=tmp_path / "proj"),
+                               getoption=lambda name, default=None: chosen)
+
+    assert artifacts_root(config(None)) == tmp_path / "tcpnet-artifacts"  # the rootdir's, wherever the cwd is
+    assert artifacts_root(config("out")) == tmp_path / "proj" / "out"
 
 
 def test_release_from_name_and_version_order():
@@ -856,3 +872,37 @@ def test_console_filter_drops_power_down_split_across_reads():
               b" line\n[ 1.0] kept\n", b"[ 2.0] tail"]
     out = b"".join(f.feed(c) for c in chunks) + f.flush()
     assert out == b"err 1\npartial line\n[ 1.0] kept\n[ 2.0] tail"
+
+
+ELSEWHERE_TESTS = """
+from pytest_tcpnet import Link
+
+def test_passes(tcpnet):
+    assert tcpnet.pair(link=Link(rate="20mbit")).transfer(nbytes=200_000).nbytes == 200_000
+
+def test_fails_with_artifacts(tcpnet):
+    result = tcpnet.pair(link=Link(rate="20mbit")).transfer(nbytes=200_000)
+    assert result.throughput_bps > 1e9, "deliberate failure"
+"""
+
+
+@pytest.mark.tcpnet_vm_boot
+def test_a_rootdir_above_the_working_directory_gets_its_artifacts_back(tmp_path, vm_kernel):
+    """Issue 24: `cd ~/proj && pytest --tcpnet-vm ~/other/checks/test_vm.py`, no configuration file: the rootdir is
+    their common ancestor, above the cwd; its tcpnet-artifacts/ must be shared read-write with the guest."""
+    proj, checks = tmp_path / "proj", tmp_path / "other" / "checks"
+    proj.mkdir()
+    checks.mkdir(parents=True)
+    (checks / "test_vm.py").write_text(ELSEWHERE_TESTS)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--tcpnet-vm", "--tcpnet-kernel", vm_kernel.release,
+         f"--tcpnet-vm-accel={ACCEL}", "--tcpnet-vm-boot-timeout", "240", "-rA", str(checks / "test_vm.py")],
+        cwd=proj, env=_env(), capture_output=True, text=True, timeout=900)
+    log = f"--- stdout\n{out.stdout}\n--- stderr\n{out.stderr}"
+    assert out.returncode == 1, log
+    assert f"rootdir: {tmp_path}" in out.stdout, log  # the scenario: the rootdir is above the cwd
+    assert "1 failed, 1 passed" in out.stdout and "deliberate failure" in out.stdout and "error" not in \
+        out.stdout.splitlines()[-1], log
+    kept = list((tmp_path / "tcpnet-artifacts").iterdir())
+    assert [d.name.startswith("other_checks_test_vm.py-test_fails_with_artifacts") for d in kept] == [True], kept
+    assert (kept[0] / "flows.json").exists() and list(kept[0].glob("*.png")), list(kept[0].iterdir())

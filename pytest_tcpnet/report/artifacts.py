@@ -13,6 +13,15 @@ IMAGE_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg")
 _NAME_LIMIT = 120
 
 
+def artifacts_root(config):
+    """Where a session's per-test directories go: --tcpnet-artifacts (from the invocation directory), else
+    tcpnet-artifacts/ under pytest's rootdir. The VM runner shares this directory read-write with the guest."""
+    chosen = config.getoption("tcpnet_artifacts", default=None)
+    if chosen is None:
+        return Path(config.rootpath) / "tcpnet-artifacts"
+    return Path(config.invocation_params.dir) / os.path.expanduser(chosen)
+
+
 class ArtifactStore:
     """One directory per test under root; ``finish`` keeps or removes it according to ``keep``.
 

@@ -97,8 +97,10 @@ def artifact_dirs(
     basetemp: "str | None" = None,
     artifacts: "str | None" = None,
     report_files: Sequence[str] = (),
+    cache_dir: "str | None" = None,
 ) -> list:
-    """Return the host directories the guest must write to for the artifacts the user asked for."""
+    """Return the host directories the guest must write to: reports, basetemp's parent, the per-test
+    artifacts directory and pytest's cache, each wherever it is (the rootdir may lie above ``cwd``)."""
 
     def absolute(p: str) -> str:
         return os.path.normpath(os.path.join(cwd, os.path.expanduser(p)))
@@ -111,6 +113,7 @@ def artifact_dirs(
         # pytest deletes and re-creates basetemp itself, which fails on a mount point:
         # share its parent instead.
         dirs.append(os.path.dirname(absolute(basetemp)))
-    if artifacts:
-        dirs.append(absolute(artifacts))
+    for d in (artifacts, cache_dir):
+        if d:
+            dirs.append(absolute(d))
     return dirs

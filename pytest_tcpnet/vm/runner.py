@@ -24,6 +24,7 @@ from .kernel import Kernel, has_module, resolve_kernel
 from .launch import LaunchResult, launch
 from .lock import VMLock
 from .options import ACCEL_CHOICES
+from ..report.artifacts import artifacts_root
 
 # Loaded in the guest before pytest starts; the labs need them and the Debian kernel has
 # them as modules. A failure is reported, not fatal: a test that needs one fails clearly.
@@ -92,6 +93,25 @@ def _number_option(config, name: str, flag: str, minimum: float):
     return value
 
 
+def _test_path_dirs(config, cwd: str) -> list:
+    """The directories of the test paths pytest was given: the guest sees the host's root read-only, but
+    not its /tmp (fast boot mounts a fresh one), so a path there must be shared to be found at all."""
+    dirs = []
+    for arg in getattr(config, "args", None) or ():
+        path = os.path.join(cwd, str(arg).split("::")[0])
+        if os.path.exists(path):
+            dirs.append(path if os.path.isdir(path) else os.path.dirname(path))
+    return dirs
+
+
+def _cache_dir(config) -> "str | None":
+    """pytest's cache directory (cache_dir, relative to the rootdir) when the cacheprovider plugin is on."""
+    if not config.pluginmanager.hasplugin("cacheprovider"):
+        return None
+    chosen = os.path.expandvars(os.path.expanduser(config.getini("cache_dir")))
+    return os.path.join(str(config.rootpath), chosen)
+
+
 def plan_from_config(config) -> Plan:
     """Resolve the options of a pytest ``config`` into a checked ``Plan`` (no VM started)."""
     vng, qemu = find_tools()
@@ -110,7 +130,10 @@ def plan_from_config(config) -> Plan:
         cwd,
         xmlpath=config.getoption("xmlpath", default=None),
         basetemp=config.getoption("basetemp", default=None),
-        artifacts=config.getoption("tcpnet_artifacts", default=None),
+        # Resolved as the session does, default included: tcpnet-artifacts/ under the rootdir, which
+        # may be above the working directory (test paths elsewhere, no configuration file).
+        artifacts=str(artifacts_root(config)) if config.pluginmanager.hasplugin("tcpnet") else None,
+        cache_dir=_cache_dir(config),
         # Other plugins' report files, when those plugins are installed.
         report_files=[
             f for f in (config.getoption("report_log", default=None),
@@ -126,7 +149,7 @@ def plan_from_config(config) -> Plan:
     package_dir = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     package_root = os.path.dirname(package_dir)
     venv = [os.path.realpath(sys.prefix)] if sys.prefix != sys.base_prefix else []
-    wanted = list(wanted) + [package_root] + venv
+    wanted = list(wanted) + [package_root] + venv + _test_path_dirs(config, cwd)
     shares = [check_shareable(d, "directory") for d in share_dirs(cwd, wanted)]
     # Under fast boot the shares are uncached (the host reads what the guest writes), and every
     # import over an uncached 9p mount costs round trips under emulation: the code the session
