@@ -158,6 +158,34 @@ def test_samples_decide_and_the_chrono_only_without_enough_of_them():
     assert sample_shares([]) == ({}, 0)
 
 
+def test_the_applications_own_window_and_pace_bound_the_flow():
+    # Issue 18's stop-and-wait protocol: 16 KB per application ACK at 40 ms on 20 Mbit/s: 3.3 Mbit/s, not the link.
+    c = model.Conditions(kernel="6.1", rtt_s=0.04, rate_bps=20e6, app_window_bytes=16384)
+    p = model.expected_throughput(c)
+    assert p.bound == "app" and p.bps == pytest.approx(16384 * 8 / 0.04)
+    assert "keeps 16.38 kB outstanding per 40 ms RTT" in p.why
+    paced = model.expected_throughput(model.Conditions(kernel="6.1", rtt_s=0.0, rate_bps=20e6, app_rate_bps=3.2e6))
+    assert (paced.bound, paced.bps) == ("app", 3.2e6)
+    with pytest.raises(ValueError, match="app_window_bytes"):
+        model.Conditions(kernel="6.1", rtt_s=0.04, app_window_bytes=0)
+
+
+def test_a_window_beyond_the_bdp_is_explained_by_the_queue_the_spec_builds():
+    # cubic, 40 ms, 20 Mbit/s (BDP 100 kB), tcp_rmem max 6 MB: the window waits in the 1000-packet FIFO.
+    c = model.Conditions(kernel="6.1", rtt_s=0.04, rate_bps=20e6, cc="cubic", queue_packets=1000,
+                         receiver_sysctls={"net.ipv4.tcp_rmem": "4096 131072 6291456"})
+    p = model.expected_throughput(c)
+    assert p.bound == "link"
+    queue_s = 1000 * 1448 * 8 / model.link_goodput(20e6)  # the full queue drains in ~0.61 s
+    assert p.loaded_rtt_s == pytest.approx(0.04 + queue_s, rel=1e-6)
+    assert "stand in the 1000-packet bottleneck queue: RTT under load ~" in p.why and "overflows" in p.why
+    small = model.expected_throughput(model.Conditions(kernel="6.1", rtt_s=0.04, rate_bps=20e6, cc="cubic",
+                                                       queue_packets=1000, so_rcvbuf=65536))
+    assert small.bound == "rwnd" and small.loaded_rtt_s == 0.04 and "queue" not in small.why  # below the BDP
+    bbr = model.expected_throughput(model.Conditions(**{**c.__dict__, "cc": "bbr"}))
+    assert bbr.loaded_rtt_s == 0.04  # bbr keeps its queue near empty
+
+
 def test_a_known_size_pays_for_slow_start():
     steady = model.Conditions(kernel="6.1", rtt_s=0.05, rate_bps=100e6)
     short = model.Conditions(kernel="6.1", rtt_s=0.05, rate_bps=100e6, nbytes=8_000_000)

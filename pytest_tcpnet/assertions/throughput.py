@@ -70,7 +70,8 @@ def _report(result, expected_bps, rel, observed):
     if prediction is not None and prediction.conditions is not None:
         c = prediction.conditions
         rtt = info.get("min_rtt")
-        lines.append(f"  {'RTT':<12}{format_time(rtt / 1e6) if rtt else '?':>16}  {format_time(c.rtt_s):>16}")
+        lines.append(f"  {'RTT':<12}{format_time(rtt / 1e6) if rtt else '?':>16}  "
+                     f"{format_time(prediction.loaded_rtt_s or c.rtt_s):>16}")
         if "rwnd" in prediction.bounds:
             window = prediction.bounds["rwnd"] * c.rtt_s / 8
             seen = info.get("snd_wnd")

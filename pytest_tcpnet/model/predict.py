@@ -49,6 +49,12 @@ class Conditions:
     write_chunk_bytes: "int | None" = 1 << 20
     window_bytes: "int | None" = None
     nbytes: "int | None" = None
+    #: The bottleneck queue the spec builds (packets): where a window larger than the BDP waits.
+    queue_packets: "int | None" = None
+    #: The application's own bounds: bytes it keeps outstanding per round trip (a stop-and-wait
+    #: protocol's chunk per application ACK), and the rate it writes or reads at (a paced end).
+    app_window_bytes: "int | None" = None
+    app_rate_bps: "float | None" = None
 
     def __post_init__(self):
         KernelVersion.parse(self.kernel)
@@ -58,6 +64,11 @@ class Conditions:
             raise ValueError(f"rate_bps: must be > 0 or None (unlimited), got {self.rate_bps!r}")
         if not 0 <= self.loss < 1:
             raise ValueError(f"loss: must be in [0, 1), got {self.loss!r}")
+        for name in ("queue_packets", "app_window_bytes", "app_rate_bps"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not value > 0 or not math.isfinite(value)):
+                raise ValueError(f"{name}: must be a finite number > 0 or None, got {value!r}")
 
     @classmethod
     def from_result(cls, result, *, observed=False):
@@ -78,7 +89,11 @@ class Conditions:
         if observed:
             window = (result.sender_tcp_info or {}).get("snd_wnd") or None
             rtt = max(rtt, result.rtt_s or 0.0)
+        paced = [p.rate_bps for p in (getattr(result, "writer", None), getattr(result, "reader", None))
+                 if hasattr(p, "rate_bps")]
         return cls(kernel=result.kernel, rtt_s=rtt, rate_bps=way.rate_bps, loss=way.loss,
+                   queue_packets=way.queue_limit_packets() if way.rate_bps else None,
+                   app_rate_bps=min(paced) if paced else None,
                    cc=result.cc or sysctls.get(sender_role, {}).get("net.ipv4.tcp_congestion_control"),
                    so_sndbuf=result.sndbuf_requested, so_rcvbuf=result.rcvbuf_requested,
                    sender_sysctls=dict(sysctls.get(sender_role, {})),
@@ -103,6 +118,8 @@ class Prediction:
     why: str
     bounds: dict
     conditions: "Conditions | None" = None
+    #: The RTT the flow should see: the path's, plus the standing queue its own window builds.
+    loaded_rtt_s: "float | None" = None
 
 
 def expected_throughput(conditions_or_result, *, observed=False):
@@ -140,17 +157,54 @@ def expected_throughput(conditions_or_result, *, observed=False):
         if mathis is not None:
             bounds["loss"] = mathis
             reasons["loss"] = f"Mathis: MSS/RTT x 1.22/sqrt(p) at p = {c.loss:.3g} for {c.cc or 'cubic'}"
+    app = []
+    if c.app_rate_bps:
+        app.append((c.app_rate_bps, f"the application moves {format_rate(c.app_rate_bps)} (paced)"))
+    if c.app_window_bytes and c.rtt_s > 0:
+        app.append((c.app_window_bytes * 8 / c.rtt_s, f"the application keeps {format_size(c.app_window_bytes)} "
+                                                       f"outstanding per {format_time(c.rtt_s)} RTT (its own protocol)"))
+    if app:
+        bounds["app"], reasons["app"] = min(app)
     if not bounds:
         raise ValueError(f"no bound applies to these conditions ({c.describe()}): give the link a rate or an RTT")
     bound = min(bounds, key=bounds.get)
     bps, why = bounds[bound], f"{bound}-limited: {reasons[bound]}"
+    loaded_rtt, queue_note = _standing_queue(c, bounds, bound)
+    why += queue_note
     if c.nbytes and c.rtt_s > 0 and bound != "loss":
         # The binding rate moves one window of rate x RTT per round trip once cwnd has grown to it.
         time_s = window_limited_transfer_time(c.nbytes, max(1.0, bps * c.rtt_s / 8), c.rtt_s)
         if c.nbytes * 8 / time_s < bps:
             bps = c.nbytes * 8 / time_s
             why += f"; {format_size(c.nbytes)} take {time_s / c.rtt_s:.0f} round trips with slow start"
-    return Prediction(bps=bps, bound=bound, why=why, bounds=bounds, conditions=c)
+    return Prediction(bps=bps, bound=bound, why=why, bounds=bounds, conditions=c, loaded_rtt_s=loaded_rtt)
+
+
+def _standing_queue(c, bounds, bound):
+    """(the RTT the flow sees, a note for `why`): a window beyond the BDP waits in the spec's own queue.
+
+    The flow still moves at the link's rate, but every packet waits behind the excess: a
+    cubic flow with a 6 MB window into a 1000-packet FIFO at 20 Mbit/s sees 600 ms more RTT,
+    and a window-bound flow is judged against that RTT, not the configured one (pitfall 8).
+    """
+    if bound != "link" or not c.rtt_s or not c.queue_packets:
+        return c.rtt_s or None, ""
+    windows = [bounds[name] * c.rtt_s / 8 for name in ("rwnd", "sndbuf") if name in bounds]
+    if c.cc not in LOSS_BASED_CCS and c.cc is not None:
+        return c.rtt_s, ""  # bbr and the delay-based ccs keep the queue near empty by design
+    bdp = c.rate_bps * c.rtt_s / 8
+    capacity = c.queue_packets * PAYLOAD_PER_FRAME
+    excess = min(windows, default=0) - bdp
+    if excess <= 0:
+        return c.rtt_s, ""
+    standing = min(excess, capacity)
+    loaded = c.rtt_s + standing * 8 / link_goodput(c.rate_bps)
+    note = (f"; the {format_size(min(windows))} window exceeds the {format_size(bdp)} BDP, so up to "
+            f"{format_size(standing)} stand in the {c.queue_packets}-packet bottleneck queue: RTT under load "
+            f"~{format_time(loaded)}")
+    if excess > capacity:
+        note += " (the queue overflows: a loss-based cc backs off on its drops)"
+    return loaded, note
 
 
 def sustained_window(c):
