@@ -52,6 +52,8 @@ def _ours():
 
 @settings(max_examples=1000, deadline=None)
 @given(st.dictionaries(st.sampled_from(LINK_FIELDS + ("bogus",)), hostile, max_size=6))
+@example({"limit": "1E310"})  # an infinite size escaped as OverflowError (found by a CI run's fuzzing)
+@example({"limit": 2**40})
 def test_link_accepts_or_refuses_with_a_documented_error(kwargs):
     try:
         link = Link(**kwargs)

@@ -123,14 +123,18 @@ def _check_limit(field, value):
     # An int is packets (tc's netem/pfifo unit); a size string ("64kb") is bytes, rounded up to packets.
     if isinstance(value, str):
         nbytes = parse_size(value, field)
-        if nbytes <= 0:
-            raise ValueError(f"{field}: must be > 0, got {value!r}")
+        if not 0 < nbytes <= _MAX_QUEUE_PACKETS * MTU_FRAME_BYTES:  # NaN and infinity included ('1E310')
+            raise ValueError(f"{field}: must be > 0 and at most {_MAX_QUEUE_PACKETS} packets' worth, got {value!r}")
         return max(1, math.ceil(nbytes / MTU_FRAME_BYTES))
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{field}: expected a packet count (int) or a size string like '64kb', got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{field}: must be >= 1 packet, got {value!r}")
+    if not 1 <= value <= _MAX_QUEUE_PACKETS:
+        raise ValueError(f"{field}: must be 1..{_MAX_QUEUE_PACKETS} packets, got {value!r}")
     return value
+
+
+#: tc's queue limits are 32-bit; netem's also holds the delay line, so half of that is left for the queue.
+_MAX_QUEUE_PACKETS = 2**31 - 1
 
 
 def _one_way(where, rate, delay, jitter, loss, reorder, duplicate, corrupt, limit):
