@@ -129,7 +129,7 @@ def _check_limit(field, value):
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{field}: expected a packet count (int) or a size string like '64kb', got {value!r}")
     if not 1 <= value <= _MAX_QUEUE_PACKETS:
-        raise ValueError(f"{field}: must be 1..{_MAX_QUEUE_PACKETS} packets, got {value!r}")
+        raise ValueError(f"{field}: must be >= 1 packet (at most {_MAX_QUEUE_PACKETS}), got {value!r}")
     return value
 
 
