@@ -4,8 +4,12 @@ Usable without pytest: ``with Lab() as lab: lab.pair(link=Link(rate="50mbit")).t
 """
 
 import atexit
+import concurrent.futures
 import contextlib
 import itertools
+import math
+import pickle
+import sys
 import threading
 import weakref
 
@@ -53,6 +57,65 @@ class Node:
         self.address = address
         self.interface = interface
         self.processes = NamespaceProcesses(netlink.namespace_path(namespace))
+        self.closed = False  # set when its pair closes: nothing more may start here
+
+    def call(self, fn, /, *args, timeout=None, **kwargs):
+        """Run fn(*args, **kwargs) in a fresh thread inside this namespace; return its result.
+
+        Its exception is re-raised with a note naming this node; LabError if it does not return
+        within `timeout` seconds (the thread runs on: a thread cannot be killed). The thread
+        ends with fn and serves nothing else, so no thread that entered a lab runs host work.
+        """
+        timeout = _check_timeout(timeout)
+        future = self.submit(fn, *args, **kwargs)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise LabError(f"{_name_of(fn)} did not return within {timeout} s in {self!r}; its thread runs on "
+                           f"until it returns") from None
+
+    def submit(self, fn, /, *args, **kwargs):
+        """Start fn(*args, **kwargs) in a fresh thread inside this namespace; a concurrent.futures.Future of it."""
+        self._check_open(fn)
+        where = repr(self)
+
+        def run():
+            try:
+                return fn(*args, **kwargs)
+            except BaseException as exc:
+                exc.add_note(f"raised by {_name_of(fn)} in {where}")
+                raise
+
+        return netlink.submit_in_namespace(self.namespace, run)
+
+    def spawn(self, fn, /, *args, **kwargs):
+        """Run fn(*args, **kwargs) in a process forked from the plugin's preloaded zygote inside this namespace.
+
+        No GIL shared with this process (or the socket sampler), and milliseconds to start
+        where a fresh interpreter takes seconds (the emulated VM). fn must be a module-level
+        function the child can import by name; arguments and result travel by pickle. Returns
+        a SpawnedCall: .pid, .result(timeout), .running(), .stop(); the pair's close stops it.
+        """
+        from .workload.spawn import NamespaceChild, SpawnedCall, importable_name, run_function
+
+        self._check_open(fn)
+        function = importable_name(fn)
+        try:
+            pickle.dumps((args, kwargs))
+        except Exception as exc:
+            raise TypeError(f"spawn: the arguments of {function} cannot be pickled for the child: "
+                            f"{type(exc).__name__}: {exc}") from None
+        child = NamespaceChild(self.processes.netns_path, run_function,
+                               dict(function=function, args=args, kwargs=kwargs, sys_path=list(sys.path)),
+                               name=f"{function} on {self.role}")
+        self.processes.adopt(child)
+        return SpawnedCall(child, function)
+
+    def _check_open(self, fn):
+        if not callable(fn):
+            raise TypeError(f"fn: expected a callable, got {fn!r}")
+        if self.closed:
+            raise LabError(f"{self!r}: its pair is closed")
 
     def popen(self, argv, **kwargs):
         """Start argv inside this namespace (subprocess.Popen); stopped by pid when the pair closes."""
@@ -300,6 +363,7 @@ class Pair:
         self.closed = True
         errors = []
         for node in self.nodes:
+            node.closed = True
             node.processes.stop_all()
         try:
             netlink.remove_namespaces(self._created[::-1])
@@ -392,6 +456,18 @@ class Lab:
 
     def __exit__(self, *exc_info):
         self.close()
+
+
+def _check_timeout(timeout):
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (timeout > 0 and math.isfinite(timeout)):
+        raise ValueError(f"timeout: must be a number of seconds > 0, or None, got {timeout!r}")
+    return timeout
+
+
+def _name_of(fn):
+    return getattr(fn, "__qualname__", None) or repr(fn)
 
 
 @atexit.register

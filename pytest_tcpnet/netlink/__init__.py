@@ -2,7 +2,7 @@
 
 from .namespaces import (NETNS_DIR, PREFIX, create_namespace, create_namespaces, lab_namespaces, namespace_path, owner_tag,
                          pids_in_namespace, read_host_sysctls, read_sysctls, remove_namespace, remove_namespaces, run_in_namespace, run_in_namespaces,
-                         sweep_stale_namespaces,
+                         submit_in_namespace, sweep_stale_namespaces,
                          sysctl_exists, write_sysctls)
 from .ownership import STATE_DIR, namespace_records, recorded_state
 from .session import NamespaceSession, session_for, translate_errors
@@ -18,5 +18,5 @@ __all__ = [
     "qdisc_supported", "htb_burst_bytes", "qdisc_stats", "qdisc_stats_of", "shape_egress", "OFFLOAD_FEATURES", "TSO_FEATURES", "PATH_ADDRESSES",
     "PathAddresses", "interface_counters", "get_offloads", "set_offloads", "wire_path",
     "network_state",
-    "run_in_namespaces", "NamespaceSession", "session_for", "translate_errors", "STATE_DIR", "namespace_records", "recorded_state",
+    "run_in_namespaces", "submit_in_namespace", "NamespaceSession", "session_for", "translate_errors", "STATE_DIR", "namespace_records", "recorded_state",
 ]

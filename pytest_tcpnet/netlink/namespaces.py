@@ -1,5 +1,6 @@
 """Named network namespaces: create, enter from a thread, remove, sweep what dead owners provably left."""
 
+import concurrent.futures
 import ctypes
 import errno
 import os
@@ -15,6 +16,7 @@ __all__ = [
     "NETNS_DIR", "PREFIX", "create_namespace", "create_namespaces", "remove_namespace", "remove_namespaces", "namespace_path", "run_in_namespace",
     "owner_tag", "lab_namespaces", "sweep_stale_namespaces", "pids_in_namespace", "write_sysctls",
     "read_sysctls", "sysctl_exists", "with_iproute", "call_in_own_thread", "run_in_namespaces",
+    "submit_in_namespace",
 ]
 
 NETNS_DIR = "/var/run/netns"
@@ -96,21 +98,44 @@ def call_in_own_thread(enter_namespace, function, *args, name="tcpnet-netns"):
     setns()/unshare(CLONE_NEWNET) change only the calling thread, so the caller's own
     sockets and /proc/sys view stay in the namespace they were in.
     """
-    outcome = {}
+    return submit_in_own_thread(enter_namespace, function, *args, name=name).result()
+
+
+def submit_in_own_thread(enter_namespace, function, *args, name="tcpnet-netns", **kwargs):
+    """Start a fresh daemon thread that runs enter_namespace() then function(*args, **kwargs); a Future of it.
+
+    The thread ends with the function: a thread that entered a lab namespace never serves
+    anything else, so nothing meant for the host can run in a lab by mistake (nor the reverse).
+    """
+    future = concurrent.futures.Future()
+    future.set_running_or_notify_cancel()
 
     def body():
         try:
             enter_namespace()
-            outcome["value"] = function(*args)
-        except BaseException as exc:  # re-raised in the caller's thread
-            outcome["error"] = exc
+            result = function(*args, **kwargs)
+        except BaseException as exc:  # re-raised by future.result() in the caller's thread
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
 
-    thread = threading.Thread(target=body, name=name, daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
+    threading.Thread(target=body, name=name, daemon=True).start()
+    return future
+
+
+def submit_in_namespace(name, function, *args, **kwargs):
+    """function(*args, **kwargs) in a fresh thread inside the named namespace (see submit_in_own_thread); a Future."""
+    return submit_in_own_thread(_enterer(name), function, *args, name=f"tcpnet-in-{name}", **kwargs)
+
+
+def _enterer(name):
+    def enter():
+        fd = os.open(namespace_path(name), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _setns(fd)
+        finally:
+            os.close(fd)
+    return enter
 
 
 def run_in_namespace(name, function, *args, own_thread=False):
@@ -122,15 +147,7 @@ def run_in_namespace(name, function, *args, own_thread=False):
     session = None if own_thread else session_for(name)
     if session is not None:
         return session.call(f"running {getattr(function, '__name__', 'a function')}", function, *args)
-
-    def enter():
-        fd = os.open(namespace_path(name), os.O_RDONLY)
-        try:
-            _setns(fd)
-        finally:
-            os.close(fd)
-
-    return call_in_own_thread(enter, function, *args, name=f"tcpnet-in-{name}")
+    return submit_in_namespace(name, function, *args).result()
 
 
 def run_in_namespaces(calls):

@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 
 from ..errors import LabError
 
-__all__ = ["NamespaceChild", "zygote_pid"]
+__all__ = ["NamespaceChild", "SpawnedCall", "zygote_pid", "importable_name"]
 
 _CLONE_NEWNET = 0x40000000
 _HEADER = struct.Struct("!I")
@@ -105,7 +105,43 @@ def serve(control_fd):
             pass
 
 
+def run_function(conn, *, function, args, kwargs, sys_path):
+    """In a forked child: import `function` ("module:qualname") as the parent could, call it, send back the result."""
+    sys.path[:0] = [p for p in sys_path if p not in sys.path]
+    module, qualname = function.split(":")
+    target = importlib.import_module(module)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    conn.send({"event": "started"})
+    try:
+        value = target(*args, **kwargs)
+    except BaseException as exc:
+        try:
+            error = pickle.dumps(exc)
+        except Exception:
+            error = None
+        conn.send({"event": "raised", "error": error, "text": traceback.format_exc(limit=8)})
+        return
+    try:
+        conn.send({"event": "result", "value": value})
+    except Exception as exc:  # pickling the result failed: say so instead of dying mute
+        conn.send({"event": "raised", "error": None,
+                   "text": f"the result of {function} cannot be sent back (pickle): {type(exc).__name__}: {exc}"})
+
+
 # -- in the parent ----------------------------------------------------------------------------------
+
+
+def importable_name(fn):
+    """"module:qualname" of a module-level function a forked child can import by name; TypeError otherwise."""
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not callable(fn) or not module or not qualname:
+        raise TypeError(f"fn: expected a function, got {fn!r}")
+    if module == "__main__" or "<" in qualname:
+        raise TypeError(f"fn: spawn runs {qualname!r} in a process forked from the plugin's zygote, which imports it "
+                        f"by name: it must be defined at module level in an importable module (not __main__, a lambda "
+                        f"or a nested function); call() and submit() run any callable in a thread")
+    return f"{module}:{qualname}"
 
 
 class _Zygote:
@@ -171,6 +207,53 @@ def zygote_pid():
     return _the_zygote().process.pid
 
 
+class SpawnedCall:
+    """A function running in a forked child inside a namespace (Node.spawn): .pid, .result(timeout), .stop()."""
+
+    def __init__(self, child, function):
+        self._child = child
+        self.function = function
+        self.pid = child.pid
+        self._outcome = None
+
+    def result(self, timeout=None):
+        """The function's return value (its exception re-raised); LabError if it does not finish within `timeout`."""
+        if self._outcome is None:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            message = {"event": "started"}
+            while message is not None and message["event"] == "started":
+                message = self._child.next_message(deadline)
+            if message is None:
+                raise LabError(f"{self.function} in {self._child.name} (pid {self.pid}) did not return within "
+                               f"{timeout} s; it runs on until stop() or the pair's close")
+            self._outcome = message
+            self._child.stop()
+        event, where = self._outcome["event"], f"{self.function} in {self._child.name} (pid {self.pid})"
+        if event == "result":
+            return self._outcome["value"]
+        if event == "raised" and self._outcome["error"] is not None:
+            try:
+                exc = pickle.loads(self._outcome["error"])
+            except Exception:  # an exception type that pickles but does not rebuild: its text stands in
+                exc = None
+            if isinstance(exc, BaseException):
+                exc.add_note(f"raised by {where}:\n{self._outcome['text']}")
+                raise exc
+        if event == "raised":
+            raise LabError(f"{where} failed:\n{self._outcome['text']}")
+        if event == "error":  # the child could not enter the namespace or import the function
+            raise LabError(f"{where} could not start:\n{self._outcome['error']}")
+        raise LabError(f"{where} exited without a result (killed, or os._exit)")
+
+    def running(self):
+        """True until the child exits."""
+        return self._child.running()
+
+    def stop(self):
+        """Stop the child (SIGTERM, then SIGKILL); idempotent."""
+        self._child.stop()
+
+
 class NamespaceChild:
     """One forked child running `target(conn, **kwargs)` inside a namespace; its messages come back as dicts."""
 
@@ -200,6 +283,17 @@ class NamespaceChild:
         if message.get("event") != expect:
             raise LabError(f"{self.name} (pid {self.pid}) sent {message.get('event')!r}, expected {expect!r}")
         return message
+
+    def next_message(self, deadline=None):
+        """The next message as a dict: None if none came before `deadline` (monotonic; None: wait), or
+        {"event": "exited"} once the child has gone without another."""
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self._conn.poll(remaining):
+            return None
+        try:
+            return self._conn.recv()
+        except EOFError:
+            return {"event": "exited"}
 
     def running(self):
         """True until the child exits."""

@@ -1,0 +1,57 @@
+"""Module-level functions for Node.spawn tests: a forked child imports them by name (stdlib only, cheap to import)."""
+
+import os
+import socket
+import time
+
+
+def interfaces():
+    """The names of the interfaces this process sees (its network namespace's)."""
+    return sorted(name for _, name in socket.if_nameindex())
+
+
+def identity():
+    """(pid, parent pid, interfaces)."""
+    return os.getpid(), os.getppid(), interfaces()
+
+
+def fail(message):
+    raise ValueError(message)
+
+
+def sleep_forever():
+    time.sleep(3600)
+
+
+def unpicklable_result():
+    return lambda: None
+
+
+def echo_server(address, port, count=1):
+    """Accept `count` connections on address:port; answer each request with it reversed; return what was served."""
+    served = []
+    with socket.create_server((address, port)) as listener:
+        listener.settimeout(30)
+        for _ in range(count):
+            conn, _ = listener.accept()
+            with conn:
+                request = conn.recv(65536)
+                conn.sendall(request[::-1])
+                served.append(request.decode())
+    return served
+
+
+def ask(address, port, text, attempts=200):
+    """Connect (retrying while the server starts), send text, return the answer."""
+    for _ in range(attempts):
+        try:
+            conn = socket.create_connection((address, port), timeout=5)
+            break
+        except ConnectionRefusedError:
+            time.sleep(0.01)
+    else:
+        raise ConnectionRefusedError(f"nothing listens on {address}:{port}")
+    with conn:
+        conn.sendall(text.encode())
+        conn.shutdown(socket.SHUT_WR)
+        return conn.recv(65536).decode()
