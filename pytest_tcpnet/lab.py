@@ -13,7 +13,7 @@ import sys
 import threading
 import weakref
 
-from . import netlink
+from . import interrupts, netlink
 from .errors import LabError, MissingCapability
 from .measure.run import TCP_SYSCTLS, run_workload
 from .model import HOST_GLOBAL_SYSCTLS, Host, Link, transfer_time
@@ -69,7 +69,7 @@ class Node:
         timeout = _check_timeout(timeout)
         future = self.submit(fn, *args, **kwargs)
         try:
-            return future.result(timeout)
+            return interrupts.result(future, timeout)
         except concurrent.futures.TimeoutError:
             raise LabError(f"{_name_of(fn)} did not return within {timeout} s in {self!r}; its thread runs on "
                            f"until it returns") from None
@@ -406,6 +406,7 @@ class Lab:
         self._lock = threading.Lock()
         self._endpoint_offloads = endpoint_offloads
         self.closed = False
+        interrupts.install()  # a Ctrl-C the interpreter drops is raised again by the lab's next wait
         if sweep and netlink.has_net_admin():
             netlink.sweep_stale_namespaces()
         _open_labs.add(self)

@@ -231,6 +231,44 @@ def test_ctrl_c_during_a_transfer_leaves_nothing(children, lookalike, attempt, r
     _assert_lookalike_untouched(lookalike)
 
 
+def test_a_ctrl_c_the_interpreter_dropped_still_interrupts_the_transfer(children, lookalike):
+    """CPython drops a KeyboardInterrupt raised inside a weakref callback ("Exception ignored in ..."): CI saw one
+    land in importlib's module-lock callback, and a 50 MB transfer at 1 Mbit/s ran on. The lab raises it again."""
+    proc = _child(children, """
+        import signal, weakref
+        pair = lab.pair(link=Link(rate="1mbit"))
+
+        class Doomed:
+            pass
+
+        def callback(ref):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10_000):  # the handler runs between these bytecodes: its KeyboardInterrupt is dropped
+                pass
+
+        doomed = Doomed()
+        ref = weakref.ref(doomed, callback)
+        del doomed
+        print("READY", os.getpid(), flush=True)
+        started = time.monotonic()
+        try:
+            pair.transfer(nbytes=50_000_000)
+        finally:
+            print(f"interrupted after {time.monotonic() - started:.3f} s", file=sys.stderr, flush=True)
+            lab.close()
+    """)
+    pid, = _await_ready(proc)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        children.communicate(proc, timeout=0.1)  # fails the test with every thread's stack
+    _, err = children.communicate(proc, timeout=10)
+    assert "Exception ignored in: <function callback" in err and "KeyboardInterrupt" in err, err
+    assert err.rstrip().endswith("KeyboardInterrupt") and "interrupted after" in err, err
+    _assert_gone(int(pid))
+    _assert_lookalike_untouched(lookalike)
+
+
 BUSY_NEIGHBOUR = """
     print("READY", os.getpid(), flush=True)
     pair = lab.pair()

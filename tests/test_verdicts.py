@@ -128,10 +128,13 @@ def test_a_false_claim_fails_with_the_readable_report(pytester, monkeypatch):
 
 
 #: (link, client Host sysctls, transfer options, the verdict): flows this project did not tune for the verdict.
+#: A small SO_SNDBUF is judged at 20 ms (below): on an undelayed path it bounds nothing that matters. 1 MB writes
+#: into it keep 55-126 KB in flight on 6.18 (C11), which fills a 20 Mbit/s htb queue (cwnd 89, srtt 24-50 ms:
+#: samples half cwnd, half sndbuf in 3 runs), and unshaped the flow is CPU-bound: under -n 2 a starved writer
+#: left the buffer empty in 52% of the samples ("app", seen in a fresh-clone CI run).
 LIMIT_CASES = {
     "4 KB SO_RCVBUF at 100 Mbit/s": ({"rate": "100mbit"}, {}, {"nbytes": 2_000_000, "rcvbuf": 4096}, "rwnd"),
     "client tcp_rmem 4096, unshaped": ({}, {"net.ipv4.tcp_rmem": "4096 4096 4096"}, {"nbytes": 2_000_000}, "rwnd"),
-    "16 KB SO_SNDBUF, 1 MB writes, unshaped": ({}, {}, {"nbytes": 200_000_000, "sndbuf": 16384}, "sndbuf"),
     "autotuned at 20 Mbit/s": ({"rate": "20mbit"}, {}, {"nbytes": 2_000_000}, "cwnd"),
     "writer paced at 16 KB x 25/s": ({"rate": "20mbit"}, {}, {"nbytes": 250_000, "writer": Pace(16384, 25)}, "app"),
 }

@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+from .. import interrupts
 from ..errors import LabError, program_path
 from .decode import EVENT_KINDS, count_events, decode_pcap
 
@@ -79,7 +80,7 @@ class Capture:
         self._reader = threading.Thread(target=self._read_stderr, name=f"dumpcap {self.point}", daemon=True)
         self._reader.start()
         # dumpcap prints "File: ..." once the interface is open with its filter and the file is created.
-        if not self._ready.wait(self.ready_timeout) or not self._opened:
+        if not interrupts.wait(self._ready.wait, self.ready_timeout) or not self._opened:
             self.node.processes.stop(self._proc)
             self._reader.join(timeout=2)
             raise LabError(f"dumpcap did not start capturing on {self.point} within {self.ready_timeout} s: "
@@ -108,10 +109,7 @@ class Capture:
         time.sleep(settle)
         if self._proc.poll() is None:
             self._proc.send_signal(signal.SIGINT)
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+            interrupts.wait(lambda seconds: _exited(self._proc, seconds), 10)
         exit_code = self._proc.poll()
         self.node.processes.stop(self._proc)  # no-op when it has exited; SIGKILLs a hung one
         self._reader.join(timeout=5)
@@ -202,3 +200,12 @@ class CaptureResult:
 
     def __repr__(self):
         return f"<CaptureResult {self.point} {self.pcap}>"
+
+
+def _exited(proc, seconds):
+    """True once proc has exited, waiting up to `seconds`."""
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return False
+    return True

@@ -6,6 +6,7 @@ The same series exist for our bulk flows, iperf3, curl and the HTTP server alike
 import threading
 import time
 
+from .. import interrupts
 from ..netlink.diag import SKMEM_FIELDS, watch_sockets
 
 __all__ = ["SocketSampler", "SocketSamples", "SERIES_FIELDS", "default_interval"]
@@ -76,7 +77,7 @@ class SocketSampler:
             self._threads.append(thread)
             waits.append((opened, outcome))
         for opened, outcome in waits:  # every thread started first: their set-ups overlap
-            opened.wait()
+            interrupts.wait(opened.wait)
             if outcome[0] is not None:
                 self.stop()
                 raise outcome[0]

@@ -11,6 +11,7 @@ import os
 import time
 import warnings
 
+from .. import interrupts
 from ..errors import LabError
 from ..locks import open_lock_file
 from ..netlink.ownership import owner_alive, process_start_ticks
@@ -91,6 +92,7 @@ def measurement_slot(timeout, hold_s=None):
             held = "; ".join(f"slot {slot}: {holder['why']}" for slot, holder in sorted(holders.items()))
             raise LabError(f"no measurement slot free within {timeout:.0f} s ({held}) "
                            f"(TCPNET_SLOT_WAIT sets the wait, TCPNET_MEASUREMENT_SLOTS the count)")
+        interrupts.raise_dropped()
         time.sleep(0.01)
 
 

@@ -8,6 +8,7 @@ import threading
 
 from pyroute2 import netns as _netns
 
+from .. import interrupts
 from ..errors import LabError
 from . import ownership
 from .session import NamespaceSession, _sysctl_path, check_sysctls, close_sessions, gather, read_sysctls_here, session_for, write_sysctls_here
@@ -98,7 +99,7 @@ def call_in_own_thread(enter_namespace, function, *args, name="tcpnet-netns"):
     setns()/unshare(CLONE_NEWNET) change only the calling thread, so the caller's own
     sockets and /proc/sys view stay in the namespace they were in.
     """
-    return submit_in_own_thread(enter_namespace, function, *args, name=name).result()
+    return interrupts.result(submit_in_own_thread(enter_namespace, function, *args, name=name))
 
 
 def submit_in_own_thread(enter_namespace, function, *args, name="tcpnet-netns", **kwargs):
@@ -147,7 +148,7 @@ def run_in_namespace(name, function, *args, own_thread=False):
     session = None if own_thread else session_for(name)
     if session is not None:
         return session.call(f"running {getattr(function, '__name__', 'a function')}", function, *args)
-    return submit_in_namespace(name, function, *args).result()
+    return interrupts.result(submit_in_namespace(name, function, *args))
 
 
 def run_in_namespaces(calls):

@@ -24,6 +24,7 @@ from pyroute2 import IPRoute
 from pyroute2.ethtool.ioctl import ETH_SS_FEATURES, IoctlEthtool
 from pyroute2.netlink.exceptions import NetlinkError
 
+from .. import interrupts
 from ..errors import LabError, MissingCapability
 from . import ownership
 from .rtnl import RtnlSocket
@@ -126,7 +127,7 @@ class NamespaceSession:
         for session, future in zip(sessions, futures):
             try:
                 with translate_errors(f"creating namespace {session.name}", session.name):
-                    future.result()
+                    interrupts.result(future)
             except BaseException as exc:
                 failure = failure or exc
         if failure is not None:
@@ -225,7 +226,7 @@ class NamespaceSession:
                 return function(*args)
         future = self.submit(step, function, *args)
         with translate_errors(step, self.name):
-            return future.result()
+            return interrupts.result(future)
 
     @property
     def ipr(self):
@@ -379,7 +380,7 @@ def gather(futures):
     for future in futures:
         try:
             with translate_errors(*future.tcpnet_step):
-                results.append(future.result())
+                results.append(interrupts.result(future))
         except BaseException as exc:
             failure = failure or exc
     if failure is not None:
@@ -399,7 +400,7 @@ def close_sessions(sessions):
             failure = failure or exc
     for session in sessions:
         # Once back home (or ended), the thread holds the namespace no longer: the kernel may free it.
-        session._released.result()
+        interrupts.result(session._released)
     if failure is not None:
         raise failure
 

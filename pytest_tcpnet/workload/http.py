@@ -5,6 +5,7 @@ import re
 import subprocess
 import time
 
+from .. import interrupts
 from ..errors import LabError, program_path
 from .base import FlowOutcome, Workload
 from .flows import http_server
@@ -59,10 +60,11 @@ class HttpDownload(Workload):
         self._curl = pair.client.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def wait(self, deadline):
-        try:
-            out, err = self._curl.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            raise LabError(f"curl (pid {self._curl.pid}) did not finish before the deadline; stopped it") from None
+        output = []
+        if not interrupts.wait(lambda seconds: _communicate(self._curl, seconds, output),
+                               max(0.1, deadline - time.monotonic())):
+            raise LabError(f"curl (pid {self._curl.pid}) did not finish before the deadline; stopped it")
+        out, err = output[0]
         ended_at = time.monotonic()
         try:
             timing = json.loads(out)
@@ -86,3 +88,12 @@ class HttpDownload(Workload):
         if self._curl is not None:
             self._pair.client.processes.stop(self._curl)
         self._stop_spawned()
+
+
+def _communicate(proc, seconds, output):
+    """proc.communicate(timeout=seconds) into output; False if it is still running (call again to go on)."""
+    try:
+        output.append(proc.communicate(timeout=seconds))
+    except subprocess.TimeoutExpired:
+        return False
+    return True

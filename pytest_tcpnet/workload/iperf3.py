@@ -2,6 +2,7 @@
 
 import shutil
 
+from .. import interrupts
 from ..errors import LabError, MissingCapability
 from .base import FlowOutcome, Workload
 from .flows import iperf3_cli, iperf3_client, iperf3_server
@@ -116,6 +117,7 @@ def _wait_listening(pair, deadline):
             return False
         if time.monotonic() > deadline:
             return False
+        interrupts.raise_dropped()
         time.sleep(0.005)
         return True
 

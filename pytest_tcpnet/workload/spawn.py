@@ -23,6 +23,7 @@ import time
 import traceback
 from multiprocessing.connection import Connection
 
+from .. import interrupts
 from ..errors import LabError
 
 __all__ = ["NamespaceChild", "SpawnedCall", "zygote_pid", "importable_name"]
@@ -271,7 +272,7 @@ class NamespaceChild:
     def receive(self, deadline, expect):
         """The next message, which must be of event `expect`; LabError naming this child otherwise."""
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or not self._conn.poll(remaining):
+        if remaining <= 0 or not interrupts.wait(self._conn.poll, remaining):
             self.stop()
             raise LabError(f"{self.name} (pid {self.pid}) sent no {expect!r} before the deadline; stopped it")
         try:
@@ -288,7 +289,7 @@ class NamespaceChild:
         """The next message as a dict: None if none came before `deadline` (monotonic; None: wait), or
         {"event": "exited"} once the child has gone without another."""
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not self._conn.poll(remaining):
+        if not interrupts.wait(self._conn.poll, remaining):
             return None
         try:
             return self._conn.recv()
