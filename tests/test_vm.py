@@ -225,6 +225,16 @@ def _plan(tmp_path, **over):
     return runner.Plan(**fields)
 
 
+def test_without_fast_boot_a_missing_vng_is_named_before_anything_boots(tmp_path, monkeypatch):
+    def unavailable(kernel, qemu):
+        raise runner.fastboot.Unavailable("the kernel is zstd-compressed")
+
+    monkeypatch.setattr(runner.fastboot, "prepare", unavailable)
+    with pytest.raises(VMUsageError, match=r"fast boot is unavailable \(the kernel is zstd-compressed\) and the "
+                                           r"fallback needs virtme-ng's `vng`: pip install virtme-ng"):
+        runner._run_locked(_plan(tmp_path, vng=None))
+
+
 def test_guest_script_quotes_everything(tmp_path):
     plan = _plan(tmp_path)
     text = runner.guest_script(plan, "SENTINEL-1", "/tmp/w/exitcode")
@@ -251,13 +261,17 @@ def test_vng_command_has_no_network_and_no_rw_root(tmp_path):
 
 def test_missing_tools_name_the_package(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(VMUsageError, match="pip install virtme-ng"):
+    monkeypatch.setattr(runner.sys, "executable", str(tmp_path / "python"))
+    with pytest.raises(VMUsageError, match="apt-get install qemu-system"):
         runner.find_tools()
+    assert runner.find_vng() is None  # fast boot needs no vng: only its fallback does (VNG_HINT)
     fake_vng = tmp_path / "vng"
     fake_vng.write_text("#!/bin/sh\n")
     fake_vng.chmod(0o755)
-    with pytest.raises(VMUsageError, match="apt-get install qemu-system"):
-        runner.find_tools()
+    assert runner.find_vng() == str(fake_vng)  # beside the interpreter: a virtualenv that is not activated
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert runner.find_vng() == str(fake_vng)
+    assert "pip install virtme-ng" in runner.VNG_HINT
 
 
 class _Group:

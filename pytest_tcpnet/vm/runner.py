@@ -69,14 +69,20 @@ class Plan:
     warnings: list = field(default_factory=list)
 
 
-def find_tools() -> "tuple[str, str]":
-    """Return the paths of ``vng`` and the qemu binary it will use, or explain what to install."""
-    vng = shutil.which("vng")
-    if not vng:
-        raise VMUsageError(
-            "--tcpnet-vm needs virtme-ng's `vng` on PATH: pip install virtme-ng "
-            "(or pip install 'pytest-tcpnet[vm]')"
-        )
+#: What to install for vng, the fallback when fast boot cannot boot a kernel.
+VNG_HINT = "virtme-ng's `vng`: pip install virtme-ng (or pip install 'pytest-tcpnet[vm]')"
+
+
+def find_vng() -> "str | None":
+    """virtme-ng's ``vng``: on PATH, or beside this interpreter (a virtualenv used without activating it)."""
+    beside = os.path.join(os.path.dirname(sys.executable), "vng")
+    return shutil.which("vng") or (beside if os.access(beside, os.X_OK) else None)
+
+
+def find_tools() -> "tuple[str | None, str]":
+    """Return the paths of ``vng`` (None if absent: fast boot does without it) and of qemu, or explain what to
+    install."""
+    vng = find_vng()
     machine = platform.machine()
     qemu_name = f"qemu-system-{'x86_64' if machine == 'x86_64' else machine}"
     qemu = shutil.which(qemu_name)
@@ -367,6 +373,9 @@ def _run_locked(plan: Plan) -> int:
         boot = fastboot.prepare(plan.kernel, plan.qemu)
         how = "fast boot: uncompressed kernel, own init, cached read-only root"
     except fastboot.Unavailable as why_not:
+        if plan.vng is None:
+            raise VMUsageError(f"--tcpnet-vm: fast boot is unavailable ({why_not}) and the fallback needs "
+                               f"{VNG_HINT}") from None
         boot = None
         how = f"with vng; fast boot unavailable: {why_not}"
 
