@@ -63,11 +63,13 @@ def test_wheel_registers_the_plugin_and_its_extras(dist):
     entry_points = wheel.read(f"{info}/entry_points.txt").decode()
     assert "[pytest11]\ntcpnet = pytest_tcpnet.plugin" in entry_points
     metadata = Parser().parsestr(wheel.read(f"{info}/METADATA").decode())
-    assert {"vm", "plots", "iperf3", "hypothesis", "test"} <= set(metadata.get_all("Provides-Extra"))
+    assert {"vm", "plots", "iperf3", "hypothesis", "all", "test"} <= set(metadata.get_all("Provides-Extra"))
     requires = metadata.get_all("Requires-Dist")
     for requirement in ('virtme-ng>=1.30; extra == "vm"', 'matplotlib>=3.5; extra == "plots"',
                         'iperf3>=0.1.11; extra == "iperf3"', "pyroute2>=0.9.2", "pytest>=7.0"):
         assert requirement in requires, requires
+    everything = {r.split(";")[0] for r in requires if 'extra == "all"' in r}
+    assert everything == {"virtme-ng>=1.30", "matplotlib>=3.5", "iperf3>=0.1.11", "hypothesis>=6.0"}  # no build/twine
     assert metadata["Description-Content-Type"] == "text/markdown"
 
 
