@@ -76,3 +76,17 @@ def test_downstream_ci_snippet_parses_and_runs_pytest_as_root():
     assert "sudo .venv/bin/python -m pytest" in script
     for run in shell_scripts(document):
         assert subprocess.run(["bash", "-n", "-c", run]).returncode == 0
+
+
+def test_flakes_tallies_junit_files_made_elsewhere(tmp_path):
+    import sys
+
+    case = '<testcase classname="tests.test_a" name="{name}">{body}</testcase>'
+    for run, body in (("1", ""), ("2", '<failure message="x"/>')):
+        (tmp_path / f"run{run}.xml").write_text(
+            f'<testsuites><testsuite>{case.format(name="test_steady", body="")}'
+            f'{case.format(name="test_flaky", body=body)}</testsuite></testsuites>')
+    out = subprocess.run([sys.executable, str(REPO / "dev" / "flakes"), "--tally", *sorted(map(str, tmp_path.iterdir()))],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert "flakes: 2 tests, 1 failed at least once\n  tests.test_a::test_flaky: 1 failed, 1 passed" in out.stdout
