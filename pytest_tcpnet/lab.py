@@ -336,6 +336,23 @@ class Pair:
         self.lab.results.extend(results)
         return results
 
+    def observe(self, *, capture=False, sample_interval=None):
+        """Measure whatever runs on this pair inside the block: your own programs, started with popen/run/spawn/call.
+
+        ``with pair.observe() as seen: ...`` holds a measurement slot, samples TCP_INFO and socket
+        memory of every TCP socket in the client and server namespaces (both ends, matched by
+        4-tuple), reads the path's counters before and after and, with capture=True, captures
+        at both ends. Afterwards ``seen.flows`` holds one TransferResult per connection between
+        the two ends, largest first, registered with the lab (session table, results files,
+        failure artifacts) and accepted by every assertion; each one's capture is the one taken
+        at the end that sent its data. docs/your-application.md says what sampling can miss.
+        """
+        from .measure.observe import Observation
+
+        if capture:
+            check_need("tshark")
+        return Observation(self, capture=capture, sample_interval=sample_interval)
+
     def measure_advertised_window(self, *, rcvbuf=None, nbytes=None, direction="download"):
         """The largest window the receiver advertised during a transfer, as the sender saw it (TCP_INFO snd_wnd).
 

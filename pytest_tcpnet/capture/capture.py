@@ -149,6 +149,10 @@ class CaptureResult:
         """Per-packet records (capture.decode.Packet), decoded by tshark on first use."""
         return decode_pcap(self.pcap)
 
+    def for_connection(self, local, remote):
+        """The same capture seen through one TCP connection's packets only (decoded once, shared)."""
+        return ConnectionCapture(self, local, remote)
+
     @functools.cached_property
     def events(self):
         """{kind: count} of TCP expert events: window_full, zero_window, retransmission, ..."""
@@ -164,6 +168,11 @@ class CaptureResult:
     def data_segments(self):
         """Packets of the data direction that carry payload (retransmissions included)."""
         return sum(1 for p in self.packets if p.direction == "data" and p.len > 0)
+
+    @property
+    def data_bytes(self):
+        """Payload bytes of the data direction, from the highest sequence number sent (relative, so from 1)."""
+        return max((p.seq + p.len - 1 for p in self.packets if p.direction == "data" and p.len > 0), default=0)
 
     @property
     def resent_segments(self):
@@ -200,6 +209,30 @@ class CaptureResult:
 
     def __repr__(self):
         return f"<CaptureResult {self.point} {self.pcap}>"
+
+
+class ConnectionCapture(CaptureResult):
+    """One connection's packets of a capture: events, rates and failure messages count only those."""
+
+    def __init__(self, whole, local, remote):
+        super().__init__(whole.pcap, whole.point, whole.filter, whole.snaplen, whole.received, whole.dropped)
+        self.whole = whole
+        self.connection = (_endpoint(local), _endpoint(remote))
+
+    @functools.cached_property
+    def packets(self):
+        ends = set(self.connection)
+        return [p for p in self.whole.packets if {p.src, p.dst} == ends]
+
+    def describe(self):
+        return super().describe().replace("\npcap:", f"\nconnection: {self.connection[0]} <-> {self.connection[1]}"
+                                                    f"\npcap:", 1)
+
+
+def _endpoint(address_port):
+    """'addr:port', as tshark's fields spell a packet's ends."""
+    address, port = address_port[:2]
+    return f"{address}:{port}"
 
 
 def _exited(proc, seconds):

@@ -2,23 +2,12 @@
 
 import time
 
-from .. import netlink
-from ..netlink.diag import tcp_counters
 from ..results import TransferResult
+from .observe import TCP_SYSCTLS, PathCounters
 from .sampler import SocketSampler, default_interval
 from .slots import measurement_slot, slot_wait_s
 
 __all__ = ["run_workload", "TCP_SYSCTLS"]
-
-#: Sysctls recorded with every result: the ones that change what TCP does on a path.
-TCP_SYSCTLS = (
-    "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.ipv4.tcp_congestion_control", "net.ipv4.tcp_window_scaling",
-    "net.ipv4.tcp_adv_win_scale", "net.ipv4.tcp_moderate_rcvbuf", "net.ipv4.tcp_sack", "net.ipv4.tcp_timestamps",
-    "net.ipv4.tcp_ecn", "net.ipv4.tcp_notsent_lowat", "net.ipv4.tcp_autocorking", "net.ipv4.tcp_slow_start_after_idle",
-    "net.ipv4.tcp_no_metrics_save", "net.ipv4.tcp_limit_output_bytes", "net.ipv4.tcp_shrink_window",
-    "net.core.rmem_max", "net.core.wmem_max", "net.core.rmem_default", "net.core.wmem_default",
-)
-
 
 def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False, artifact_dir=None, conditions=None):
     """Run `workload` on `pair` inside a measurement slot; return one TransferResult per flow.
@@ -33,9 +22,7 @@ def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False
     # its deadline starts once the slot is held.
     with measurement_slot(slot_wait_s(), hold_s=timeout):
         deadline = time.monotonic() + timeout
-        stats_before, counters_before = pair.router_qdisc_stats(), pair.interface_counters()
-        mib_before = {role: tcp_counters(node.namespace) for role, node in (("client", pair.client),
-                                                                            ("server", pair.server))}
+        counters = PathCounters(pair)
         sampler = None
         if sample_interval and workload.sampled:
             sampler = SocketSampler({"client": pair.client.namespace, "server": pair.server.namespace},
@@ -51,21 +38,9 @@ def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False
                 samples = sampler.stop()
             if capturer is not None:
                 capture_result = capturer.stop()
-        stats_after, counters_after = pair.router_qdisc_stats(), pair.interface_counters()
-        mib_after = {role: tcp_counters(node.namespace) for role, node in (("client", pair.client),
-                                                                           ("server", pair.server))}
-    shared = dict(
-        tcp_counters={role: {k: v - mib_before[role].get(k, 0) for k, v in mib_after[role].items()
-                             if v != mib_before[role].get(k, 0)} for role in mib_after},
-        kernel=netlink.kernel_release(), link=pair.link, client=pair.client_host, server=pair.server_host,
-        sysctls={"client": pair.client.sysctls(TCP_SYSCTLS + tuple(pair.client_host.sysctls)),
-                 "server": pair.server.sysctls(TCP_SYSCTLS + tuple(pair.server_host.sysctls))},
-        workload=workload.kind, samples=samples, capture=capture_result, artifact_dir=artifact_dir,
-        offloads=dict(pair.offloads), qdiscs=_stats_delta(stats_before, stats_after),
-        interfaces={end: {k: v - counters_before[end][k] for k, v in counts.items()}
-                    for end, counts in counters_after.items()},
-        **(conditions or {}),
-    )
+        counters.stop()
+    shared = dict(counters.conditions(), workload=workload.kind, samples=samples, capture=capture_result,
+                  artifact_dir=artifact_dir, **(conditions or {}))
     results = []
     for outcome in outcomes:
         if samples is not None:
@@ -121,16 +96,3 @@ def _start_capture(pair, workload, where, artifact_dir):
     capture = Capture(node, filter=filter_, directory=artifact_dir)
     capture.start()
     return capture
-
-
-def _stats_delta(before, after):
-    """Per-qdisc counters accumulated during the run."""
-    delta = {}
-    for ifname, qdiscs in after.items():
-        old = {(q["kind"], q["handle"]): q for q in before.get(ifname, [])}
-        rows = []
-        for q in qdiscs:
-            prev = old.get((q["kind"], q["handle"]), {})
-            rows.append({**q, **{k: q[k] - prev.get(k, 0) for k in ("packets", "bytes", "drops", "overlimits")}})
-        delta[ifname] = rows
-    return delta

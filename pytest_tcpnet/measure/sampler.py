@@ -15,7 +15,8 @@ __all__ = ["SocketSampler", "SocketSamples", "SERIES_FIELDS", "default_interval"
 TCP_INFO_SERIES = ("state", "ca_state", "retransmits", "probes", "backoff", "rto", "unacked", "lost", "retrans",
                    "rtt", "rttvar", "snd_ssthresh", "snd_cwnd", "rcv_ssthresh", "rcv_space", "snd_mss", "total_retrans",
                    "pacing_rate", "bytes_acked", "bytes_received", "bytes_sent", "notsent_bytes", "min_rtt",
-                   "delivery_rate", "busy_time", "rwnd_limited", "sndbuf_limited", "snd_wnd", "rcv_wnd")
+                   "delivery_rate", "busy_time", "rwnd_limited", "sndbuf_limited", "snd_wnd", "rcv_wnd",
+                   "bytes_retrans", "dsack_dups")
 SERIES_FIELDS = TCP_INFO_SERIES + SKMEM_FIELDS
 _LISTEN = 10
 _ALL_BUT_LISTEN = ((1 << 12) - 1) & ~(1 << _LISTEN)
@@ -32,9 +33,14 @@ def default_interval(rtt_s):
 class SocketSamples:
     """Rows of SERIES_FIELDS per socket, keyed by (role, local (addr, port), remote (addr, port))."""
 
-    def __init__(self, rows, interval):
+    def __init__(self, rows, interval, ccs=None):
         self.rows = rows
         self.interval = interval
+        self._ccs = ccs or {}
+
+    def cc_of(self, key):
+        """The congestion control sock_diag reported for a socket (role, local, remote); None if unknown."""
+        return self._ccs.get(key)
 
     def series(self, role, local, remote, field):
         """[(monotonic time, value)] of one field of one socket (absent values skipped)."""
@@ -56,6 +62,7 @@ class SocketSampler:
         self.interval = interval
         self._namespaces = dict(namespaces)
         self._rows = {}
+        self._ccs = {}
         self._stop = threading.Event()
         self._errors = []
         self._threads = []
@@ -108,7 +115,10 @@ class SocketSampler:
         for sock in table.tcp_sockets(states=_ALL_BUT_LISTEN):
             info, skmem = sock["tcp_info"], sock["skmem"]
             values = tuple(info.get(f) for f in TCP_INFO_SERIES) + tuple(skmem.get(f) for f in SKMEM_FIELDS)
-            self._rows.setdefault((role, sock["local"], sock["remote"]), []).append((now, values))
+            key = (role, sock["local"], sock["remote"])
+            self._rows.setdefault(key, []).append((now, values))
+            if sock.get("cc") and key not in self._ccs:
+                self._ccs[key] = sock["cc"]
 
     def stop(self):
         """Stop (after one last sample per namespace); return the SocketSamples."""
@@ -117,4 +127,4 @@ class SocketSampler:
             thread.join()
         if self._errors:
             raise self._errors[0]
-        return SocketSamples(self._rows, self.interval)
+        return SocketSamples(self._rows, self.interval, self._ccs)

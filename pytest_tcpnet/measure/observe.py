@@ -1,0 +1,269 @@
+"""Observe whatever runs on a pair: every TCP connection between its endpoints, whoever opened it.
+
+`pair.observe()` holds a measurement slot, reads the path's counters before and after, samples
+TCP_INFO and socket memory of every TCP socket in the client and server namespaces (sock_diag,
+both ends, matched by 4-tuple) and, with capture=True, captures at both endpoints; each
+connection's capture is the one taken at the end that sent its data, decided from the bytes each
+end sent. Every connection becomes a TransferResult, registered with the lab like a built-in
+flow's. What sampling can miss is said in docs/your-application.md.
+"""
+
+import contextlib
+import time
+
+from .. import netlink
+from ..errors import LabError
+from ..netlink.diag import tcp_counters
+from ..results import TransferResult
+from .sampler import SERIES_FIELDS, SocketSampler, default_interval
+from .slots import measurement_slot, slot_wait_s
+
+__all__ = ["Observation", "PathCounters", "TCP_SYSCTLS"]
+
+#: Sysctls recorded with every result: the ones that change what TCP does on a path.
+TCP_SYSCTLS = (
+    "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.ipv4.tcp_congestion_control", "net.ipv4.tcp_window_scaling",
+    "net.ipv4.tcp_adv_win_scale", "net.ipv4.tcp_moderate_rcvbuf", "net.ipv4.tcp_sack", "net.ipv4.tcp_timestamps",
+    "net.ipv4.tcp_ecn", "net.ipv4.tcp_notsent_lowat", "net.ipv4.tcp_autocorking", "net.ipv4.tcp_slow_start_after_idle",
+    "net.ipv4.tcp_no_metrics_save", "net.ipv4.tcp_limit_output_bytes", "net.ipv4.tcp_shrink_window",
+    "net.core.rmem_max", "net.core.wmem_max", "net.core.rmem_default", "net.core.wmem_default",
+)
+_FIN_RECEIVED = (8, 9, 11)  # TCP_CLOSE_WAIT, TCP_LAST_ACK, TCP_CLOSING
+_FIN_QUEUED = (4, 9, 11)  # TCP_FIN_WAIT1, TCP_LAST_ACK, TCP_CLOSING: close() has added our FIN to the queue
+_MEMORY_FIELDS = ("rmem_alloc", "rcvbuf", "wmem_alloc", "sndbuf", "fwd_alloc", "wmem_queued", "optmem", "backlog",
+                  "drops")
+
+
+class PathCounters:
+    """The router's qdisc counters, the veths' counters and each end's TCP MIB, before and after a measurement."""
+
+    def __init__(self, pair):
+        self.pair = pair
+        self.before = self._read()
+        self.after = None
+
+    def _read(self):
+        pair = self.pair
+        return (pair.router_qdisc_stats(), pair.interface_counters(),
+                {role: tcp_counters(node.namespace) for role, node in (("client", pair.client),
+                                                                        ("server", pair.server))})
+
+    def stop(self):
+        """Read the counters after."""
+        self.after = self._read()
+
+    def conditions(self):
+        """The TransferResult fields every flow of the measurement shares: conditions and counter deltas."""
+        pair = self.pair
+        (stats_before, counters_before, mib_before), (stats_after, counters_after, mib_after) = self.before, self.after
+        return dict(
+            tcp_counters={role: {k: v - mib_before[role].get(k, 0) for k, v in mib_after[role].items()
+                                 if v != mib_before[role].get(k, 0)} for role in mib_after},
+            kernel=netlink.kernel_release(), link=pair.link, client=pair.client_host, server=pair.server_host,
+            sysctls={"client": pair.client.sysctls(TCP_SYSCTLS + tuple(pair.client_host.sysctls)),
+                     "server": pair.server.sysctls(TCP_SYSCTLS + tuple(pair.server_host.sysctls))},
+            offloads=dict(pair.offloads), qdiscs=_stats_delta(stats_before, stats_after),
+            interfaces={end: {k: v - counters_before[end][k] for k, v in counts.items()}
+                        for end, counts in counters_after.items()},
+        )
+
+
+class Observation:
+    """One measurement of whatever runs on a pair (see the module); `flows` once the block has ended."""
+
+    def __init__(self, pair, *, capture=False, sample_interval=None):
+        if capture not in (False, True):
+            raise ValueError(f"capture: must be True or False (both ends are captured; each connection's capture "
+                             f"is its sender's), got {capture!r}")
+        if sample_interval is None:
+            sample_interval = default_interval(pair.link.rtt_s)
+        if isinstance(sample_interval, bool) or not isinstance(sample_interval, (int, float)) \
+                or not 0 < sample_interval <= 10:
+            raise ValueError(f"sample_interval: must be in (0, 10] seconds (observing means sampling), "
+                             f"got {sample_interval!r}")
+        self.pair = pair
+        self.capture = capture
+        self.sample_interval = sample_interval
+        self.flows = None
+        self._stack = None
+        self._sampler = None
+        self._captures = {}
+
+    def __enter__(self):
+        pair = self.pair
+        if pair.closed:
+            raise LabError("this pair is closed")
+        if getattr(pair, "_observing", False):
+            raise LabError("this pair is already being observed: observe() blocks do not nest on one pair")
+        if self.capture:
+            from ..requirements import check_need
+            check_need("tshark")
+        pair._observing = True
+        stack = contextlib.ExitStack()
+        try:
+            stack.callback(setattr, pair, "_observing", False)
+            stack.enter_context(measurement_slot(slot_wait_s()))
+            self._counters = PathCounters(pair)
+            self._sampler = SocketSampler({"client": pair.client.namespace, "server": pair.server.namespace},
+                                          self.sample_interval).start()
+            stack.callback(self._stop_sampler)
+            if self.capture:
+                self._start_captures(stack)
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
+        self.started_at = time.monotonic()
+        return self
+
+    def _start_captures(self, stack):
+        from ..capture import Capture
+
+        pair = self.pair
+        for node in (pair.client, pair.server):
+            capture = Capture(node, filter=f"tcp and host {pair.client.address} and host {pair.server.address}",
+                              directory=pair.lab.artifact_dir)
+            capture.start()
+            stack.callback(self._stop_capture, node.role, capture)
+
+    def _stop_capture(self, role, capture):
+        self._captures[role] = capture.stop()
+
+    def _stop_sampler(self):
+        self._samples = self._sampler.stop()
+
+    def __exit__(self, exc_type, exc, tb):
+        self._samples = None
+        try:
+            self._stack.close()  # captures, then the sampler (its last sample), then the slot
+        finally:
+            self._stack = None
+        if exc_type is not None:
+            return False
+        self._counters.stop()
+        shared = self._counters.conditions()
+        self.flows = connection_results(self._samples, self._captures, shared,
+                                        artifact_dir=self.pair.lab.artifact_dir)
+        self.pair.lab.results.extend(self.flows)
+        return False
+
+
+def connection_results(samples, captures, shared, *, artifact_dir):
+    """One TransferResult per TCP connection between the client and the server namespaces, largest first."""
+    results = []
+    for (role, local, remote), rows in samples.rows.items():
+        if role != "client":
+            continue
+        peer = samples.rows.get(("server", remote, local))
+        if not peer:
+            continue  # not a connection between the two ends (or the server side was never seen)
+        ends = {"client": _end(rows, local, remote, samples.cc_of(("client", local, remote))),
+                "server": _end(peer, remote, local, samples.cc_of(("server", remote, local)))}
+        sent = {role: max(ends[role]["sent"], ends[peer_role]["received"])
+                for role, peer_role in (("client", "server"), ("server", "client"))}
+        sender_role = "server" if sent["server"] >= sent["client"] else "client"
+        receiver_role = "client" if sender_role == "server" else "server"
+        sender, receiver = ends[sender_role], ends[receiver_role]
+        capture = captures.get(sender_role)
+        total = sent[sender_role]
+        if capture is not None:
+            capture = capture.for_connection(sender["local"], sender["remote"])
+            # The packets count every byte; samples miss what moved after the last one before the sockets closed.
+            total = max(total, capture.data_bytes)
+        results.append(TransferResult(
+            nbytes=total, direction="download" if sender_role == "server" else "upload",
+            sender=_sender_record(sender), receiver=_receiver_record(receiver, total),
+            sender_role=sender_role,
+            workload="observed", samples=samples, capture=capture, artifact_dir=artifact_dir, **shared))
+    return sorted(results, key=lambda r: -r.nbytes)
+
+
+def _end(rows, local, remote, cc):
+    """What one end's samples say: times and values of the samples with TCP_INFO (a socket in TIME_WAIT, or
+    closed, has none), bytes received, and bytes written (bytes_sent counts resends too: they are taken off)."""
+    full = [(t, dict(zip(SERIES_FIELDS, v))) for t, v in rows]
+    full = [(t, v) for t, v in full if v["state"] is not None] or full
+    values = [v for _, v in full]
+    # Written so far: sent at least once (bytes_sent counts payload, resends included), plus what still waits to
+    # be sent (notsent_bytes, which holds our own FIN once close() queued it and it has not left yet).
+    sent = max(((v["bytes_sent"] or 0) - (v["bytes_retrans"] or 0) + _unsent_payload(v) for v in values),
+               default=0)
+    # bytes_received counts the peer's FIN too, once it came (CLOSE_WAIT, LAST_ACK, CLOSING).
+    received = max(((v["bytes_received"] or 0) - (v["state"] in _FIN_RECEIVED) for v in values), default=0)
+    return {"times": [t for t, _ in full], "values": values, "local": tuple(local), "remote": tuple(remote),
+            "cc": cc, "received": received, "sent": sent,
+            "gone_at": rows[-1][0] if len(rows) > len(full) else None}
+
+
+def _unsent_payload(v):
+    notsent = v["notsent_bytes"] or 0
+    return notsent - (notsent > 0 and v["state"] in _FIN_QUEUED)
+
+
+def _first(values, field):
+    return next((v[field] for v in values if v.get(field) is not None), None)
+
+
+def _last_info(values):
+    """The last sample's TCP_INFO with the chrono counters (a closed socket's last sample may lack them)."""
+    with_chrono = [v for v in values if v.get("busy_time") is not None] or values
+    return {k: v for k, v in with_chrono[-1].items() if k not in _MEMORY_FIELDS and v is not None}
+
+
+def _receiver_record(end, total):
+    """The receiving end's record; `total` is what the sender sent, which may exceed what the receiver's last
+    sample showed (its socket closed before the next sample): the rest is placed at its last rate."""
+    times, values = end["times"], end["values"]
+    got = [(t, (v["bytes_received"] or 0) - (v["state"] in _FIN_RECEIVED)) for t, v in zip(times, values)]
+    first = next(((t, n) for t, n in got if n > 0), None)
+    last = next((t for t, n in got if n >= total), None)
+    if last is None:
+        last = _extrapolated_end(got, total, end["gone_at"])
+        got.append((last, total))
+    record = {"nbytes": total, "connected_at": times[0], "checkpoints": got, "local": end["local"],
+              "remote": end["remote"], "tcp_info": _last_info(values),
+              "buffers": {"rcvbuf": _first(values[::-1], "rcvbuf")},
+              "buffers_at_connect": {"rcvbuf": _first(values, "rcvbuf")}}
+    if first is not None:
+        # The first sample with data stands for the first read: its bytes are not timed (as for a bulk flow).
+        record.update(first_byte_at=first[0], first_read=first[1], last_byte_at=last)
+    else:
+        record["last_byte_at"] = times[-1]
+    return record
+
+
+def _extrapolated_end(got, total, gone_at):
+    """When the last `total - seen` bytes arrived, at the rate of the last samples (not after the socket was gone)."""
+    (t0, n0), (t1, n1) = (got[-3] if len(got) >= 3 else got[0]), got[-1]
+    rate = (n1 - n0) / (t1 - t0) if t1 > t0 and n1 > n0 else None
+    end = t1 + (total - n1) / rate if rate else (gone_at or t1)
+    return min(end, gone_at) if gone_at is not None else end
+
+
+def _sender_record(end):
+    times, values = end["times"], end["values"]
+    started = next((i for i, v in enumerate(values) if (v["bytes_sent"] or 0) > 0 or v["notsent_bytes"]), None)
+    acked = next((t for t, v in zip(times, values) if (v["bytes_sent"] or 0) >= end["sent"] and not v["unacked"]
+                  and not v["notsent_bytes"]), end["gone_at"] or times[-1])
+    record = {"connected_at": times[0], "local": end["local"], "remote": end["remote"],
+              "tcp_info": _last_info(values),
+              "buffers": {"sndbuf": _first(values[::-1], "sndbuf"), "cc": end["cc"]},
+              "buffers_at_connect": {"sndbuf": _first(values, "sndbuf")}}
+    if started is not None:
+        # The write happened after the sample before the first that shows data.
+        record["first_write_at"] = times[max(0, started - 1)]
+        record["acked_at"] = acked
+    return record
+
+
+def _stats_delta(before, after):
+    """Per-qdisc counters accumulated during the run."""
+    delta = {}
+    for ifname, qdiscs in after.items():
+        old = {(q["kind"], q["handle"]): q for q in before.get(ifname, [])}
+        rows = []
+        for q in qdiscs:
+            prev = old.get((q["kind"], q["handle"]), {})
+            rows.append({**q, **{k: q[k] - prev.get(k, 0) for k in ("packets", "bytes", "drops", "overlimits")}})
+        delta[ifname] = rows
+    return delta

@@ -1,0 +1,75 @@
+"""pair.observe(): a user's own programs on the path, measured and judged like a built-in flow (real sockets)."""
+
+import os
+import sys
+
+import pytest
+
+from pytest_tcpnet import (Link, LabError, assert_limited_by, assert_no_window_full, assert_throughput_within,
+                           assert_window_full, model)
+
+pytestmark = pytest.mark.tcpnet_needs("privilege", "htb")
+USERAPP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "userapp.py")
+
+
+def _serve(pair, *options):
+    """The user's server in the server namespace (stopped with the pair), once it listens."""
+    server = pair.server.popen([sys.executable, USERAPP, "serve", pair.server.address, "9000", *options],
+                               stdout=__import__("subprocess").PIPE, text=True)
+    assert server.stdout.readline().strip() == "listening"
+    return server
+
+
+def _client(pair, command, nbytes, *options):
+    out = pair.client.run([sys.executable, USERAPP, command, pair.server.address, "9000", str(nbytes), *options],
+                          timeout=120, check=True)
+    assert int(out.stdout) == nbytes, out
+
+
+@pytest.mark.tcpnet_needs("tshark")
+def test_a_users_download_is_measured_like_a_built_in_flow(tcpnet):
+    pair = tcpnet.pair(link=Link(rate="40mbit"))
+    _serve(pair)
+    with pair.observe(capture=True) as seen:
+        _client(pair, "get", 10_000_000)
+    (flow,) = seen.flows
+    assert (flow.nbytes, flow.direction, flow.sender_role, flow.workload) == (10_000_000, "download", "server",
+                                                                               "observed")
+    assert flow.throughput_bps == pytest.approx(model.link_goodput(40e6), rel=0.12), flow.describe()
+    assert_throughput_within(flow, rel=0.15)  # the model's value, from what the sockets really had
+    assert_no_window_full(flow, after="slow_start")  # 9-10 in the first 30 ms: autotuning catching up
+    assert flow.capture.point == "server/" + pair.server.interface  # the sender's side, from the bytes it sent
+    assert len(flow.tcp_info_series("snd_cwnd")) > 10 and flow.limited_by == "cwnd"
+    assert flow in tcpnet.results
+
+
+@pytest.mark.tcpnet_needs("tshark")
+@pytest.mark.parametrize("command", ["get", "put"])
+def test_a_tiny_receive_buffer_is_seen_at_the_sender_whichever_way_the_data_goes(tcpnet, command):
+    pair = tcpnet.pair()
+    _serve(pair, "--rcvbuf", "4096")  # for an upload the server receives
+    with pair.observe(capture=True) as seen:
+        _client(pair, command, 20_000_000, "--rcvbuf", "4096")  # ~0.1 s: many samples at 10 ms
+    (flow,) = seen.flows
+    sender = "server" if command == "get" else "client"
+    assert flow.sender_role == sender and flow.capture.point.startswith(sender + "/")
+    assert flow.nbytes == 20_000_000 + (32 if command == "put" else 0)  # exact from the packets; a header is data too
+    assert flow.effective_rcvbuf <= 16384, flow.describe()
+    assert_window_full(flow, at_least=10)
+    assert_limited_by(flow, "rwnd")
+
+
+def test_observe_refuses_bad_use_before_anything_starts(tcpnet):
+    pair = tcpnet.pair()
+    with pytest.raises(ValueError, match="sample_interval"):
+        pair.observe(sample_interval=0)
+    with pytest.raises(ValueError, match="capture"):
+        pair.observe(capture="router")
+    with pair.observe():
+        with pytest.raises(LabError, match="do not nest"):
+            with pair.observe():
+                pass
+    pair.close()
+    with pytest.raises(LabError, match="closed"):
+        with pair.observe():
+            pass
