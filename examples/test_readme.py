@@ -1,5 +1,8 @@
 """The README's examples, verbatim (a README snippet that stops working fails here)."""
 
+import os
+import sys
+
 import pytest
 
 from pytest_tcpnet import Host, Link, assert_throughput_within, model  # noqa: F401  (the README's own import)
@@ -20,6 +23,18 @@ def test_tiny_receive_buffer_is_window_limited(tcpnet):
 def test_link_rate(tcpnet):
     r = tcpnet.pair(link=Link(rate="50mbit")).transfer(nbytes=20_000_000, sndbuf=None)
     assert_throughput_within(r, 50e6, rel=0.15)
+
+
+MYAPP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "userapp.py")
+
+
+@pytest.mark.tcpnet_needs("tshark")
+def test_my_client_fills_the_link(tcpnet):                # MYAPP: your program's path
+    pair = tcpnet.pair(link=Link(rate="40mbit"))
+    pair.server.popen([sys.executable, MYAPP, "serve", pair.server.address, "9000"])
+    with pair.observe(capture=True) as seen:               # every TCP connection on the path
+        pair.client.run([sys.executable, MYAPP, "get", pair.server.address, "9000", "10000000"], check=True)
+    assert_throughput_within(seen.flows[0], rel=0.15)      # the model's value, from the real sockets
 
 
 @pytest.mark.tcpnet_needs("iperf3", "curl")
