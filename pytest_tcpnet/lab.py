@@ -331,10 +331,8 @@ class Pair:
             raise ValueError(f"timeout: must be a number of seconds > 0, got {timeout!r}")
         if self.closed:
             raise LabError("this pair is closed")
-        results = run_workload(self, workload, timeout=timeout, sample_interval=sample_interval, capture=capture,
-                               artifact_dir=self.lab.artifact_dir, conditions=conditions)
-        self.lab.results.extend(results)
-        return results
+        return run_workload(self, workload, timeout=timeout, sample_interval=sample_interval, capture=capture,
+                            artifact_dir=self.lab.artifact_dir, conditions=conditions)
 
     def observe(self, *, capture=False, sample_interval=None):
         """Measure whatever runs on this pair inside the block: your own programs, started with popen/run/spawn/call.
@@ -349,6 +347,9 @@ class Pair:
         """
         from .measure.observe import Observation
 
+        if capture not in (False, True):
+            raise ValueError(f"capture: must be True or False (both ends are captured; each connection gets the "
+                             f"capture of the end that sent its data), got {capture!r}")
         if capture:
             check_need("tshark")
         return Observation(self, capture=capture, sample_interval=sample_interval)

@@ -9,7 +9,6 @@ flow's. What sampling can miss is said in docs/your-application.md.
 """
 
 import contextlib
-import time
 
 from .. import netlink
 from ..errors import LabError
@@ -69,71 +68,84 @@ class PathCounters:
 
 
 class Observation:
-    """One measurement of whatever runs on a pair (see the module); `flows` once the block has ended."""
+    """One measurement of whatever runs on a pair (see the module); the built-in workloads run inside one too.
 
-    def __init__(self, pair, *, capture=False, sample_interval=None):
-        if capture not in (False, True):
-            raise ValueError(f"capture: must be True or False (both ends are captured; each connection's capture "
-                             f"is its sender's), got {capture!r}")
+    capture: False, True (both ends: each connection gets the capture of the end that sent its
+    data) or a node role ("client", "router", "server": that node only). sample_interval:
+    seconds between socket samples (None: fit to the RTT; 0: none, for workloads that need no
+    samples). hold_s: how long the measurement may hold its slot (a waiter stops waiting for a
+    holder well past it). connections=True makes `flows` from the sampled connections and
+    registers them with the lab (pair.observe()); the built-in workloads make their own results
+    from what their programs reported and hand them to register().
+    """
+
+    def __init__(self, pair, *, capture=False, sample_interval=None, hold_s=None, connections=True):
+        if capture not in (False, True, "client", "router", "server"):
+            raise ValueError(f"capture: must be True, False or a node role 'client', 'router', 'server', "
+                             f"got {capture!r}")
         if sample_interval is None:
             sample_interval = default_interval(pair.link.rtt_s)
         if isinstance(sample_interval, bool) or not isinstance(sample_interval, (int, float)) \
-                or not 0 < sample_interval <= 10:
-            raise ValueError(f"sample_interval: must be in (0, 10] seconds (observing means sampling), "
+                or not 0 <= sample_interval <= 10 or (connections and not sample_interval):
+            raise ValueError(f"sample_interval: must be in (0, 10] seconds{'' if connections else ', or 0 for none'}, "
                              f"got {sample_interval!r}")
         self.pair = pair
         self.capture = capture
         self.sample_interval = sample_interval
+        self.hold_s = hold_s
+        self.connections = connections
         self.flows = None
+        self.samples = None
+        self.captures = {}
+        self.shared = None
         self._stack = None
         self._sampler = None
-        self._captures = {}
 
     def __enter__(self):
         pair = self.pair
         if pair.closed:
             raise LabError("this pair is closed")
         if getattr(pair, "_observing", False):
-            raise LabError("this pair is already being observed: observe() blocks do not nest on one pair")
-        if self.capture:
-            from ..requirements import check_need
-            check_need("tshark")
+            raise LabError("this pair is already being observed: observe() blocks do not nest on one pair, "
+                           "and a workload on it would be measured twice")
         pair._observing = True
         stack = contextlib.ExitStack()
         try:
             stack.callback(setattr, pair, "_observing", False)
-            stack.enter_context(measurement_slot(slot_wait_s()))
+            # Waiting for a slot is queueing behind other sessions' transfers, not this measurement's time.
+            stack.enter_context(measurement_slot(slot_wait_s(), hold_s=self.hold_s))
             self._counters = PathCounters(pair)
-            self._sampler = SocketSampler({"client": pair.client.namespace, "server": pair.server.namespace},
-                                          self.sample_interval).start()
-            stack.callback(self._stop_sampler)
+            if self.sample_interval:
+                self._sampler = SocketSampler({"client": pair.client.namespace, "server": pair.server.namespace},
+                                              self.sample_interval).start()
+                stack.callback(self._stop_sampler)
             if self.capture:
                 self._start_captures(stack)
         except BaseException:
             stack.close()
             raise
         self._stack = stack
-        self.started_at = time.monotonic()
         return self
 
     def _start_captures(self, stack):
         from ..capture import Capture
 
         pair = self.pair
-        for node in (pair.client, pair.server):
-            capture = Capture(node, filter=f"tcp and host {pair.client.address} and host {pair.server.address}",
+        roles = ("client", "server") if self.capture is True else (self.capture,)
+        for role in roles:
+            capture = Capture(getattr(pair, role),
+                              filter=f"tcp and host {pair.client.address} and host {pair.server.address}",
                               directory=pair.lab.artifact_dir)
             capture.start()
-            stack.callback(self._stop_capture, node.role, capture)
+            stack.callback(self._stop_capture, role, capture)
 
     def _stop_capture(self, role, capture):
-        self._captures[role] = capture.stop()
+        self.captures[role] = capture.stop()
 
     def _stop_sampler(self):
-        self._samples = self._sampler.stop()
+        self.samples = self._sampler.stop()
 
     def __exit__(self, exc_type, exc, tb):
-        self._samples = None
         try:
             self._stack.close()  # captures, then the sampler (its last sample), then the slot
         finally:
@@ -141,11 +153,24 @@ class Observation:
         if exc_type is not None:
             return False
         self._counters.stop()
-        shared = self._counters.conditions()
-        self.flows = connection_results(self._samples, self._captures, shared,
-                                        artifact_dir=self.pair.lab.artifact_dir)
-        self.pair.lab.results.extend(self.flows)
+        self.shared = self._counters.conditions()
+        if self.connections:
+            self.flows = connection_results(self.samples, self.captures, self.shared,
+                                            artifact_dir=self.pair.lab.artifact_dir)
+            self.register(self.flows)
         return False
+
+    def capture_for(self, sender_role, local=None, remote=None):
+        """The capture of a connection whose data `sender_role` sent: the sender's end's (or the one node
+        asked for), restricted to that connection's packets when its addresses are known; None without one."""
+        capture = self.captures.get(sender_role) if self.capture is True else self.captures.get(self.capture)
+        if capture is not None and local is not None and remote is not None:
+            capture = capture.for_connection(local, remote)
+        return capture
+
+    def register(self, results):
+        """Keep results with the lab: the session table, JUnit properties, results files and failure artifacts."""
+        self.pair.lab.results.extend(results)
 
 
 def connection_results(samples, captures, shared, *, artifact_dir):
@@ -178,10 +203,15 @@ def connection_results(samples, captures, shared, *, artifact_dir):
     return sorted(results, key=lambda r: -r.nbytes)
 
 
+def sampled_values(rows):
+    """A socket's sampled rows as dicts (field: value), in time order."""
+    return [dict(zip(SERIES_FIELDS, v)) for _, v in rows]
+
+
 def _end(rows, local, remote, cc):
     """What one end's samples say: times and values of the samples with TCP_INFO (a socket in TIME_WAIT, or
     closed, has none), bytes received, and bytes written (bytes_sent counts resends too: they are taken off)."""
-    full = [(t, dict(zip(SERIES_FIELDS, v))) for t, v in rows]
+    full = list(zip((t for t, _ in rows), sampled_values(rows)))
     full = [(t, v) for t, v in full if v["state"] is not None] or full
     values = [v for _, v in full]
     # Written so far: sent at least once (bytes_sent counts payload, resends included), plus what still waits to
@@ -200,12 +230,13 @@ def _unsent_payload(v):
     return notsent - (notsent > 0 and v["state"] in _FIN_QUEUED)
 
 
-def _first(values, field):
+def first_value(values, field):
     return next((v[field] for v in values if v.get(field) is not None), None)
 
 
-def _last_info(values):
-    """The last sample's TCP_INFO with the chrono counters (a closed socket's last sample may lack them)."""
+def last_tcp_info(values):
+    """The last sample's TCP_INFO with the chrono counters (a closed socket's last sample may lack them); no
+    socket memory."""
     with_chrono = [v for v in values if v.get("busy_time") is not None] or values
     return {k: v for k, v in with_chrono[-1].items() if k not in _MEMORY_FIELDS and v is not None}
 
@@ -221,9 +252,9 @@ def _receiver_record(end, total):
         last = _extrapolated_end(got, total, end["gone_at"])
         got.append((last, total))
     record = {"nbytes": total, "connected_at": times[0], "checkpoints": got, "local": end["local"],
-              "remote": end["remote"], "tcp_info": _last_info(values),
-              "buffers": {"rcvbuf": _first(values[::-1], "rcvbuf")},
-              "buffers_at_connect": {"rcvbuf": _first(values, "rcvbuf")}}
+              "remote": end["remote"], "tcp_info": last_tcp_info(values),
+              "buffers": {"rcvbuf": first_value(values[::-1], "rcvbuf")},
+              "buffers_at_connect": {"rcvbuf": first_value(values, "rcvbuf")}}
     if first is not None:
         # The first sample with data stands for the first read: its bytes are not timed (as for a bulk flow).
         record.update(first_byte_at=first[0], first_read=first[1], last_byte_at=last)
@@ -246,9 +277,9 @@ def _sender_record(end):
     acked = next((t for t, v in zip(times, values) if (v["bytes_sent"] or 0) >= end["sent"] and not v["unacked"]
                   and not v["notsent_bytes"]), end["gone_at"] or times[-1])
     record = {"connected_at": times[0], "local": end["local"], "remote": end["remote"],
-              "tcp_info": _last_info(values),
-              "buffers": {"sndbuf": _first(values[::-1], "sndbuf"), "cc": end["cc"]},
-              "buffers_at_connect": {"sndbuf": _first(values, "sndbuf")}}
+              "tcp_info": last_tcp_info(values),
+              "buffers": {"sndbuf": first_value(values[::-1], "sndbuf"), "cc": end["cc"]},
+              "buffers_at_connect": {"sndbuf": first_value(values, "sndbuf")}}
     if started is not None:
         # The write happened after the sample before the first that shows data.
         record["first_write_at"] = times[max(0, started - 1)]

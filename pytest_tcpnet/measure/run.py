@@ -3,44 +3,34 @@
 import time
 
 from ..results import TransferResult
-from .observe import TCP_SYSCTLS, PathCounters
-from .sampler import SocketSampler, default_interval
-from .slots import measurement_slot, slot_wait_s
+from .observe import TCP_SYSCTLS, Observation, first_value, last_tcp_info, sampled_values
 
 __all__ = ["run_workload", "TCP_SYSCTLS"]
 
 def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False, artifact_dir=None, conditions=None):
-    """Run `workload` on `pair` inside a measurement slot; return one TransferResult per flow.
+    """Run `workload` on `pair` inside an Observation; return one TransferResult per flow, registered with the lab.
 
+    The measurement is pair.observe()'s: the same slot, counters, sampler and capture point (the
+    end that sent each flow's data, its own packets only); the flows come from what the
+    workload's programs reported, completed from the samples where a tool reports less.
     sample_interval: seconds between socket samples (None: fit to the RTT; 0 or False: off).
     capture: False, True (the sender's side), or a node role ("client", "router", "server").
     conditions: extra TransferResult fields shared by every flow (reader, writer, starved_receiver, ...).
     """
-    if sample_interval is None:
-        sample_interval = default_interval(pair.link.rtt_s)
-    # Waiting for a slot is queueing behind other sessions' transfers, not this transfer's time:
-    # its deadline starts once the slot is held.
-    with measurement_slot(slot_wait_s(), hold_s=timeout):
-        deadline = time.monotonic() + timeout
-        counters = PathCounters(pair)
-        sampler = None
-        if sample_interval and workload.sampled:
-            sampler = SocketSampler({"client": pair.client.namespace, "server": pair.server.namespace},
-                                    sample_interval).start()
-        capturer = _start_capture(pair, workload, capture, artifact_dir) if capture else None
-        samples = capture_result = None
+    if sample_interval is False or not workload.sampled:
+        sample_interval = 0
+    observation = Observation(pair, capture=capture, sample_interval=sample_interval, hold_s=timeout,
+                              connections=False)
+    with observation:
+        deadline = time.monotonic() + timeout  # from the slot on
         try:
             workload.start(pair, deadline)
             outcomes = workload.wait(deadline)
         finally:
             workload.stop()
-            if sampler is not None:
-                samples = sampler.stop()
-            if capturer is not None:
-                capture_result = capturer.stop()
-        counters.stop()
-    shared = dict(counters.conditions(), workload=workload.kind, samples=samples, capture=capture_result,
-                  artifact_dir=artifact_dir, **(conditions or {}))
+    samples = observation.samples
+    shared = dict(observation.shared, workload=workload.kind, samples=samples, artifact_dir=artifact_dir,
+                  **(conditions or {}))
     results = []
     for outcome in outcomes:
         if samples is not None:
@@ -53,14 +43,16 @@ def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False
             reader=getattr(spec, "reader", None), writer=getattr(spec, "writer", None),
             write_size=getattr(spec, "write_size", None),
             sender=outcome.sender, receiver=outcome.receiver, sender_role=outcome.sender_role,
+            capture=observation.capture_for(outcome.sender_role, outcome.sender.get("local"),
+                                            outcome.sender.get("remote")),
             reported_bps=outcome.reported_bps, details=outcome.details, **shared))
+    observation.register(results)
     return results
 
 
 def _complete_from_samples(outcome, samples):
-    """Fill in what a tool did not report itself (iperf3, curl) from the last sample of each end's socket."""
-    from .sampler import SERIES_FIELDS
-
+    """Fill in what a tool did not report itself (iperf3, curl) from each end's sampled socket, as observe() reads
+    it: TCP_INFO from the last sample that has the chrono counters, buffers from the first and last that show them."""
     receiver_role = "client" if outcome.sender_role == "server" else "server"
     for record, role in ((outcome.sender, outcome.sender_role), (outcome.receiver, receiver_role)):
         if "local" not in record:
@@ -68,31 +60,12 @@ def _complete_from_samples(outcome, samples):
         rows = samples.rows.get((role, tuple(record["local"]), tuple(record["remote"])))
         if not rows:
             continue
-        last = dict(zip(SERIES_FIELDS, rows[-1][1]))
+        values = sampled_values(rows)
         info = record.setdefault("tcp_info", {})
-        for key, value in last.items():
-            if value is not None and key not in ("rmem_alloc", "rcvbuf", "wmem_alloc", "sndbuf", "fwd_alloc",
-                                                 "wmem_queued", "optmem", "backlog", "drops"):
-                info.setdefault(key, value)
+        for key, value in last_tcp_info(values).items():
+            info.setdefault(key, value)
+        record.setdefault("buffers_at_connect", {"sndbuf": first_value(values, "sndbuf"),
+                                                 "rcvbuf": first_value(values, "rcvbuf")})
         buffers = record.setdefault("buffers", {})
-        first = dict(zip(SERIES_FIELDS, rows[0][1]))
-        record.setdefault("buffers_at_connect", {"sndbuf": first["sndbuf"], "rcvbuf": first["rcvbuf"]})
-        buffers.setdefault("sndbuf", last["sndbuf"])
-        buffers.setdefault("rcvbuf", last["rcvbuf"])
-
-
-def _start_capture(pair, workload, where, artifact_dir):
-    """A capture on the sender's side of the path (where window-full analysis is meaningful) or on `where`."""
-    from ..capture import Capture
-
-    if where is True:
-        flows = getattr(workload, "flows", None) or [None]
-        download = getattr(flows[0], "direction", "download") == "download"
-        where = "server" if download else "client"
-    if where not in ("client", "router", "server"):
-        raise ValueError(f"capture: must be True, False or a node role 'client', 'router', 'server', got {where!r}")
-    node = getattr(pair, where)
-    filter_ = f"tcp and host {pair.client.address} and host {pair.server.address}"
-    capture = Capture(node, filter=filter_, directory=artifact_dir)
-    capture.start()
-    return capture
+        buffers.setdefault("sndbuf", first_value(values[::-1], "sndbuf"))
+        buffers.setdefault("rcvbuf", first_value(values[::-1], "rcvbuf"))
