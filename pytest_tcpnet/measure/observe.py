@@ -193,8 +193,9 @@ def connection_results(samples, captures, shared, *, artifact_dir):
         total = sent[sender_role]
         if capture is not None:
             capture = capture.for_connection(sender["local"], sender["remote"])
-            # The packets count every byte; samples miss what moved after the last one before the sockets closed.
-            total = max(total, capture.data_bytes)
+            # The packets count every byte exactly; samples miss what moved after the last one before the sockets
+            # closed, and a receiver's sample can count the FIN while its state still reads ESTABLISHED (seen).
+            total = capture.data_bytes or total
         results.append(TransferResult(
             nbytes=total, direction="download" if sender_role == "server" else "upload",
             sender=_sender_record(sender), receiver=_receiver_record(receiver, total),
