@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+from pytest_tcpnet.vm.launch import _group_alive  # the VM runner's own check that a process group still runs
+
 __all__ = ["Children", "STACKS_ON_SIGUSR1"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -96,16 +98,6 @@ class Children:
             subprocess.run([sys.executable, "-m", "pytest_tcpnet.cleanup"], env=checkout_env(), cwd=ROOT,
                            capture_output=True, timeout=120)
         return killed
-
-
-def _group_alive(pgid):
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _name(proc):
