@@ -16,12 +16,22 @@ import time
 
 from pytest_tcpnet.vm.launch import _group_alive  # the VM runner's own check that a process group still runs
 
-__all__ = ["Children", "STACKS_ON_SIGUSR1"]
+__all__ = ["Children", "STACKS_ON_SIGUSR1", "default_sigint"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: Prepended to a child's Python code: SIGUSR1 prints every thread's stack to stderr (what a hung child was doing).
 STACKS_ON_SIGUSR1 = "import faulthandler, signal; faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+
+
+def default_sigint():
+    """In a child before exec: Ctrl-C's default disposition, as a terminal gives it.
+
+    A shell runs background jobs with SIGINT ignored, and an ignored signal stays ignored across
+    exec: Python then installs no KeyboardInterrupt handler, and a test that sends SIGINT
+    measures nothing (every Ctrl-C test failed in a CI run started with `&`).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def checkout_env(**extra):
@@ -39,7 +49,7 @@ class Children:
     def popen(self, argv, **kwargs):
         """subprocess.Popen in a new process group (text mode), owned by this test."""
         kwargs.setdefault("text", True)
-        proc = subprocess.Popen(argv, start_new_session=True, **kwargs)
+        proc = subprocess.Popen(argv, start_new_session=True, preexec_fn=default_sigint, **kwargs)
         self._procs.append(proc)
         return proc
 

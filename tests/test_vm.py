@@ -27,6 +27,7 @@ import pytest
 from pytest_tcpnet import vm
 from pytest_tcpnet.vm import accel, args, fastboot, kernel, lock, runner
 from pytest_tcpnet.vm.errors import VMError, VMUsageError
+from children import default_sigint
 
 FIXTURES = Path(__file__).parent / "vm_fixtures"
 REPO = Path(__file__).resolve().parent.parent
@@ -633,6 +634,7 @@ def _popen(proj, extra, env=None):
     return subprocess.Popen(
         [sys.executable, "-m", "pytest", *_base_args(), *extra],
         cwd=proj, env=env or _env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_sigint,  # its Ctrl-C test needs SIGINT handled even if this session ignores it
     )
 
 
