@@ -327,7 +327,7 @@ class Pair:
         return run_workload(self, workload, timeout=timeout, sample_interval=sample_interval, capture=capture,
                             artifact_dir=self.lab.artifact_dir, conditions=conditions)
 
-    def observe(self, *, capture=False, sample_interval=None):
+    def observe(self, *, capture=False, sample_interval=None, app_window=None):
         """Measure whatever runs on this pair inside the block: your own programs, started with popen/run/spawn/call.
 
         ``with pair.observe() as seen: ...`` holds a measurement slot, samples TCP_INFO and socket
@@ -337,15 +337,24 @@ class Pair:
         the two ends, largest first, registered with the lab (session table, results files,
         failure artifacts) and accepted by every assertion; each one's capture is the one taken
         at the end that sent its data. docs/your-application.md says what sampling can miss.
+        app_window: your protocol's own bound, if it has one (bytes, or "16kb"): what it keeps
+        outstanding per application round trip (a stop-and-wait protocol's chunk per ACK); the
+        model then predicts that bound where it binds, instead of the network's alone.
         """
         from .measure.observe import Observation
+        from .model.units import parse_size
 
         if capture not in (False, True):
             raise ValueError(f"capture: must be True or False (both ends are captured; each connection gets the "
                              f"capture of the end that sent its data), got {capture!r}")
+        if app_window is not None:
+            app_window = parse_size(app_window, "app_window")
+            if not (math.isfinite(app_window) and app_window >= 1):
+                raise ValueError(f"app_window: must be at least 1 byte (or None: no bound of its own), got {app_window!r}")
+            app_window = int(app_window)
         if capture:
             check_need("tshark")
-        return Observation(self, capture=capture, sample_interval=sample_interval)
+        return Observation(self, capture=capture, sample_interval=sample_interval, app_window_bytes=app_window)
 
     def measure_advertised_window(self, *, rcvbuf=None, nbytes=None, direction="download"):
         """The largest window the receiver advertised during a transfer, as the sender saw it (TCP_INFO snd_wnd).

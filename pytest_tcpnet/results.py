@@ -42,6 +42,9 @@ class TransferResult:
     qdiscs: dict = field(default_factory=dict, repr=False)
     interfaces: dict = field(default_factory=dict, repr=False)
     tcp_counters: dict = field(default_factory=dict, repr=False)
+    #: The application's own bound, as its test declared it (observe(app_window=...)): bytes it keeps
+    #: outstanding per application round trip, e.g. a stop-and-wait protocol's chunk.
+    app_window_bytes: "int | None" = None
     _artifacts: list = field(default_factory=list, repr=False)
 
     # -- goodput ---------------------------------------------------------------------------------

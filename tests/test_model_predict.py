@@ -159,11 +159,15 @@ def test_samples_decide_and_the_chrono_only_without_enough_of_them():
 
 
 def test_the_applications_own_window_and_pace_bound_the_flow():
-    # Issue 18's stop-and-wait protocol: 16 KB per application ACK at 40 ms on 20 Mbit/s: 3.3 Mbit/s, not the link.
+    # Issue 18's stop-and-wait protocol: 16 KB per application ACK at 40 ms on 20 Mbit/s (measured 2.6 Mbit/s):
+    # each round is the RTT plus the chunk's 6.85 ms on the link (1448 payload bytes per 1514), 2.80 Mbit/s.
     c = model.Conditions(kernel="6.1", rtt_s=0.04, rate_bps=20e6, app_window_bytes=16384)
     p = model.expected_throughput(c)
-    assert p.bound == "app" and p.bps == pytest.approx(16384 * 8 / 0.04)
-    assert "keeps 16.38 kB outstanding per 40 ms RTT" in p.why
+    assert p.bound == "app" and p.bps == pytest.approx(16384 * 8 / (0.04 + 16384 * 8 * 1514 / 1448 / 20e6))
+    assert p.bps == pytest.approx(2.80e6, rel=0.01)
+    assert "keeps 16.38 kB outstanding per round of 46.85 ms" in p.why
+    unshaped = model.expected_throughput(model.Conditions(kernel="6.1", rtt_s=0.04, app_window_bytes=16384))
+    assert unshaped.bps == pytest.approx(16384 * 8 / 0.04)
     paced = model.expected_throughput(model.Conditions(kernel="6.1", rtt_s=0.0, rate_bps=20e6, app_rate_bps=3.2e6))
     assert (paced.bound, paced.bps) == ("app", 3.2e6)
     with pytest.raises(ValueError, match="app_window_bytes"):

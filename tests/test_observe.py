@@ -55,6 +55,8 @@ def test_a_tiny_receive_buffer_is_seen_at_the_sender_whichever_way_the_data_goes
     assert flow.sender_role == sender and flow.capture.point.startswith(sender + "/")
     assert flow.nbytes == 20_000_000 + (32 if command == "put" else 0)  # exact from the packets; a header is data too
     assert flow.effective_rcvbuf <= 16384, flow.describe()
+    # The model gets the request back from the socket (a buffer that never moved, not tcp_rmem's default).
+    assert flow.rcvbuf_requested == 4096 and model.expected_throughput(flow).bound == "rwnd", flow.describe()
     assert_window_full(flow, at_least=10)
     assert_limited_by(flow, "rwnd")
 
@@ -65,6 +67,9 @@ def test_observe_refuses_bad_use_before_anything_starts(tcpnet):
         pair.observe(sample_interval=0)
     with pytest.raises(ValueError, match="capture"):
         pair.observe(capture="router")
+    for bad in (0, -5, "lots", float("inf")):
+        with pytest.raises(ValueError, match="app_window"):
+            pair.observe(app_window=bad)
     with pair.observe():
         with pytest.raises(LabError, match="do not nest"):
             with pair.observe():
@@ -73,3 +78,29 @@ def test_observe_refuses_bad_use_before_anything_starts(tcpnet):
     with pytest.raises(LabError, match="closed"):
         with pair.observe():
             pass
+
+
+def test_an_application_bound_the_model_was_not_told_is_named_in_the_failure(tcpnet):
+    """A slow writer on a fast path: the model predicts the link, the flow is app-limited, the failure says what to declare."""
+    pair = tcpnet.pair(link=Link(rate="100mbit"))
+    _serve(pair)
+    with pair.observe() as seen:
+        pair.client.call(_trickle, pair.server.address, 9000, 40, 0.01)
+    (flow,) = seen.flows
+    with pytest.raises(AssertionError) as failure:
+        assert_throughput_within(flow, rel=0.15)
+    text = str(failure.value)
+    assert "sender was app-limited" in text and "observe(app_window=" in text, text
+    assert flow.app_window_bytes is None
+
+
+def _trickle(address, port, chunks, pause):
+    """A client that writes a PUT of 4 KB chunks with a pause between them: app-limited whatever the path."""
+    import socket
+    import time
+    with socket.create_connection((address, port)) as sock:
+        sock.sendall((b"PUT %d" % (chunks * 4096)).ljust(32))  # userapp.py's header
+        for _ in range(chunks):
+            sock.sendall(b"t" * 4096)
+            time.sleep(pause)
+        sock.recv(64)

@@ -85,6 +85,11 @@ def _report(result, expected_bps, rel, observed):
     if verdict:
         label, shares, basis = verdict
         lines.append(f"  sender was {label}-limited" + (f": {_shares_text(shares)} ({basis})" if shares else ""))
+        if label == "app" and prediction is not None and "app" not in prediction.bounds and measured < expected:
+            # The model's bounds are the network's: an application that waits for its own ACKs is slower by design.
+            lines.append("  the application itself held the data back; the model knows no bound of the application's: "
+                         "if it has one (a stop-and-wait or windowed protocol), declare it, "
+                         "pair.observe(app_window=<bytes outstanding per application round trip>)")
     describe = getattr(result, "describe", None)
     if callable(describe):
         lines.append("  " + describe().replace("\n", "\n  "))

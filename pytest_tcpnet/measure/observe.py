@@ -79,7 +79,8 @@ class Observation:
     from what their programs reported and hand them to register().
     """
 
-    def __init__(self, pair, *, capture=False, sample_interval=None, hold_s=None, connections=True):
+    def __init__(self, pair, *, capture=False, sample_interval=None, hold_s=None, connections=True,
+                 app_window_bytes=None):
         if capture not in (False, True, "client", "router", "server"):
             raise ValueError(f"capture: must be True, False or a node role 'client', 'router', 'server', "
                              f"got {capture!r}")
@@ -94,6 +95,7 @@ class Observation:
         self.sample_interval = sample_interval
         self.hold_s = hold_s
         self.connections = connections
+        self.app_window_bytes = app_window_bytes
         self.flows = None
         self.samples = None
         self.captures = {}
@@ -156,7 +158,8 @@ class Observation:
         self.shared = self._counters.conditions()
         if self.connections:
             self.flows = connection_results(self.samples, self.captures, self.shared,
-                                            artifact_dir=self.pair.lab.artifact_dir)
+                                            artifact_dir=self.pair.lab.artifact_dir,
+                                            app_window_bytes=self.app_window_bytes)
             self.register(self.flows)
         return False
 
@@ -173,7 +176,7 @@ class Observation:
         self.pair.lab.results.extend(results)
 
 
-def connection_results(samples, captures, shared, *, artifact_dir):
+def connection_results(samples, captures, shared, *, artifact_dir, app_window_bytes=None):
     """One TransferResult per TCP connection between the client and the server namespaces, largest first."""
     results = []
     for (role, local, remote), rows in samples.rows.items():
@@ -200,8 +203,30 @@ def connection_results(samples, captures, shared, *, artifact_dir):
             nbytes=total, direction="download" if sender_role == "server" else "upload",
             sender=_sender_record(sender), receiver=_receiver_record(receiver, total),
             sender_role=sender_role,
-            workload="observed", samples=samples, capture=capture, artifact_dir=artifact_dir, **shared))
+            workload="observed", samples=samples, capture=capture, artifact_dir=artifact_dir,
+            app_window_bytes=app_window_bytes,
+            rcvbuf_requested=set_rcvbuf(receiver["values"], shared["sysctls"].get(receiver_role, {})),
+            **shared))
     return sorted(results, key=lambda r: -r.nbytes)
+
+
+def set_rcvbuf(values, sysctls):
+    """The SO_RCVBUF the application set, inferred from its socket, or None (autotuned, or cannot tell).
+
+    sock_diag does not say whether a buffer is locked, but an autotuned socket starts at
+    tcp_rmem's default and grows as data comes, while one the application set stays at twice
+    its request (capped at rmem_max) from connect to close: a buffer that never moved and is not
+    the default was set, and the model needs the request. A request whose double is the default
+    itself (64 KB on tcp_rmem's 128 KB) cannot be told from autotuning that never grew.
+    """
+    buffers = [v["rcvbuf"] for v in values if v.get("rcvbuf")]
+    try:
+        default = int(str(sysctls.get("net.ipv4.tcp_rmem", "")).split()[1])
+    except (IndexError, ValueError):
+        return None
+    if len(buffers) < 3 or len(set(buffers)) != 1 or buffers[0] == default:
+        return None
+    return buffers[0] // 2
 
 
 def sampled_values(rows):
