@@ -1,5 +1,7 @@
 """Bad input is refused before anything is created, with a message naming the field and what is allowed."""
 
+import struct
+
 import pytest
 
 from pytest_tcpnet import Host, Link
@@ -36,6 +38,21 @@ BAD_LINKS = [
     (dict(to_server={"loss": 3}), ValueError, ["to_server.loss", "0..1"]),
     (dict(to_client="fast"), TypeError, ["to_client", "dict"]),
     (dict(rtt=[20]), TypeError, ["rtt", "number"]),
+    # netem's knobs (issue 20): each names its field and what it needs.
+    (dict(rtt="20ms", jitter_correlation="30%"), ValueError, ["jitter_correlation", "needs jitter"]),
+    (dict(rtt="20ms", loss_correlation="25%"), ValueError, ["loss_correlation", "needs loss"]),
+    (dict(rtt="20ms", reorder_correlation="50%"), ValueError, ["reorder_correlation", "needs reorder"]),
+    (dict(duplicate_correlation=0.1), ValueError, ["duplicate_correlation", "needs duplicate"]),
+    (dict(corrupt_correlation=0.1), ValueError, ["corrupt_correlation", "needs corrupt"]),
+    (dict(rtt="20ms", loss="1%", loss_correlation="130%"), ValueError, ["loss_correlation", "0..1"]),
+    (dict(rtt="20ms", jitter="1ms", jitter_correlation=-0.2), ValueError, ["jitter_correlation", "0..1"]),
+    (dict(gap=5), ValueError, ["gap", "needs a delay"]),
+    (dict(rtt="20ms", gap=0), ValueError, ["gap", ">= 1"]),
+    (dict(rtt="20ms", gap=2.5), ValueError, ["gap", "whole number"]),
+    (dict(rtt="20ms", gap=True), ValueError, ["gap", "whole number"]),
+    (dict(rtt="20ms", jitter="1ms", distribution="weibull"), ValueError, ["distribution", "normal, pareto"]),
+    (dict(rtt="20ms", distribution="normal"), ValueError, ["distribution", "needs jitter"]),
+    (dict(to_server={"gap": 3}), ValueError, ["to_server.gap", "needs a delay"]),
 ]
 
 BAD_HOSTS = [
@@ -118,3 +135,37 @@ def test_transfer_refuses_bad_arguments_without_starting_processes(tcpnet, kwarg
     for word in words:
         assert word in str(info.value)
     assert netlink.pids_in_namespace(pair.server.namespace) == []
+
+
+def test_netem_knobs_describe_themselves_as_tc_words():
+    link = Link(delay="100ms", jitter="10ms", jitter_correlation="30%", distribution="normal", loss="1%",
+                loss_correlation="25%", to_server={"gap": 5})
+    assert link.toward_client.describe() == ("no rate limit, 100 ms ± 10 ms (correlation 30%) normal, "
+                                             "1% loss (correlation 25%)")
+    # gap alone is tc's `reorder 100% gap 5`: every fifth packet skips the delay.
+    assert link.toward_server.reorder == 1.0 and link.toward_server.gap == 5
+    assert link.needs_netem and Link(delay="1ms", gap=2) != Link(delay="1ms", gap=3)
+    assert Link(rtt="20ms", jitter="1ms").toward_client.distribution == "uniform"
+
+
+def test_a_distribution_table_is_compiled_into_the_netem_request():
+    """The table iproute2 ships goes inside TCA_OPTIONS as tc sends it (pyroute2 cannot encode it)."""
+    from pyroute2.netlink.rtnl.tcmsg import tcmsg
+
+    from pytest_tcpnet.model import distribution_table
+    from pytest_tcpnet.netlink.qdisc import _requests
+    from pytest_tcpnet.netlink.rtnl import compile_request
+
+    table = distribution_table("normal")
+    values = [int(v) for line in open(table) if not line.lstrip().startswith("#") for v in line.split()]
+    link = Link(delay="10ms", jitter="2ms", jitter_correlation="30%", distribution="normal", gap=5)
+    (_, command, kwargs), = _requests(7, link.toward_client)[0]
+    data = compile_request("tc", command, 1, **dict(kwargs))
+    msg = tcmsg(data)
+    msg.decode()
+    options = msg.get_attr("TCA_OPTIONS")
+    assert msg["header"]["length"] == len(data)
+    assert options["gap"] == 5 and options.get_attr("TCA_NETEM_REORDER")["prob_reorder"] == 2**32 - 1
+    assert options.get_attr("TCA_NETEM_CORR")["delay_corr"] == round(0.3 * (2**32 - 1))
+    assert [name for name, _ in options["attrs"]][-1] == "TCA_NETEM_DELAY_DIST"
+    assert data.endswith(struct.pack(f"={len(values)}h", *values)) and len(values) == 4096

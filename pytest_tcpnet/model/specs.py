@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from .units import format_rate, format_time, parse_fraction, parse_rate, parse_size, parse_time
 
-__all__ = ["OneWay", "Link", "Host", "KNOWN_CONGESTION_CONTROLS", "HOST_GLOBAL_SYSCTLS", "MTU_FRAME_BYTES"]
+__all__ = ["OneWay", "Link", "Host", "KNOWN_CONGESTION_CONTROLS", "HOST_GLOBAL_SYSCTLS", "MTU_FRAME_BYTES",
+           "DISTRIBUTIONS", "distribution_table"]
 
 #: Bytes one full-size packet occupies on the veth (1500 MTU + Ethernet header); used to
 #: turn byte sizes and BDPs into the packet counts qdisc limits are expressed in.
@@ -53,11 +54,20 @@ class OneWay:
     duplicate: float = 0.0
     corrupt: float = 0.0
     queue_packets: "int | None" = None
+    #: netem's correlations (0..1: how much each random draw depends on the previous one), its
+    #: every-Nth-packet reordering, and the delay distribution's table ("uniform": netem's own).
+    jitter_correlation: float = 0.0
+    loss_correlation: float = 0.0
+    reorder_correlation: float = 0.0
+    duplicate_correlation: float = 0.0
+    corrupt_correlation: float = 0.0
+    gap: "int | None" = None
+    distribution: str = "uniform"
 
     @property
     def needs_netem(self):
         """True when only netem can produce this (delay, jitter, loss, reorder, ...)."""
-        return any((self.delay_s, self.jitter_s, self.loss, self.reorder, self.duplicate, self.corrupt))
+        return any((self.delay_s, self.jitter_s, self.loss, self.reorder, self.duplicate, self.corrupt, self.gap))
 
     @property
     def is_unimpaired(self):
@@ -81,17 +91,50 @@ class OneWay:
         """Short text: '100 Mbit/s, 10 ms, 1% loss'."""
         parts = [format_rate(self.rate_bps) if self.rate_bps else "no rate limit"]
         if self.delay_s:
-            parts.append(format_time(self.delay_s) + (f" ± {format_time(self.jitter_s)}" if self.jitter_s else ""))
+            jitter = ""
+            if self.jitter_s:
+                jitter = f" ± {format_time(self.jitter_s)}" + _correlated(self.jitter_correlation)
+                if self.distribution != "uniform":
+                    jitter += f" {self.distribution}"
+            parts.append(format_time(self.delay_s) + jitter)
         for name in ("loss", "reorder", "duplicate", "corrupt"):
             value = getattr(self, name)
             if value:
-                parts.append(f"{value * 100:.3g}% {name}")
+                parts.append(f"{value * 100:.3g}% {name}" + _correlated(getattr(self, f"{name}_correlation")))
+        if self.gap:
+            parts.append(f"gap {self.gap}")
         if self.queue_packets is not None:
             parts.append(f"queue {self.queue_packets} pkts")
         return ", ".join(parts)
 
 
-_DIRECTION_KEYS = ("rate", "delay", "jitter", "loss", "reorder", "duplicate", "corrupt", "limit")
+def _correlated(correlation):
+    return f" (correlation {correlation * 100:.3g}%)" if correlation else ""
+
+
+_DIRECTION_KEYS = ("rate", "delay", "jitter", "loss", "reorder", "duplicate", "corrupt", "limit",
+                   "jitter_correlation", "loss_correlation", "reorder_correlation", "duplicate_correlation",
+                   "corrupt_correlation", "gap", "distribution")
+_CORRELATED = (("jitter_correlation", "jitter_s", "jitter"), ("loss_correlation", "loss", "loss"),
+               ("reorder_correlation", "reorder", "reorder"), ("duplicate_correlation", "duplicate", "duplicate"),
+               ("corrupt_correlation", "corrupt", "corrupt"))
+#: netem's delay distributions: "uniform" is its own (no table); the others are the tables iproute2 ships.
+DISTRIBUTIONS = ("uniform", "normal", "pareto", "paretonormal")
+#: Where iproute2 installs its tables (tc looks in its own lib directory; distributions put it in one of these).
+DISTRIBUTION_DIRS = ("/usr/lib/x86_64-linux-gnu/tc", "/usr/lib64/tc", "/usr/lib/tc", "/usr/local/lib/tc")
+
+
+def distribution_table(name):
+    """The path of iproute2's table for a netem delay distribution (None for "uniform"); ValueError if not shipped."""
+    if name == "uniform":
+        return None
+    import os
+    for directory in DISTRIBUTION_DIRS:
+        path = os.path.join(directory, f"{name}.dist")
+        if os.path.isfile(path):
+            return path
+    raise ValueError(f"distribution: no table for {name!r} in {', '.join(DISTRIBUTION_DIRS)} "
+                     "(iproute2 ships them: install iproute2)")
 
 
 def _check_nonnegative_time(field, value):
@@ -137,8 +180,32 @@ def _check_limit(field, value):
 _MAX_QUEUE_PACKETS = 2**31 - 1
 
 
-def _one_way(where, rate, delay, jitter, loss, reorder, duplicate, corrupt, limit):
+def _check_gap(field, value):
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**32 - 1:
+        raise ValueError(f"{field}: must be a whole number of packets >= 1 (every gap-th packet skips the delay), "
+                         f"got {value!r}")
+    return value
+
+
+def _check_distribution(field, value):
+    if value not in DISTRIBUTIONS:
+        raise ValueError(f"{field}: must be one of {', '.join(DISTRIBUTIONS)}, got {value!r}")
+    distribution_table(value)
+    return value
+
+
+def _one_way(where, rate, delay, jitter, loss, reorder, duplicate, corrupt, limit, jitter_correlation=None,
+             loss_correlation=None, reorder_correlation=None, duplicate_correlation=None, corrupt_correlation=None,
+             gap=None, distribution=None):
     """Validate one direction's fields and build its OneWay."""
+    if gap is not None and reorder is None:
+        reorder = 1.0  # tc's `gap 5 delay 10ms` is `reorder 100% gap 5`: every 5th packet skips the delay
+    correlations = {name: 0.0 if value is None else _check_probability(f"{where}{name}", value)
+                    for name, value in (("jitter_correlation", jitter_correlation),
+                                        ("loss_correlation", loss_correlation),
+                                        ("reorder_correlation", reorder_correlation),
+                                        ("duplicate_correlation", duplicate_correlation),
+                                        ("corrupt_correlation", corrupt_correlation))}
     way = OneWay(
         rate_bps=None if rate is None else _check_rate(f"{where}rate", rate),
         delay_s=0.0 if delay is None else _check_nonnegative_time(f"{where}delay", delay),
@@ -148,7 +215,19 @@ def _one_way(where, rate, delay, jitter, loss, reorder, duplicate, corrupt, limi
         duplicate=0.0 if duplicate is None else _check_probability(f"{where}duplicate", duplicate),
         corrupt=0.0 if corrupt is None else _check_probability(f"{where}corrupt", corrupt),
         queue_packets=None if limit is None else _check_limit(f"{where}limit", limit),
+        gap=None if gap is None else _check_gap(f"{where}gap", gap),
+        distribution="uniform" if distribution is None else _check_distribution(f"{where}distribution", distribution),
+        **correlations,
     )
+    for name, base, base_field in _CORRELATED:
+        if getattr(way, name) and not getattr(way, base):
+            raise ValueError(f"{where}{name}: needs {base_field} (it correlates successive {base_field} draws); "
+                             f"set {base_field}=")
+    if way.distribution != "uniform" and not way.jitter_s:
+        raise ValueError(f"{where}distribution: needs jitter (the table shapes how the delay varies around it); "
+                         "set jitter=")
+    if way.gap and not way.delay_s:
+        raise ValueError(f"{where}gap: needs a delay (every gap-th packet skips it; the others wait); set rtt= or delay=")
     if way.jitter_s and not way.delay_s:
         raise ValueError(f"{where}jitter: needs a delay (netem varies the delay around it); set rtt= or delay=")
     if way.reorder and not way.delay_s:
@@ -165,14 +244,23 @@ class Link:
 
     ``rtt`` is split evenly between the two directions; ``delay`` is one-way and applies to
     both. ``to_client`` / ``to_server`` are dicts overriding fields for one direction
-    (keys: rate, delay, jitter, loss, reorder, duplicate, corrupt, limit). ``limit`` is the
-    bottleneck queue: packets (int) or bytes ("64kb").
+    (keys: rate, delay, jitter, loss, reorder, duplicate, corrupt, limit and netem's knobs
+    below). ``limit`` is the bottleneck queue: packets (int) or bytes ("64kb").
+
+    netem's knobs, each the tc word it stands for (docs/links.md): ``jitter_correlation``,
+    ``loss_correlation``, ``reorder_correlation``, ``duplicate_correlation``,
+    ``corrupt_correlation`` (0..1 or "30%", each needing its base field), ``gap`` (every
+    gap-th packet skips the delay; reorder defaults to 100%, as tc's ``reorder 100% gap N``)
+    and ``distribution`` ("uniform", netem's own, or the tables iproute2 ships: "normal",
+    "pareto", "paretonormal"; needs jitter).
     """
 
     __slots__ = ("_kwargs", "toward_client", "toward_server")
 
     def __init__(self, *, rate=None, rtt=None, delay=None, jitter=None, loss=None, reorder=None,
-                 duplicate=None, corrupt=None, limit=None, to_client=None, to_server=None):
+                 duplicate=None, corrupt=None, limit=None, jitter_correlation=None, loss_correlation=None,
+                 reorder_correlation=None, duplicate_correlation=None, corrupt_correlation=None, gap=None,
+                 distribution=None, to_client=None, to_server=None):
         if rtt is not None and delay is not None:
             raise ValueError("rtt/delay: give either rtt (split evenly per direction) or delay (one-way), not both")
         one_way_delay = None
@@ -181,7 +269,10 @@ class Link:
         elif delay is not None:
             one_way_delay = _check_nonnegative_time("delay", delay)
         common = dict(rate=rate, delay=one_way_delay, jitter=jitter, loss=loss, reorder=reorder,
-                      duplicate=duplicate, corrupt=corrupt, limit=limit)
+                      duplicate=duplicate, corrupt=corrupt, limit=limit, jitter_correlation=jitter_correlation,
+                      loss_correlation=loss_correlation, reorder_correlation=reorder_correlation,
+                      duplicate_correlation=duplicate_correlation, corrupt_correlation=corrupt_correlation,
+                      gap=gap, distribution=distribution)
         kwargs = {k: v for k, v in dict(common, rtt=rtt, delay=delay, to_client=to_client,
                                         to_server=to_server).items() if v is not None}
         if rtt is not None:

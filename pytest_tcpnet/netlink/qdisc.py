@@ -1,11 +1,14 @@
 """Shaping one direction on the router's egress: htb for rate, netem for delay and loss."""
 
+import functools
 import math
+import struct
 
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ..errors import LabError
 from ..model import MTU_FRAME_BYTES
+from ..model.specs import distribution_table
 from .namespaces import with_iproute
 from .session import session_for
 from .topology import _index
@@ -35,7 +38,37 @@ def _netem_kwargs(way):
         kwargs["prob_reorder"] = way.reorder * 100
     if way.corrupt:
         kwargs["prob_corrupt"] = way.corrupt * 100
+    # Correlations: pyroute2's names for tc's third number after a value (`delay 100ms 10ms 30%`).
+    for field, name in (("jitter_correlation", "delay_corr"), ("loss_correlation", "loss_corr"),
+                        ("duplicate_correlation", "dup_corr"), ("reorder_correlation", "corr_reorder"),
+                        ("corrupt_correlation", "corr_corrupt")):
+        if getattr(way, field):
+            kwargs[name] = getattr(way, field) * 100
+    if way.gap:
+        kwargs["gap"] = way.gap
+    table = distribution_table(way.distribution)
+    if table:
+        # pyroute2 has no encoding for the table: it goes inside TCA_OPTIONS as tc sends it.
+        kwargs["options_extra"] = ((_TCA_NETEM_DELAY_DIST, _read_distribution(table)),)
     return kwargs
+
+
+_TCA_NETEM_DELAY_DIST = 2
+_NETEM_DIST_MAX = 16384  # the kernel's limit on a table's entries (sch_netem.c)
+
+
+@functools.lru_cache(maxsize=None)
+def _read_distribution(path):
+    """A tc distribution file as the kernel takes it: signed 16-bit values, '#' starting a comment line."""
+    values = []
+    with open(path) as f:
+        for line in f:
+            if not line.lstrip().startswith("#"):
+                values.extend(int(v) for v in line.split())
+    if not 0 < len(values) <= _NETEM_DIST_MAX or not all(-32768 <= v <= 32767 for v in values):
+        raise LabError(f"{path}: not a netem distribution table ({len(values)} values; 1..{_NETEM_DIST_MAX} "
+                       "signed 16-bit values expected)")
+    return struct.pack(f"={len(values)}h", *values)
 
 
 def shape_egress(namespace, ifname, way):
@@ -61,6 +94,8 @@ def shape_egress(namespace, ifname, way):
 def _install(ipr, ifname, way):
     """The qdisc tree for one direction, on an IPRoute socket already in the router's namespace."""
     requests, installed = _requests(_index(ipr, ifname), way)
+    if any("options_extra" in kwargs for _, _, kwargs in requests):
+        raise LabError(f"a netem distribution table on {ifname} needs an interface the lab created (its batched path)")
     for _, command, kwargs in requests:
         ipr.tc(command, **kwargs)
     return installed
@@ -84,7 +119,8 @@ def _requests(index, way):
         kwargs = _netem_kwargs(way)
         parent = {} if leaf_parent is None else {"parent": leaf_parent}
         requests.append(("tc", "add", dict(kind="netem", index=index, handle=_LEAF, **parent, **kwargs)))
-        installed.append("netem " + " ".join(f"{k}={v}" for k, v in kwargs.items()))
+        installed.append("netem " + " ".join(f"{k}={v}" for k, v in kwargs.items() if k != "options_extra")
+                         + (f" distribution={way.distribution}" if "options_extra" in kwargs else ""))
     elif leaf_parent is not None:
         requests.append(("tc", "add", dict(kind="pfifo", index=index, handle=_LEAF, parent=leaf_parent,
                                            limit=way.queue_limit_packets())))
@@ -122,4 +158,26 @@ def _stats(messages):
             "drops": queue.get("drops", 0), "overlimits": queue.get("overlimits", 0),
             "backlog": queue.get("backlog", 0),
         })
+        if result[-1]["kind"] == "netem":
+            result[-1]["settings"] = _netem_settings(msg.get_attr("TCA_OPTIONS"))
     return result
+
+
+def _percent(u32):
+    return round(u32 / 2**32 * 100, 4)
+
+
+def _netem_settings(options):
+    """What the kernel holds for a netem qdisc (percentages as tc shows them): read back, not what was asked."""
+    if options is None:
+        return {}
+    settings = {"limit": options.get("limit"), "loss": _percent(options.get("loss", 0)), "gap": options.get("gap"),
+                "duplicate": _percent(options.get("duplicate", 0))}
+    for attr, fields in (("TCA_NETEM_CORR", {"delay_corr": "jitter_correlation", "loss_corr": "loss_correlation",
+                                             "dup_corr": "duplicate_correlation"}),
+                         ("TCA_NETEM_REORDER", {"prob_reorder": "reorder", "corr_reorder": "reorder_correlation"}),
+                         ("TCA_NETEM_CORRUPT", {"prob_corrupt": "corrupt", "corr_corrupt": "corrupt_correlation"})):
+        nested = options.get_attr(attr) or {}
+        for field, name in fields.items():
+            settings[name] = _percent(nested.get(field, 0))
+    return settings

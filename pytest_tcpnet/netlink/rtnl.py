@@ -76,7 +76,17 @@ def _compiled_request(mode, command, seq, kwargs):
 
 
 def compile_request(mode, command, seq, **kwargs):
-    """The encoded bytes of one request, as IPRoute.<mode>(command, **kwargs) would send it (tc takes kind=...)."""
+    """The encoded bytes of one request, as IPRoute.<mode>(command, **kwargs) would send it (tc takes kind=...).
+
+    options_extra (tc only): [(attribute type, payload bytes)] appended inside TCA_OPTIONS, for
+    attributes pyroute2 cannot encode (netem's delay distribution table).
+    """
+    extra = kwargs.pop("options_extra", None)
+    data = _compile(mode, command, seq, kwargs)
+    return _append_to_options(data, extra) if extra else data
+
+
+def _compile(mode, command, seq, kwargs):
     try:
         msg_class, msg_type, flags = _REQUESTS[(mode, command)]
     except KeyError:
@@ -92,6 +102,34 @@ def compile_request(mode, command, seq, **kwargs):
                              msg_seq=seq)
     request.msg.encode()
     return request.msg.data
+
+
+_NLA = struct.Struct("=HH")
+_TCMSG_END = 16 + 20  # nlmsghdr, then struct tcmsg
+_TCA_OPTIONS = 2
+
+
+def _nla_align(n):
+    return (n + 3) & ~3
+
+
+def _append_to_options(data, extra):
+    """A tc message with more attributes nested at the end of its TCA_OPTIONS (lengths fixed up)."""
+    added = b"".join(_NLA.pack(_NLA.size + len(payload), kind) + payload + bytes(_nla_align(len(payload)) - len(payload))
+                     for kind, payload in extra)
+    offset = _TCMSG_END
+    while offset < len(data):
+        length, kind = _NLA.unpack_from(data, offset)
+        if kind & 0x3FFF == _TCA_OPTIONS:
+            end = offset + _nla_align(length)
+            if _NLA.size + length + len(added) > 0xFFFF:
+                raise ValueError(f"TCA_OPTIONS would exceed 64 KiB with {len(added)} more bytes")
+            data = bytearray(data[:end] + added + data[end:])
+            _NLA.pack_into(data, offset, _nla_align(length) + len(added), kind)
+            struct.pack_into("=I", data, 0, len(data))
+            return bytes(data)
+        offset += _nla_align(length)
+    raise ValueError("the tc message has no TCA_OPTIONS to extend")
 
 
 def veth_peer_linkinfo(peer_ifname, peer_netns_fd, peer_index):
