@@ -3,8 +3,10 @@
 Run as root: python benchmarks/bench_workloads.py [--rounds N] [--bytes B] [--seconds S].
 Interleaved rounds, medians. The VM column: `python benchmarks/bench_vm.py --workloads` runs this
 script in a fast-booted guest (with fewer bytes: the guest carries ~0.6 Gbit/s).
-Flow start: a flow forked from the preloaded zygote (what workloads do) against a fresh
-interpreter started in the namespace (what a script-per-flow design pays).
+Flow start: a flow forked from the preloaded zygote (what workloads do), Node.spawn of a user's
+function, against a fresh interpreter started in the namespace (what a script-per-flow design pays).
+observe() overhead: a user's own sender and receiver (benchapp.py, spawned) on a 1 Gbit/s path,
+goodput with and without observe() around them, and the sampler's CPU share.
 """
 
 import argparse
@@ -13,7 +15,9 @@ import statistics
 import sys
 import time
 
-from pytest_tcpnet import Lab
+import benchapp
+from bench_lab import row
+from pytest_tcpnet import Lab, Link
 from pytest_tcpnet.workload.flows import bulk_endpoint
 from pytest_tcpnet.workload.spawn import NamespaceChild, zygote_pid
 
@@ -35,15 +39,64 @@ def start_fresh_interpreter(node):
     node.run([sys.executable, "-c", "import socket, json, struct, time"], timeout=60, check=True)
 
 
-def main(rounds=5, nbytes=1_000_000_000, seconds=3):
+def spawn_nothing(node):
+    """Node.spawn of a function that does nothing, from the call to its result (what a user's spawn costs)."""
+    node.spawn(benchapp.nothing).result(timeout=60)
+
+
+def observed_goodput(pair, nbytes, interval):
+    """A user's program moves nbytes (its own goodput), alone (interval None) or inside observe(sample_interval=interval).
+
+    Returns (goodput bit/s, this process's CPU seconds per wall second meanwhile: the sampler's share,
+    since the program runs in processes of its own)."""
+    def move():
+        receiver = pair.server.spawn(benchapp.receive, pair.server.address, 9100, nbytes)
+        pair.client.spawn(benchapp.send, pair.server.address, 9100, nbytes).result(timeout=120)
+        return receiver.result(timeout=120)
+    wall, cpu = time.monotonic(), time.process_time()
+    if interval is None:
+        bps = move()
+    else:
+        with pair.observe(sample_interval=interval):
+            bps = move()
+    return bps, (time.process_time() - cpu) / (time.monotonic() - wall)
+
+
+def observe_overhead(rounds, nbytes, rate="1gbit"):
+    """Goodput of the same user transfer with and without observe() on a rate-limited path, interleaved rounds."""
+    runs = {"alone": [], "observe (10 ms)": [], "observe (1 ms)": []}
+    share = {name: [] for name in runs}
+    with Lab() as lab:
+        pair = lab.pair(link=Link(rate=rate))
+        for _ in range(rounds):
+            for name, interval in (("alone", None), ("observe (10 ms)", 0.01), ("observe (1 ms)", 0.001)):
+                bps, cpu = observed_goodput(pair, nbytes, interval)
+                runs[name].append(bps)
+                share[name].append(cpu)
+    alone = median(runs["alone"])
+    section = "observe"
+    row(section, f"a user's {nbytes / 1e6:g} MB at {rate}, alone: goodput", alone / 1e6, "Mbit/s",
+        note=f"median of {rounds}; min {min(runs['alone']) / 1e6:.1f}, max {max(runs['alone']) / 1e6:.1f}; "
+             f"this process meanwhile {median(share['alone']) * 100:.1f}% of a core")
+    for name in ("observe (10 ms)", "observe (1 ms)"):
+        ratio = median(runs[name]) / alone
+        row(section, f"goodput inside {name} / alone", ratio, "x", goal=">= 0.97", met=ratio >= 0.97,
+            note=f"median {median(runs[name]) / 1e6:.1f} Mbit/s")
+        row(section, f"sampler CPU share inside {name}", median(share[name]) * 100, "% core",
+            note="this process's CPU per wall second while the program (own processes) runs, "
+                 "sock_diag dumps of both namespaces decoded by pyroute2")
+
+
+def main(rounds=5, nbytes=1_000_000_000, seconds=3, observe_bytes=250_000_000):
     with Lab() as lab:
         pair = lab.pair()
         zygote_pid()  # started once per session; not part of a flow's cost
-        starts = {"zygote fork": [], "fresh interpreter": []}
+        starts = {"zygote fork": [], "Node.spawn": [], "fresh interpreter": []}
         size = f"{nbytes / 1e6:g} MB"
         goodput = {f"bulk ({size})": [], f"iperf3 ({seconds} s)": [], f"http + curl ({size})": []}
         for _ in range(rounds):
-            for name, start in (("zygote fork", start_zygote_flow), ("fresh interpreter", start_fresh_interpreter)):
+            for name, start in (("zygote fork", start_zygote_flow), ("Node.spawn", spawn_nothing),
+                                ("fresh interpreter", start_fresh_interpreter)):
                 t0 = time.perf_counter()
                 start(pair.server)
                 starts[name].append(time.perf_counter() - t0)
@@ -58,6 +111,12 @@ def main(rounds=5, nbytes=1_000_000_000, seconds=3):
     zygote, fresh = median(starts["zygote fork"]), median(starts["fresh interpreter"])
     print(f"  start one flow: zygote fork {zygote * 1e3:.1f} ms, fresh interpreter {fresh * 1e3:.1f} ms "
           f"(ratio {fresh / zygote:.1f}x; zygote runs {', '.join(f'{s * 1e3:.0f}' for s in starts['zygote fork'])} ms)")
+    spawned = median(starts["Node.spawn"])
+    row("spawn", f"Node.spawn of a function, call to result ({kernel})", spawned * 1e3, "ms",
+        note=f"median of {rounds}; a fresh interpreter in the namespace: {fresh * 1e3:.1f} ms "
+             f"({fresh / spawned:.1f}x)")
+    if observe_bytes:
+        observe_overhead(rounds, observe_bytes)
 
 
 if __name__ == "__main__":
@@ -65,5 +124,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--bytes", type=int, default=1_000_000_000, help="bytes per bulk and HTTP transfer")
     parser.add_argument("--seconds", type=int, default=3, help="length of each iperf3 run")
+    parser.add_argument("--observe-bytes", type=int, default=250_000_000,
+                        help="bytes per transfer of the observe() overhead rounds at 1 Gbit/s (0: skip them)")
     args = parser.parse_args()
-    main(args.rounds, args.bytes, args.seconds)
+    main(args.rounds, args.bytes, args.seconds, args.observe_bytes)
