@@ -28,12 +28,43 @@ def test_two_flows(tcpnet, rcvbuf):
     pair.transfer(nbytes=300_000, rcvbuf=rcvbuf, timeout=600)
     pair.transfer(nbytes=300_000, direction="upload", timeout=600)
 
+def _serve(address, n):
+    import socket
+    with socket.create_server((address, 9000)) as listener:
+        conn, _ = listener.accept()
+        with conn:
+            got = 0
+            while got < n:
+                got += len(conn.recv(65536))
+            conn.sendall(b"ok")
+
+def _upload(address, n):
+    import socket, time
+    for _ in range(200):
+        try:
+            sock = socket.create_connection((address, 9000))
+            break
+        except ConnectionRefusedError:
+            time.sleep(0.01)
+    with sock:
+        sock.sendall(b"u" * n)
+        sock.recv(2)
+
+def test_observed(tcpnet):
+    """A program of the user's own (here two functions), measured by observe(): a flow like the others."""
+    pair = tcpnet.pair(link=Link(rate="20mbit"))
+    with pair.observe() as seen:
+        server = pair.server.submit(_serve, pair.server.address, 400_000)
+        pair.client.call(_upload, pair.server.address, 400_000)
+        server.result(timeout=60)
+    assert [f.direction for f in seen.flows] == ["upload"]
+
 def test_slow_claim(tcpnet):
     pair = tcpnet.pair(link=Link(rate="10mbit"))
     probe = pair.measure_advertised_window(rcvbuf="16kb", nbytes=300_000)
     assert probe.transfer.throughput_bps > 1e9, "a 10 Mbit/s link cannot carry 1 Gbit/s"
 '''
-FLOWS = {"test_fast": 1, "test_two_flows[None]": 2, "test_two_flows[32kb]": 2, "test_slow_claim": 1}
+FLOWS = {"test_fast": 1, "test_two_flows[None]": 2, "test_two_flows[32kb]": 2, "test_observed": 1, "test_slow_claim": 1}
 
 
 @pytest.fixture
@@ -52,12 +83,12 @@ def _testcases(junit):
 def test_xdist_session_reports_every_flow_keeps_failed_artifacts_and_writes_results(project):
     result = project.runpytest("-p", "xdist", "-n", "2", "-p", "no:cacheprovider", "--junitxml=junit.xml",
                                "--tcpnet-results=results.jsonl")
-    result.assert_outcomes(passed=3, failed=1)
+    result.assert_outcomes(passed=4, failed=1)
     out = result.stdout.str()
     # The summary, built on the controller from what both workers sent.
-    result.stdout.fnmatch_lines(["*= tcpnet: 6 measured flow(s) =*", "test *outcome*link*buffers*cc*expected*measured*"
+    result.stdout.fnmatch_lines(["*= tcpnet: 7 measured flow(s) =*", "test *outcome*link*buffers*cc*expected*measured*"
                                  "ratio*limited by*win-full*retrans*"])
-    summary = out.split("tcpnet: 6 measured flow(s)")[1]
+    summary = out.split("tcpnet: 7 measured flow(s)")[1]
     for name, flows in FLOWS.items():
         lines = [line for line in summary.splitlines() if line.startswith(f"test_claims.py::{name} ")]
         assert len(lines) == flows, (name, summary)
@@ -86,6 +117,9 @@ def test_xdist_session_reports_every_flow_keeps_failed_artifacts_and_writes_resu
         assert row["measured_bps"] > 1e6 and row["retransmissions"] is not None
     assert {r["direction"] for r in rows if "two_flows" in r["test"]} == {"download", "upload"}
     assert {r["outcome"] for r in rows if "slow_claim" in r["test"]} == {"failed"}
+    # The user's own program's flow (pair.observe) is a row like the built-in ones.
+    observed, = [r for r in rows if "test_observed" in r["test"]]
+    assert observed["direction"] == "upload" and 15e6 < observed["measured_bps"] < 20e6, observed
 
 
 @pytest.mark.parametrize("keep, kept", [("all", 3), ("none", 0)])
