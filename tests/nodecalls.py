@@ -58,7 +58,8 @@ def ask(address, port, text, attempts=200):
 
 
 def udp_echo(address, port, idle_s=3.0):
-    """Echo UDP datagrams on (address, port) until none comes for idle_s seconds."""
+    """Echo UDP datagrams on (address, port) until none comes for idle_s seconds; return the datagrams it got."""
+    got = []
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind((address, port))
         sock.settimeout(idle_s)
@@ -66,28 +67,27 @@ def udp_echo(address, port, idle_s=3.0):
             while True:
                 data, peer = sock.recvfrom(64)
                 sock.sendto(data, peer)
+                got.append(data)
         except socket.timeout:
-            return
+            return got
 
 
-def udp_rtts(address, port, count, interval):
-    """Send `count` numbered datagrams to an echo, one per `interval` s; return the RTT of each one that came back."""
+def udp_probe(address, port, count, interval):
+    """Send `count` numbered datagrams to an echo, one per `interval` s: [(sent at, RTT or None if lost)] in order."""
     import select
     import struct
-    sent, rtts = {}, {}
+    sent, rtts = [], {}
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.connect((address, port))
         end = None
-        i = 0
         while end is None or time.monotonic() < end:
             now = time.monotonic()
-            if i < count and now >= (sent.get(i - 1, now - interval) + interval):
-                sent[i] = now
-                sock.send(struct.pack("!I", i))
-                i += 1
-                if i == count:
+            if len(sent) < count and (not sent or now >= sent[-1] + interval):
+                sock.send(struct.pack("!I", len(sent)))
+                sent.append(now)
+                if len(sent) == count:
                     end = now + 1.0  # the last ones' answers
             if select.select([sock], [], [], 0.0005)[0]:
                 (n,) = struct.unpack("!I", sock.recv(64))
                 rtts[n] = time.monotonic() - sent[n]
-    return [rtts[n] for n in sorted(rtts)]
+    return [(t, rtts.get(n)) for n, t in enumerate(sent)]

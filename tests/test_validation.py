@@ -4,7 +4,7 @@ import struct
 
 import pytest
 
-from pytest_tcpnet import Host, Link
+from pytest_tcpnet import GilbertElliott, Host, Link, Slot
 from pytest_tcpnet import netlink
 
 # (constructor kwargs, exception type, words the message must contain)
@@ -53,7 +53,27 @@ BAD_LINKS = [
     (dict(rtt="20ms", jitter="1ms", distribution="weibull"), ValueError, ["distribution", "normal, pareto"]),
     (dict(rtt="20ms", distribution="normal"), ValueError, ["distribution", "needs jitter"]),
     (dict(to_server={"gap": 3}), ValueError, ["to_server.gap", "needs a delay"]),
+    (dict(slot="5ms"), TypeError, ["slot", "Slot("]),
+    (dict(loss=GilbertElliott(p=0.01, r=0.2), loss_correlation="20%"), ValueError, ["loss_correlation", "bursts"]),
 ]
+BAD_MODELS = [
+    (lambda: GilbertElliott(p="1%", r=0), ValueError, ["loss.r", "> 0"]),
+    (lambda: GilbertElliott(p="120%", r="10%"), ValueError, ["loss.p", "0..1"]),
+    (lambda: GilbertElliott(p=0.01, r=0.1, bad_loss=-1), ValueError, ["loss.bad_loss", "0..1"]),
+    (lambda: Slot("5ms", "2ms"), ValueError, ["slot", "min_delay <= max_delay"]),
+    (lambda: Slot(0), ValueError, ["slot", "0 < min_delay"]),
+    (lambda: Slot("5ms", packets=0), ValueError, ["slot.packets", ">= 1"]),
+    (lambda: Slot("5ms", bytes=2.5), ValueError, ["slot.bytes", "whole number"]),
+    (lambda: Slot("2h"), ValueError, ["slot.min_delay"]),
+]
+
+
+@pytest.mark.parametrize("make, error, words", BAD_MODELS, ids=[str(i) for i in range(len(BAD_MODELS))])
+def test_bad_loss_models_and_slots_are_refused(make, error, words):
+    with pytest.raises(error) as info:
+        make()
+    for word in words:
+        assert word in str(info.value), f"{word!r} missing from: {info.value}"
 
 BAD_HOSTS = [
     (dict(sysctls={"net.ipv4.tcp_rmem": "8192 4096 16384"}), ValueError, ["tcp_rmem", "min <= default <= max"]),
@@ -169,3 +189,27 @@ def test_a_distribution_table_is_compiled_into_the_netem_request():
     assert options.get_attr("TCA_NETEM_CORR")["delay_corr"] == round(0.3 * (2**32 - 1))
     assert [name for name, _ in options["attrs"]][-1] == "TCA_NETEM_DELAY_DIST"
     assert data.endswith(struct.pack(f"={len(values)}h", *values)) and len(values) == 4096
+
+
+def test_a_loss_model_and_slots_are_compiled_as_tc_sends_them():
+    from pyroute2.netlink.rtnl.tcmsg import tcmsg
+
+    from pytest_tcpnet.netlink.qdisc import _requests
+    from pytest_tcpnet.netlink.rtnl import compile_request
+
+    model = GilbertElliott(p="5%", r="25%", bad_loss="90%")
+    link = Link(loss=model, slot=Slot("2ms", "8ms", packets=10))
+    assert link.toward_client.loss == pytest.approx(0.05 * 0.9 / 0.30)  # the mean, for the model
+    (_, command, kwargs), = _requests(7, link.toward_client)[0]
+    data = compile_request("tc", command, 1, **dict(kwargs))
+    msg = tcmsg(data)
+    msg.decode()
+    options = msg.get_attr("TCA_OPTIONS")
+    assert options["loss"] == 0  # no independent loss beside the model
+    # TCA_NETEM_LOSS (nested) holding NETEM_LOSS_GE {p, r, h, k1}, then TCA_NETEM_SLOT {ns, ns, packets, bytes, 0, 0}.
+    slot = struct.pack("=HHqqiiqq", 44, 12, 2_000_000, 8_000_000, 10, 0, 0, 0)
+    assert data.endswith(slot)
+    loss_attr = data[-len(slot) - 24:-len(slot)]
+    assert struct.unpack("=HHHH", loss_attr[:8]) == (24, 5 | 0x8000, 20, 2)
+    p, r, h, k1 = (v / (2**32 - 1) for v in struct.unpack("=IIII", loss_attr[8:]))
+    assert (p, r, h, k1) == pytest.approx((0.05, 0.25, 0.1, 0.0), abs=1e-9)  # h: delivered in the bad state

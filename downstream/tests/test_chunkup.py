@@ -79,9 +79,14 @@ def test_stop_and_wait_is_bound_by_its_own_round_trips(tcpnet):
     flow, took = observed_upload(pair, nbytes, app_window=16384, chunk=16384, window=1)
     assert took > chunkup.upload_budget_s(nbytes, 20e6), flow.describe()
     assert_limited_by(flow, "app")  # app 97-99% of the samples
-    # Measured in the 6.1 VM, 7 runs: 2.56-2.65 Mbit/s, 0.94-0.97 of the model's 2.70-2.73 (the RTT it
-    # uses is the flow's min_rtt, 40.8-41.3 ms); ±10% leaves room for a busy host's slower guest.
-    assert_throughput_within(flow, rel=0.10)
+    # The protocol's law: its window per round of the RTT the flow saw (srtt) plus the window's time on the link.
+    # It holds on a busy host too, where the emulated guest's rounds grow: beside a CPU hog srtt was 51.9 ms
+    # (min_rtt 41.4) and the flow 2.24 Mbit/s, 1.00x of this; quiet, 1.08-1.09x (srtt 45.0-45.7 ms, 4 runs:
+    # srtt carries the delayed ACKs of the last segment of each chunk, which the rounds do not wait for).
+    assert_throughput_within(flow, rel=0.15, observed=True)
+    # From the path alone (its 40 ms): 0.94-0.98 in 11 runs on a quiet host, 0.83 beside the hog. A model that
+    # did not know the protocol's window would predict the link's 19 Mbit/s (0.14x).
+    assert_throughput_within(flow, rel=0.25)
 
 
 def test_budget_rejects_nonsense():

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from .units import format_rate, format_time, parse_fraction, parse_rate, parse_size, parse_time
 
 __all__ = ["OneWay", "Link", "Host", "KNOWN_CONGESTION_CONTROLS", "HOST_GLOBAL_SYSCTLS", "MTU_FRAME_BYTES",
-           "DISTRIBUTIONS", "distribution_table"]
+           "DISTRIBUTIONS", "distribution_table", "GilbertElliott", "Slot"]
 
 #: Bytes one full-size packet occupies on the veth (1500 MTU + Ethernet header); used to
 #: turn byte sizes and BDPs into the packet counts qdisc limits are expressed in.
@@ -63,11 +63,15 @@ class OneWay:
     corrupt_correlation: float = 0.0
     gap: "int | None" = None
     distribution: str = "uniform"
+    #: A loss model instead of independent losses (loss then holds its mean), and netem's slots.
+    loss_model: "GilbertElliott | None" = None
+    slot: "Slot | None" = None
 
     @property
     def needs_netem(self):
         """True when only netem can produce this (delay, jitter, loss, reorder, ...)."""
-        return any((self.delay_s, self.jitter_s, self.loss, self.reorder, self.duplicate, self.corrupt, self.gap))
+        return any((self.delay_s, self.jitter_s, self.loss, self.reorder, self.duplicate, self.corrupt, self.gap,
+                    self.loss_model, self.slot))
 
     @property
     def is_unimpaired(self):
@@ -97,9 +101,13 @@ class OneWay:
                 if self.distribution != "uniform":
                     jitter += f" {self.distribution}"
             parts.append(format_time(self.delay_s) + jitter)
+        if self.loss_model:
+            parts.append(self.loss_model.describe())
+        if self.slot:
+            parts.append(self.slot.describe())
         for name in ("loss", "reorder", "duplicate", "corrupt"):
             value = getattr(self, name)
-            if value:
+            if value and not (name == "loss" and self.loss_model):
                 parts.append(f"{value * 100:.3g}% {name}" + _correlated(getattr(self, f"{name}_correlation")))
         if self.gap:
             parts.append(f"gap {self.gap}")
@@ -108,13 +116,75 @@ class OneWay:
         return ", ".join(parts)
 
 
+@dataclass(frozen=True)
+class GilbertElliott:
+    """netem's Gilbert-Elliott loss model, tc's `loss gemodel P R 1-H 1-K`: losses come in bursts.
+
+    Per packet the path moves from its good state to its bad one with probability p and back
+    with r (so bursts last 1/r packets on average); it loses bad_loss of the packets in the bad
+    state and good_loss in the good one. Pass it as Link(loss=GilbertElliott(...)): the link's
+    mean loss (what the model uses) is (p * bad_loss + r * good_loss) / (p + r).
+    """
+
+    p: float
+    r: float
+    bad_loss: float = 1.0
+    good_loss: float = 0.0
+
+    def __post_init__(self):
+        for name in ("p", "r", "bad_loss", "good_loss"):
+            object.__setattr__(self, name, _check_probability(f"loss.{name}", getattr(self, name)))
+        if not self.r > 0:
+            raise ValueError("loss.r: must be > 0 (the bad state must end), got 0")
+
+    @property
+    def mean_loss(self):
+        """The share of packets lost in the long run."""
+        return (self.p * self.bad_loss + self.r * self.good_loss) / (self.p + self.r)
+
+    def describe(self):
+        return (f"Gilbert-Elliott loss (p {self.p:.3g}, r {self.r:.3g}, bad {self.bad_loss:.3g}, good {self.good_loss:.3g}; "
+                f"mean {self.mean_loss * 100:.3g}%)")
+
+
+@dataclass(frozen=True)
+class Slot:
+    """netem's slot, tc's `slot MIN MAX [packets N] [bytes B]`: packets leave in bursts, as on Wi-Fi or cellular.
+
+    netem holds packets and releases them at slot boundaries spaced between min_delay and
+    max_delay apart (uniformly), at most `packets` packets and `bytes` bytes per slot (None: no limit).
+    """
+
+    min_delay: float
+    max_delay: "float | None" = None
+    packets: "int | None" = None
+    bytes: "int | None" = None
+
+    def __post_init__(self):
+        low = _check_nonnegative_time("slot.min_delay", self.min_delay)
+        high = low if self.max_delay is None else _check_nonnegative_time("slot.max_delay", self.max_delay)
+        if not 0 < low <= high:
+            raise ValueError(f"slot: need 0 < min_delay <= max_delay, got {self.min_delay!r}, {self.max_delay!r}")
+        object.__setattr__(self, "min_delay", low)
+        object.__setattr__(self, "max_delay", high)
+        for name in ("packets", "bytes"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**31):
+                raise ValueError(f"slot.{name}: must be a whole number >= 1 (or None: no limit), got {value!r}")
+
+    def describe(self):
+        limits = [f"{self.packets} packets" for _ in [0] if self.packets] + [f"{self.bytes} B" for _ in [0] if self.bytes]
+        return (f"slots every {format_time(self.min_delay)}-{format_time(self.max_delay)}"
+                + (f" of at most {' and '.join(limits)}" if limits else ""))
+
+
 def _correlated(correlation):
     return f" (correlation {correlation * 100:.3g}%)" if correlation else ""
 
 
 _DIRECTION_KEYS = ("rate", "delay", "jitter", "loss", "reorder", "duplicate", "corrupt", "limit",
                    "jitter_correlation", "loss_correlation", "reorder_correlation", "duplicate_correlation",
-                   "corrupt_correlation", "gap", "distribution")
+                   "corrupt_correlation", "gap", "distribution", "slot")
 _CORRELATED = (("jitter_correlation", "jitter_s", "jitter"), ("loss_correlation", "loss", "loss"),
                ("reorder_correlation", "reorder", "reorder"), ("duplicate_correlation", "duplicate", "duplicate"),
                ("corrupt_correlation", "corrupt", "corrupt"))
@@ -196,8 +266,16 @@ def _check_distribution(field, value):
 
 def _one_way(where, rate, delay, jitter, loss, reorder, duplicate, corrupt, limit, jitter_correlation=None,
              loss_correlation=None, reorder_correlation=None, duplicate_correlation=None, corrupt_correlation=None,
-             gap=None, distribution=None):
+             gap=None, distribution=None, slot=None):
     """Validate one direction's fields and build its OneWay."""
+    loss_model = None
+    if isinstance(loss, GilbertElliott):
+        loss_model, loss = loss, loss.mean_loss
+        if loss_correlation is not None:
+            raise ValueError(f"{where}loss_correlation: correlates independent losses; a Gilbert-Elliott model "
+                             "makes its own bursts (its r sets their length)")
+    if slot is not None and not isinstance(slot, Slot):
+        raise TypeError(f"{where}slot: expected a Slot(min_delay, max_delay, packets=, bytes=), got {slot!r}")
     if gap is not None and reorder is None:
         reorder = 1.0  # tc's `gap 5 delay 10ms` is `reorder 100% gap 5`: every 5th packet skips the delay
     correlations = {name: 0.0 if value is None else _check_probability(f"{where}{name}", value)
@@ -217,6 +295,7 @@ def _one_way(where, rate, delay, jitter, loss, reorder, duplicate, corrupt, limi
         queue_packets=None if limit is None else _check_limit(f"{where}limit", limit),
         gap=None if gap is None else _check_gap(f"{where}gap", gap),
         distribution="uniform" if distribution is None else _check_distribution(f"{where}distribution", distribution),
+        loss_model=loss_model, slot=slot,
         **correlations,
     )
     for name, base, base_field in _CORRELATED:
@@ -252,7 +331,8 @@ class Link:
     ``corrupt_correlation`` (0..1 or "30%", each needing its base field), ``gap`` (every
     gap-th packet skips the delay; reorder defaults to 100%, as tc's ``reorder 100% gap N``)
     and ``distribution`` ("uniform", netem's own, or the tables iproute2 ships: "normal",
-    "pareto", "paretonormal"; needs jitter).
+    "pareto", "paretonormal"; needs jitter). ``loss`` may be a GilbertElliott model (bursty
+    loss), and ``slot`` a Slot (bursty delivery).
     """
 
     __slots__ = ("_kwargs", "toward_client", "toward_server")
@@ -260,7 +340,7 @@ class Link:
     def __init__(self, *, rate=None, rtt=None, delay=None, jitter=None, loss=None, reorder=None,
                  duplicate=None, corrupt=None, limit=None, jitter_correlation=None, loss_correlation=None,
                  reorder_correlation=None, duplicate_correlation=None, corrupt_correlation=None, gap=None,
-                 distribution=None, to_client=None, to_server=None):
+                 distribution=None, slot=None, to_client=None, to_server=None):
         if rtt is not None and delay is not None:
             raise ValueError("rtt/delay: give either rtt (split evenly per direction) or delay (one-way), not both")
         one_way_delay = None
@@ -272,7 +352,7 @@ class Link:
                       duplicate=duplicate, corrupt=corrupt, limit=limit, jitter_correlation=jitter_correlation,
                       loss_correlation=loss_correlation, reorder_correlation=reorder_correlation,
                       duplicate_correlation=duplicate_correlation, corrupt_correlation=corrupt_correlation,
-                      gap=gap, distribution=distribution)
+                      gap=gap, distribution=distribution, slot=slot)
         kwargs = {k: v for k, v in dict(common, rtt=rtt, delay=delay, to_client=to_client,
                                         to_server=to_server).items() if v is not None}
         if rtt is not None:

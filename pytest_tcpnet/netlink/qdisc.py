@@ -46,14 +46,39 @@ def _netem_kwargs(way):
             kwargs[name] = getattr(way, field) * 100
     if way.gap:
         kwargs["gap"] = way.gap
+    # pyroute2 has no encoding for these: they go inside TCA_OPTIONS as tc sends them.
+    extra = []
     table = distribution_table(way.distribution)
     if table:
-        # pyroute2 has no encoding for the table: it goes inside TCA_OPTIONS as tc sends it.
-        kwargs["options_extra"] = ((_TCA_NETEM_DELAY_DIST, _read_distribution(table)),)
+        extra.append((_TCA_NETEM_DELAY_DIST, _read_distribution(table)))
+    if way.loss_model:
+        kwargs.pop("loss", None)  # the model decides every loss; tc sends no random loss beside it
+        ge = way.loss_model
+        model = _GEMODEL.pack(*(_u32(v) for v in (ge.p, ge.r, 1 - ge.bad_loss, ge.good_loss)))
+        extra.append((_TCA_NETEM_LOSS | _NLA_F_NESTED, _NLA.pack(_NLA.size + len(model), _NETEM_LOSS_GE) + model))
+    if way.slot:
+        slot = way.slot
+        extra.append((_TCA_NETEM_SLOT, _SLOT.pack(round(slot.min_delay * 1e9), round(slot.max_delay * 1e9),
+                                                  slot.packets or 0, slot.bytes or 0, 0, 0)))
+    if extra:
+        kwargs["options_extra"] = tuple(extra)
     return kwargs
 
 
+def _u32(fraction):
+    """A probability as netem takes it: a share of 2^32 - 1."""
+    return min(2**32 - 1, round(fraction * (2**32 - 1)))
+
+
+# include/uapi/linux/pkt_sched.h
 _TCA_NETEM_DELAY_DIST = 2
+_TCA_NETEM_LOSS = 5
+_TCA_NETEM_SLOT = 12
+_NETEM_LOSS_GE = 2
+_NLA_F_NESTED = 0x8000
+_NLA = struct.Struct("=HH")
+_GEMODEL = struct.Struct("=IIII")  # struct tc_netem_gemodel: p, r, h, k1
+_SLOT = struct.Struct("=qqiiqq")   # struct tc_netem_slot: min_delay, max_delay (ns), max_packets, max_bytes, dist_delay, dist_jitter
 _NETEM_DIST_MAX = 16384  # the kernel's limit on a table's entries (sch_netem.c)
 
 
@@ -119,8 +144,10 @@ def _requests(index, way):
         kwargs = _netem_kwargs(way)
         parent = {} if leaf_parent is None else {"parent": leaf_parent}
         requests.append(("tc", "add", dict(kind="netem", index=index, handle=_LEAF, **parent, **kwargs)))
-        installed.append("netem " + " ".join(f"{k}={v}" for k, v in kwargs.items() if k != "options_extra")
-                         + (f" distribution={way.distribution}" if "options_extra" in kwargs else ""))
+        installed.append(" ".join(["netem", *(f"{k}={v}" for k, v in kwargs.items() if k != "options_extra"),
+                                   *([f"distribution={way.distribution}"] if way.distribution != "uniform" else []),
+                                   *([way.loss_model.describe()] if way.loss_model else []),
+                                   *([way.slot.describe()] if way.slot else [])]))
     elif leaf_parent is not None:
         requests.append(("tc", "add", dict(kind="pfifo", index=index, handle=_LEAF, parent=leaf_parent,
                                            limit=way.queue_limit_packets())))
