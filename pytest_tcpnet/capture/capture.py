@@ -40,7 +40,7 @@ class Capture:
     """
 
     def __init__(self, node, *, interface=None, filter="tcp", snaplen=DEFAULT_SNAPLEN, directory=None,
-                 ready_timeout=10.0):
+                 ready_timeout=60.0):
         for attribute in ("namespace", "interface", "role", "popen", "processes"):
             if not hasattr(node, attribute):
                 raise TypeError(f"node: expected a lab Node (pair.client, pair.router, pair.server), got {node!r}")
@@ -56,6 +56,8 @@ class Capture:
         self.snaplen = snaplen
         self.point = f"{node.role}/{self.interface}"
         self.directory = Path(directory) if directory is not None else None
+        # Only a dumpcap that hangs waits this long (one that exits ends the wait at once): under software
+        # emulation with a CPU hog beside the VM it took more than 10 s to open its file (a fresh-clone CI run).
         self.ready_timeout = ready_timeout
         self.pcap = None
         self.result = None
