@@ -28,9 +28,11 @@ def test_mem_max_caps_the_request(tcpnet):
 def test_setting_the_buffer_turns_autotuning_off(tcpnet):
     """With SO_RCVBUF set the buffer stays put for the whole flow; without it, autotuning grows it."""
     pair = tcpnet.pair()
-    fixed = pair.transfer(20_000_000, rcvbuf=65536)
+    # 1 ms samples: unshaped, 20 MB can take less than the default 10 ms interval, leaving no sample of the
+    # receiver (a rootless CI session beside a CPU hog: an empty series).
+    fixed = pair.transfer(20_000_000, rcvbuf=65536, sample_interval=0.001)
     assert {v for _, v in fixed.series("rcvbuf", side="receiver")} == {2 * 65536}
-    auto = pair.transfer(20_000_000)
+    auto = pair.transfer(20_000_000, sample_interval=0.001)
     sizes = [v for _, v in auto.series("rcvbuf", side="receiver")]
     # Against the size at connect (tcp_rmem's default): on a fast path autotuning has often grown
     # the buffer before the first sample.
