@@ -13,6 +13,8 @@ Sections:
 - steps: where one path's time goes (namespace create, wiring, offloads, qdiscs, removal).
 - example: per-example overhead of a sweep: build + a 1-byte transfer + teardown minus the
   data phase, with the process's RSS after each example (it must not grow per example).
+- dumbbell: build + tear down of a 4-pair dumbbell (10 namespaces, the bottleneck shaped both
+  ways) with pytest-tcpnet and with the iproute2 command line, interleaved: median, ratio.
 - parallel: paths per second with 1 and 2 worker processes.
 - rate: htb at 10/100/1000 Mbit/s vs a bulk flow's goodput (payload rate = rate * 1448/1514).
 - rtt, loss: netem delay (10/50/200 ms) vs TCP's min_rtt, netem loss (1%, 10%) vs the netem
@@ -186,8 +188,8 @@ def section_steps(rounds):
     from pytest_tcpnet import lab as lab_module
     timings = {}
     real = {}
-    names = ["create_namespaces", "create_namespace", "remove_namespace", "remove_namespaces", "wire_path", "write_sysctls",
-             "set_offloads", "get_offloads", "shape_egress"]
+    names = ["create_namespaces", "create_namespace", "remove_namespace", "remove_namespaces", "wire", "write_sysctls",
+             "set_offloads", "get_offloads", "shape_egress", "shape_egress_classes"]
 
     def timed(name, function):
         def wrapper(*args, **kwargs):
@@ -255,6 +257,7 @@ def section_example(count):
             closes.append(t3 - t2)
             overheads.append(t3 - t0 - result.duration_s)
             lab._pairs.clear()  # a sweep's lab forgets closed pairs
+            lab._worlds.clear()
             # The session report keeps every result (its rows, and plots of a failing test's flows):
             # ~26 KiB per 1-byte result here, by design. Cleared, what is left of growth is a leak.
             lab.results.clear()
@@ -272,6 +275,60 @@ def section_example(count):
         growth < 16,
         f"RSS {rss[0] / 1024:.1f} -> {rss[-1] / 1024:.1f} MiB; peak "
         f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} MiB")
+
+
+def dumbbell_cli_script(n, pairs=4):
+    """The same dumbbell as Lab.dumbbell(pairs, bottleneck=Link(rate="100mbit")) with ip/tc, built and deleted."""
+    tag = f"bench-{os.getpid()}-{n}"
+    left, right = f"{tag}-l", f"{tag}-r"
+    lines = ["set -e", f"ip netns add {left}; ip netns add {right}",
+             f"ip -n {left} link add veth-right type veth peer name veth-left netns {right}",
+             f"ip -n {left} addr add 198.18.255.1/24 dev veth-right; ip -n {right} addr add 198.18.255.2/24 dev veth-left",
+             f"ip -n {left} link set veth-right up; ip -n {right} link set veth-left up",
+             f"ip -n {left} link set lo up; ip -n {right} link set lo up",
+             f"ip netns exec {left} sysctl -qw net.ipv4.ip_forward=1; ip netns exec {right} sysctl -qw net.ipv4.ip_forward=1"]
+    for i in range(pairs):
+        c, s = f"{tag}-c{i}", f"{tag}-s{i}"
+        lines += [f"ip netns add {c}; ip netns add {s}",
+                  f"ip -n {left} link add veth-c{i} type veth peer name veth-left netns {c}",
+                  f"ip -n {right} link add veth-s{i} type veth peer name veth-right netns {s}",
+                  f"ip -n {left} addr add 198.18.{i}.1/24 dev veth-c{i}; ip -n {left} link set veth-c{i} up",
+                  f"ip -n {right} addr add 198.19.{i}.1/24 dev veth-s{i}; ip -n {right} link set veth-s{i} up",
+                  f"ip -n {c} addr add 198.18.{i}.2/24 dev veth-left; ip -n {c} link set veth-left up; ip -n {c} link set lo up",
+                  f"ip -n {s} addr add 198.19.{i}.2/24 dev veth-right; ip -n {s} link set veth-right up; ip -n {s} link set lo up",
+                  f"ip -n {c} route add 198.18.0.0/15 via 198.18.{i}.1; ip -n {s} route add 198.18.0.0/15 via 198.19.{i}.1",
+                  f"ip -n {left} route add 198.19.{i}.0/24 via 198.18.255.2; ip -n {right} route add 198.18.{i}.0/24 via 198.18.255.1"]
+    for ns, dev in ((left, "veth-right"), (right, "veth-left")):
+        lines += [f"tc -n {ns} qdisc add dev {dev} root handle 1: htb default 1",
+                  f"tc -n {ns} class add dev {dev} parent 1: classid 1:1 htb rate 100mbit burst 12500 quantum 12500",
+                  f"tc -n {ns} qdisc add dev {dev} parent 1:1 handle 10: pfifo limit 1000"]
+    lines.append("for ns in " + " ".join([left, right] + [f"{tag}-{k}{i}" for i in range(pairs) for k in "cs"])
+                 + "; do ip netns del $ns; done")
+    return "\n".join(lines) + "\n"
+
+
+def section_dumbbell(rounds):
+    ours, cli = [], []
+    link = Link(rate="100mbit")
+    with Lab() as lab:
+        lab.dumbbell(4, bottleneck=link).close()  # warm-up
+        subprocess.run(["sh", "-c", dumbbell_cli_script("warm")], check=True)
+        for n in range(rounds):
+            t0 = time.perf_counter()
+            lab.dumbbell(4, bottleneck=link).close()
+            t1 = time.perf_counter()
+            subprocess.run(["sh", "-c", dumbbell_cli_script(n)], check=True)
+            t2 = time.perf_counter()
+            ours.append(t1 - t0)
+            cli.append(t2 - t1)
+            lab._pairs.clear()
+            lab._worlds.clear()
+    a, b = statistics.median(ours), statistics.median(cli)
+    row("dumbbell", "4-pair dumbbell (10 namespaces) build+teardown: pytest-tcpnet median", a * 1e3, "ms", None, None,
+        f"{rounds} rounds; p95 {p95(ours) * 1e3:.1f} ms")
+    row("dumbbell", "4-pair dumbbell build+teardown: iproute2 CLI median", b * 1e3, "ms", None, None,
+        f"p95 {p95(cli) * 1e3:.1f} ms")
+    row("dumbbell", "speed-up over the CLI (CLI median / ours)", b / a, "x", ">= 4", b / a >= 4)
 
 
 def _worker(count, start, queue):
@@ -355,7 +412,7 @@ def main():
     ap.add_argument("--only", nargs="*", default=None)
     opts = ap.parse_args()
     q = opts.quick
-    wanted = set(opts.only or ["path", "sweep", "steps", "example", "parallel", "rate", "rtt", "loss"])
+    wanted = set(opts.only or ["path", "sweep", "steps", "example", "dumbbell", "parallel", "rate", "rtt", "loss"])
     where = "VM" if os.path.exists("/run/tcpnet-vm") or os.environ.get("TCPNET_IN_VM") else "host"
     print(f"# bench_lab on {where}: kernel {os.uname().release}, {os.cpu_count()} cores, "
           f"netem {'yes' if netem_available() else 'no'}")
@@ -368,6 +425,8 @@ def main():
         section_steps(5 if q else 20)
     if "example" in wanted:
         section_example(15 if q else 100)
+    if "dumbbell" in wanted:
+        section_dumbbell(5 if q else 20)
     if "parallel" in wanted:
         section_parallel(5 if q else 30)
     if "rate" in wanted:

@@ -37,6 +37,19 @@ def test_my_client_fills_the_link(tcpnet):                # MYAPP: your program'
     assert_throughput_within(seen.flows[0], rel=0.15)      # the model's value, from the real sockets
 
 
+def test_each_pair_gets_its_access_rate(tcpnet):
+    bell = tcpnet.dumbbell(2, bottleneck=Link(rate="100mbit"),
+                           access=[Link(rate="10mbit"), Link(rate="30mbit")])  # pair i's own hops
+    result = bell.concurrent([Flow(duration=2), Flow(duration=2)])          # flows[i] on pair i, at once
+    slow, fast = result.rates_between(0.5, 2)
+    assert fast > 2 * slow
+
+
+def test_one_destination_slowed(tcpnet):             # source 001's per-destination tc, as a star
+    star = tcpnet.star(servers=2, links=[Link(rate="5mbit"), None])
+    assert star.pairs[0].transfer(1_000_000).throughput_bps < 5e6 < star.pairs[1].transfer(5_000_000).throughput_bps
+
+
 @pytest.mark.tcpnet_needs("iperf3", "curl")
 def test_workloads(tcpnet):
     pair = tcpnet.pair(link=Link(rate="50mbit"))

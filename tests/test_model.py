@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from pytest_tcpnet import Host, Link, model
+from pytest_tcpnet import GilbertElliott, Host, Link, model
 from pytest_tcpnet.model import KernelVersion, OneWay
 
 
@@ -124,3 +124,24 @@ def test_kernel_version(release, expected, scaling):
 def test_formulas_reject_nonsense(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_links_in_series_are_the_path_a_flow_crosses():
+    near, bottleneck = Link(rate="10mbit", rtt="10ms", loss="1%"), Link(rate="30mbit", rtt="20ms", loss="2%", limit=50)
+    path = Link.in_series(near, bottleneck)
+    assert path.rate_bps == 10e6 and path.rtt_s == pytest.approx(0.030)
+    assert path.toward_server.loss == pytest.approx(1 - 0.99 * 0.98)
+    assert path.toward_client.queue_packets is None  # the slowest link's queue: the access link's default
+    assert Link.in_series(Link(rate="50mbit"), bottleneck).toward_client.queue_packets == 50
+    assert Link.in_series(bottleneck) is bottleneck
+    # Per direction: a rate toward the server only stays toward the server.
+    one_way = Link.in_series(Link(to_server={"rate": "5mbit"}), Link(rtt="4ms"))
+    assert (one_way.toward_server.rate_bps, one_way.toward_client.rate_bps) == (5e6, None)
+    # netem's finer knobs: kept from the one link that has them, refused on two.
+    assert Link.in_series(Link(rtt="10ms", gap=5), Link(rate="10mbit")).toward_client.gap == 5
+    with pytest.raises(ValueError, match="gap: set on 2 links"):
+        Link.in_series(Link(rtt="10ms", gap=5), Link(rtt="10ms", gap=3))
+    with pytest.raises(ValueError, match="Gilbert-Elliott model and another link's loss"):
+        Link.in_series(Link(loss=GilbertElliott(0.01, 0.5)), Link(loss="1%"))
+    with pytest.raises(TypeError, match="links: expected one or more Link"):
+        Link.in_series(near, "10mbit")

@@ -98,5 +98,5 @@ def test_bad_input_is_refused_before_anything_runs(tcpnet):
         pair.client.spawn(nodecalls.unpicklable_result).result(timeout=30)
     pair.close()
     for method in (pair.client.call, pair.client.submit, pair.client.spawn):
-        with pytest.raises(LabError, match="its pair is closed"):
+        with pytest.raises(LabError, match="its world is closed"):
             method(nodecalls.interfaces)

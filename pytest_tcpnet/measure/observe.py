@@ -76,11 +76,12 @@ class Observation:
     samples). hold_s: how long the measurement may hold its slot (a waiter stops waiting for a
     holder well past it). connections=True makes `flows` from the sampled connections and
     registers them with the lab (pair.observe()); the built-in workloads make their own results
-    from what their programs reported and hand them to register().
+    from what their programs reported and hand them to register(). take_slot=False: the caller
+    holds the slot already (one measurement of several pairs at once holds one for all).
     """
 
     def __init__(self, pair, *, capture=False, sample_interval=None, hold_s=None, connections=True,
-                 app_window_bytes=None):
+                 app_window_bytes=None, take_slot=True):
         if capture not in (False, True, "client", "router", "server"):
             raise ValueError(f"capture: must be True, False or a node role 'client', 'router', 'server', "
                              f"got {capture!r}")
@@ -96,6 +97,7 @@ class Observation:
         self.hold_s = hold_s
         self.connections = connections
         self.app_window_bytes = app_window_bytes
+        self.take_slot = take_slot
         self.flows = None
         self.samples = None
         self.captures = {}
@@ -114,8 +116,9 @@ class Observation:
         stack = contextlib.ExitStack()
         try:
             stack.callback(setattr, pair, "_observing", False)
-            # Waiting for a slot is queueing behind other sessions' transfers, not this measurement's time.
-            stack.enter_context(measurement_slot(slot_wait_s(), hold_s=self.hold_s))
+            if self.take_slot:
+                # Waiting for a slot is queueing behind other sessions' transfers, not this measurement's time.
+                stack.enter_context(measurement_slot(slot_wait_s(), hold_s=self.hold_s))
             self._counters = PathCounters(pair)
             if self.sample_interval:
                 self._sampler = SocketSampler({"client": pair.client.namespace, "server": pair.server.namespace},

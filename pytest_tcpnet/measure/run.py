@@ -1,11 +1,13 @@
-"""Run any workload on a pair and measure it: slot, counters before/after, socket sampling, capture, results."""
+"""Run workloads on pairs and measure them: slot, counters before/after, socket sampling, capture, results."""
 
+import contextlib
 import time
 
 from ..results import TransferResult
 from .observe import TCP_SYSCTLS, Observation, first_value, last_tcp_info, sampled_values
+from .slots import measurement_slot, slot_wait_s
 
-__all__ = ["run_workload", "TCP_SYSCTLS"]
+__all__ = ["run_workload", "run_workloads", "TCP_SYSCTLS"]
 
 def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False, artifact_dir=None, conditions=None):
     """Run `workload` on `pair` inside an Observation; return one TransferResult per flow, registered with the lab.
@@ -17,17 +19,41 @@ def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False
     capture: False, True (the sender's side), or a node role ("client", "router", "server").
     conditions: extra TransferResult fields shared by every flow (reader, writer, starved_receiver, ...).
     """
-    if sample_interval is False or not workload.sampled:
-        sample_interval = 0
-    observation = Observation(pair, capture=capture, sample_interval=sample_interval, hold_s=timeout,
-                              connections=False)
-    with observation:
+    return run_workloads([(pair, workload)], timeout=timeout, sample_interval=sample_interval, capture=capture,
+                         artifact_dir=artifact_dir, conditions=conditions)[0]
+
+
+def run_workloads(jobs, *, timeout, sample_interval=None, capture=False, artifact_dir=None, conditions=None):
+    """Run several (pair, workload) at once, each pair observed as run_workload observes one; a list of results each.
+
+    One measurement slot covers them all; every pair's counters are read before the first
+    workload starts and after the last one ends, so the workloads share one span of time.
+    """
+    with contextlib.ExitStack() as stack:
+        # Waiting for a slot is queueing behind other sessions' transfers, not this measurement's time.
+        stack.enter_context(measurement_slot(slot_wait_s(), hold_s=timeout))
+        observations = []
+        for pair, workload in jobs:
+            interval = 0 if sample_interval is False or not workload.sampled else sample_interval
+            observation = Observation(pair, capture=capture, sample_interval=interval, hold_s=timeout,
+                                      connections=False, take_slot=False)
+            stack.enter_context(observation)
+            observations.append(observation)
         deadline = time.monotonic() + timeout  # from the slot on
+        outcomes = []
         try:
-            workload.start(pair, deadline)
-            outcomes = workload.wait(deadline)
+            for pair, workload in jobs:
+                workload.start(pair, deadline)
+            for _, workload in jobs:
+                outcomes.append(workload.wait(deadline))
         finally:
-            workload.stop()
+            for _, workload in jobs:
+                workload.stop()
+    return [_results(observation, workload, pair_outcomes, artifact_dir, conditions)
+            for observation, (_, workload), pair_outcomes in zip(observations, jobs, outcomes)]
+
+
+def _results(observation, workload, outcomes, artifact_dir, conditions):
     samples = observation.samples
     shared = dict(observation.shared, workload=workload.kind, samples=samples, artifact_dir=artifact_dir,
                   **(conditions or {}))

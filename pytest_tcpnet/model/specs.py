@@ -416,12 +416,64 @@ class Link:
     def __repr__(self):
         return "Link(" + ", ".join(f"{k}={v!r}" for k, v in self._kwargs.items()) + ")"
 
+    @classmethod
+    def in_series(cls, *links):
+        """The Link a flow crossing these links one after the other sees, end to end (per direction).
+
+        The slowest rate and its queue, the delays and jitters summed, independent losses (and
+        reorder, duplicate, corrupt draws) combined as 1 - prod(1 - p). netem's finer knobs
+        (correlations, gap, distribution, loss model, slot) are kept where exactly one link has them
+        and refused where several do: no single netem reproduces two correlated processes.
+        """
+        if not links or not all(isinstance(link, cls) for link in links):
+            raise TypeError(f"links: expected one or more Link(...), got {links!r}")
+        if len(links) == 1:
+            return links[0]
+        return cls(to_client=_way_in_series([link.toward_client for link in links]),
+                   to_server=_way_in_series([link.toward_server for link in links]))
+
     def describe(self):
         """One line per direction, as a failure report shows it."""
         if self.toward_client == self.toward_server:
             return f"both ways: {self.toward_client.describe()} (RTT {format_time(self.rtt_s)})"
         return (f"to client: {self.toward_client.describe()}; to server: {self.toward_server.describe()} "
                 f"(RTT {format_time(self.rtt_s)})")
+
+
+_SERIES_ONLY_ONE = ("jitter_correlation", "loss_correlation", "reorder_correlation", "duplicate_correlation",
+                    "corrupt_correlation", "gap", "loss_model", "slot")
+
+
+def _way_in_series(ways):
+    """Per-direction constructor fields of several OneWays crossed in order (see Link.in_series)."""
+    rated = [w for w in ways if w.rate_bps is not None]
+    bottleneck = min(rated, key=lambda w: w.rate_bps) if rated else None
+    fields = {"delay": sum(w.delay_s for w in ways)}
+    if bottleneck is not None:
+        fields["rate"] = bottleneck.rate_bps
+    queued = bottleneck if bottleneck is not None else next((w for w in ways if w.queue_packets is not None), None)
+    if queued is not None and queued.queue_packets is not None:
+        fields["limit"] = queued.queue_packets
+    if any(w.jitter_s for w in ways):
+        fields["jitter"] = sum(w.jitter_s for w in ways)
+    for name in ("loss", "reorder", "duplicate", "corrupt"):
+        kept = math.prod(1 - getattr(w, name) for w in ways)
+        if kept < 1:
+            fields[name] = 1 - kept
+    for name in _SERIES_ONLY_ONE + ("distribution",):
+        having = [w for w in ways if getattr(w, name) not in (None, 0, 0.0, "uniform")]
+        if len(having) > 1:
+            raise ValueError(f"{name}: set on {len(having)} links of one path; a path can carry it on one link only")
+        if having:
+            value = getattr(having[0], name)
+            fields["loss" if name == "loss_model" else name] = value
+    if any(w.loss_model for w in ways):
+        if sum(1 for w in ways if w.loss) > 1:
+            raise ValueError("loss: a Gilbert-Elliott model and another link's loss on one path; "
+                             "put the loss on one link only")
+    if fields.get("gap") and "reorder" not in fields:
+        fields["reorder"] = 1.0
+    return fields
 
 
 def _normalize_sysctl_value(name, value):

@@ -1,6 +1,7 @@
 """Shaping one direction on the router's egress: htb for rate, netem for delay and loss."""
 
 import functools
+import ipaddress
 import math
 import struct
 
@@ -10,10 +11,12 @@ from ..errors import LabError
 from ..model import MTU_FRAME_BYTES
 from ..model.specs import distribution_table
 from .namespaces import with_iproute
+from .rtnl import nlattr
 from .session import session_for
 from .topology import _index
 
-__all__ = ["shape_egress", "qdisc_stats", "qdisc_stats_of", "htb_burst_bytes"]
+__all__ = ["shape_egress", "shape_egress_classes", "qdisc_stats", "qdisc_stats_of", "htb_burst_bytes", "u32_keys",
+           "UNLIMITED_CLASS_BPS"]
 
 _ROOT = 0x10000        # 1:
 _RATE_CLASS = 0x10001  # 1:1
@@ -55,7 +58,7 @@ def _netem_kwargs(way):
         kwargs.pop("loss", None)  # the model decides every loss; tc sends no random loss beside it
         ge = way.loss_model
         model = _GEMODEL.pack(*(_u32(v) for v in (ge.p, ge.r, 1 - ge.bad_loss, ge.good_loss)))
-        extra.append((_TCA_NETEM_LOSS | _NLA_F_NESTED, _NLA.pack(_NLA.size + len(model), _NETEM_LOSS_GE) + model))
+        extra.append((_TCA_NETEM_LOSS | _NLA_F_NESTED, nlattr(_NETEM_LOSS_GE, model)))
     if way.slot:
         slot = way.slot
         extra.append((_TCA_NETEM_SLOT, _SLOT.pack(round(slot.min_delay * 1e9), round(slot.max_delay * 1e9),
@@ -76,7 +79,6 @@ _TCA_NETEM_LOSS = 5
 _TCA_NETEM_SLOT = 12
 _NETEM_LOSS_GE = 2
 _NLA_F_NESTED = 0x8000
-_NLA = struct.Struct("=HH")
 _GEMODEL = struct.Struct("=IIII")  # struct tc_netem_gemodel: p, r, h, k1
 _SLOT = struct.Struct("=qqiiqq")   # struct tc_netem_slot: min_delay, max_delay (ns), max_packets, max_bytes, dist_delay, dist_jitter
 _NETEM_DIST_MAX = 16384  # the kernel's limit on a table's entries (sch_netem.c)
@@ -128,31 +130,99 @@ def _install(ipr, ifname, way):
 
 def _requests(index, way):
     """([("tc", command, kwargs)], descriptions) of the qdisc tree for one direction on interface `index`."""
-    requests, installed = [], []
-    leaf_parent = None
-    if way.rate_bps is not None:
-        burst = htb_burst_bytes(way.rate_bps)
-        requests.append(("tc", "add", dict(kind="htb", index=index, handle=_ROOT, default=1)))
-        # quantum: a few frames; the default (rate/r2q) overflows at Gbit rates.
-        requests.append(("tc", "add-class", dict(kind="htb", index=index, handle=_RATE_CLASS, parent=_ROOT,
-                                                 rate=f"{int(way.rate_bps)}bit", ceil=f"{int(way.rate_bps)}bit",
-                                                 burst=burst, cburst=burst,
-                                                 quantum=min(200000, max(MTU_FRAME_BYTES, burst)))))
-        installed.append(f"htb rate {int(way.rate_bps)}bit burst {burst}b")
-        leaf_parent = _RATE_CLASS
+    if way.rate_bps is None:
+        if not way.needs_netem:
+            return [], []
+        kwargs = _netem_kwargs(way)
+        return [("tc", "add", dict(kind="netem", index=index, handle=_LEAF, **kwargs))], [_describe_netem(kwargs, way)]
+    requests = [("tc", "add", dict(kind="htb", index=index, handle=_ROOT, default=1))]
+    more, installed = _class_requests(index, _RATE_CLASS, _LEAF, way)
+    return requests + more, installed
+
+
+def _class_requests(index, classid, leaf, way, rate_bps=None):
+    """An htb class under 1: at the way's rate (or rate_bps) and its leaf: netem if the way needs it, else pfifo."""
+    rate = int(way.rate_bps or rate_bps)
+    burst = htb_burst_bytes(rate)
+    # quantum: a few frames; the default (rate/r2q) overflows at Gbit rates.
+    requests = [("tc", "add-class", dict(kind="htb", index=index, handle=classid, parent=_ROOT,
+                                         rate=f"{rate}bit", ceil=f"{rate}bit", burst=burst, cburst=burst,
+                                         quantum=min(200000, max(MTU_FRAME_BYTES, burst))))]
+    installed = [f"htb rate {rate}bit burst {burst}b"] if way.rate_bps else []
     if way.needs_netem:
         kwargs = _netem_kwargs(way)
-        parent = {} if leaf_parent is None else {"parent": leaf_parent}
-        requests.append(("tc", "add", dict(kind="netem", index=index, handle=_LEAF, **parent, **kwargs)))
-        installed.append(" ".join(["netem", *(f"{k}={v}" for k, v in kwargs.items() if k != "options_extra"),
-                                   *([f"distribution={way.distribution}"] if way.distribution != "uniform" else []),
-                                   *([way.loss_model.describe()] if way.loss_model else []),
-                                   *([way.slot.describe()] if way.slot else [])]))
-    elif leaf_parent is not None:
-        requests.append(("tc", "add", dict(kind="pfifo", index=index, handle=_LEAF, parent=leaf_parent,
+        requests.append(("tc", "add", dict(kind="netem", index=index, handle=leaf, parent=classid, **kwargs)))
+        installed.append(_describe_netem(kwargs, way))
+    else:
+        requests.append(("tc", "add", dict(kind="pfifo", index=index, handle=leaf, parent=classid,
                                            limit=way.queue_limit_packets())))
         installed.append(f"pfifo limit {way.queue_limit_packets()}")
     return requests, installed
+
+
+def _describe_netem(kwargs, way):
+    return " ".join(["netem", *(f"{k}={v}" for k, v in kwargs.items() if k != "options_extra"),
+                     *([f"distribution={way.distribution}"] if way.distribution != "uniform" else []),
+                     *([way.loss_model.describe()] if way.loss_model else []),
+                     *([way.slot.describe()] if way.slot else [])])
+
+
+#: The rate of a class that only impairs (no rate asked): far above what a veth carries here, so
+#: htb never holds a packet back, while the class still gives its traffic a netem of its own.
+UNLIMITED_CLASS_BPS = 10_000_000_000
+_ETH_P_IP = 0x0800
+
+
+def shape_egress_classes(namespace, ifname, classes):
+    """Shape chosen traffic only: [(match, way)], each match's packets through its own htb class and leaf.
+
+    match: {"src": IPv4, "dst": IPv4, "sport": port, "dport": port} (all given keys must hold;
+    ports are TCP's, assuming no IP options, as tc's `match ip dport` does). Traffic no match
+    takes leaves unshaped (htb's direct queue). Returns {match description: [installed]}.
+    """
+    session = session_for(namespace)
+    index = session and session.known_index(ifname)
+    if not index:
+        raise LabError(f"shaping classes on {ifname} needs an interface the lab created in {namespace}")
+    if not 0 < len(classes) < 0xFFF0:
+        raise LabError(f"shaping classes on {ifname}: 1..{0xFFEF} classes, got {len(classes)}")
+    requests = [("tc", "add", dict(kind="htb", index=index, handle=_ROOT, default=0))]
+    installed = {}
+    for number, (match, way) in enumerate(classes, start=1):
+        classid = _ROOT | number
+        more, lines = _class_requests(index, classid, (0x10 + number) << 16, way, rate_bps=UNLIMITED_CLASS_BPS)
+        requests += more
+        requests.append(("tc", "add-filter", dict(kind="u32", index=index, parent=_ROOT, prio=1, protocol=_ETH_P_IP,
+                                                  target=classid, keys=u32_keys(match))))
+        installed[describe_match(match)] = lines
+    session.batch(f"installing classified qdiscs on {ifname}", requests)
+    return installed
+
+
+_IP_PROTOCOL_TCP = "0x00060000/0x00ff0000+8"
+
+
+def u32_keys(match):
+    """u32 selector keys ("value/mask+offset", network byte order) for a match dict; ValueError on an unknown key."""
+    unknown = set(match) - {"src", "dst", "sport", "dport"}
+    if unknown or not match:
+        raise ValueError(f"match: keys must be among src, dst, sport, dport (at least one), got {sorted(match)}")
+    keys = []
+    for field, offset in (("src", 12), ("dst", 16)):
+        if field in match:
+            keys.append(f"0x{int(ipaddress.IPv4Address(match[field])):08x}/0xffffffff+{offset}")
+    if "sport" in match or "dport" in match:
+        keys.append(_IP_PROTOCOL_TCP)
+    if "sport" in match:
+        keys.append(f"0x{match['sport'] << 16:08x}/0xffff0000+20")
+    if "dport" in match:
+        keys.append(f"0x{match['dport']:08x}/0x0000ffff+20")
+    return keys
+
+
+def describe_match(match):
+    """'src 198.19.0.2, dport 5201'."""
+    return ", ".join(f"{k} {match[k]}" for k in ("src", "dst", "sport", "dport") if k in match)
 
 
 def qdisc_stats(namespace, ifname):

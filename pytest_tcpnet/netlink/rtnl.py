@@ -18,7 +18,7 @@ from pyroute2.iproute.linux import get_arguments_processor
 from pyroute2.netlink import NLMSG_DONE, NLMSG_ERROR
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.nlsocket import NetlinkRequest
-from pyroute2.netlink.rtnl import RTM_GETLINK, RTM_GETQDISC, RTM_GETSTATS, RTM_NEWADDR, RTM_NEWLINK, RTM_NEWQDISC, RTM_NEWROUTE, RTM_NEWTCLASS
+from pyroute2.netlink.rtnl import RTM_GETLINK, RTM_GETQDISC, RTM_GETSTATS, RTM_NEWADDR, RTM_NEWLINK, RTM_NEWQDISC, RTM_NEWROUTE, RTM_NEWTCLASS, RTM_NEWTFILTER
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.ifstatsmsg import ifstatsmsg
@@ -26,7 +26,7 @@ from pyroute2.netlink.rtnl.marshal import MarshalRtnl
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
-__all__ = ["RtnlSocket", "compile_request", "veth_peer_linkinfo"]
+__all__ = ["RtnlSocket", "compile_request", "nlattr", "veth_peer_linkinfo"]
 
 # (mode, command) -> (message class, message type, pyroute2's flag set), as in IPRoute's command maps.
 _REQUESTS = {
@@ -36,6 +36,7 @@ _REQUESTS = {
     ("route", "add"): (rtmsg, RTM_NEWROUTE, "create"),
     ("tc", "add"): (tcmsg, RTM_NEWQDISC, "create"),
     ("tc", "add-class"): (tcmsg, RTM_NEWTCLASS, "create"),
+    ("tc", "add-filter"): (tcmsg, RTM_NEWTFILTER, "create"),
     ("link", "get"): (ifinfmsg, RTM_GETLINK, "get"),
     ("tc", "dump"): (tcmsg, RTM_GETQDISC, "dump"),
     ("stats", "get"): (ifstatsmsg, RTM_GETSTATS, "get"),
@@ -113,10 +114,14 @@ def _nla_align(n):
     return (n + 3) & ~3
 
 
+def nlattr(kind, payload):
+    """One netlink attribute: header, payload, padding to 4 bytes."""
+    return _NLA.pack(_NLA.size + len(payload), kind) + payload + bytes(_nla_align(len(payload)) - len(payload))
+
+
 def _append_to_options(data, extra):
     """A tc message with more attributes nested at the end of its TCA_OPTIONS (lengths fixed up)."""
-    added = b"".join(_NLA.pack(_NLA.size + len(payload), kind) + payload + bytes(_nla_align(len(payload)) - len(payload))
-                     for kind, payload in extra)
+    added = b"".join(nlattr(kind, payload) for kind, payload in extra)
     offset = _TCMSG_END
     while offset < len(data):
         length, kind = _NLA.unpack_from(data, offset)

@@ -1,4 +1,4 @@
-"""Veth wiring, addresses, routes and offloads of a client – router – server path."""
+"""Veth wiring, addresses, routes and offloads of a world's namespaces."""
 
 import os
 from dataclasses import dataclass
@@ -6,35 +6,32 @@ from dataclasses import dataclass
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ..errors import LabError
-from .namespaces import run_in_namespace, with_iproute, write_sysctls
+from .namespaces import run_in_namespace, with_iproute
 from .rtnl import veth_peer_linkinfo
 from .session import session_for
 
-__all__ = ["interface_counters", "PathAddresses", "PATH_ADDRESSES", "wire_path", "set_offloads", "get_offloads", "OFFLOAD_FEATURES",
-           "TSO_FEATURES"]
+__all__ = ["interface_counters", "Veth", "wire", "set_offloads", "get_offloads", "OFFLOAD_FEATURES", "TSO_FEATURES"]
 
 
 @dataclass(frozen=True)
-class PathAddresses:
-    """Interface names and addresses of one path; the same in every lab (namespaces isolate them)."""
+class Veth:
+    """One veth pair: end a is created in namespace a_ns, its peer (end b) straight in b_ns; both addressed.
 
-    client_if: str = "veth-rtr"
-    router_client_if: str = "veth-cli"
-    router_server_if: str = "veth-srv"
-    server_if: str = "veth-rtr"
-    # RFC 2544 benchmarking range: never routed on the internet, never used by the host.
-    client: str = "198.18.0.2"
-    router_client_side: str = "198.18.0.1"
-    router_server_side: str = "198.19.0.1"
-    server: str = "198.19.0.2"
-    prefixlen: int = 24
+    Indexes are chosen by the caller (unique per namespace; lo is 1), so nothing is looked up
+    afterwards, and no interface ever appears in the host namespace, even briefly.
+    """
+
+    a_ns: str
+    a_if: str
+    a_index: int
+    a_address: str
+    b_ns: str
+    b_if: str
+    b_index: int
+    b_address: str
+    prefixlen: int
 
 
-PATH_ADDRESSES = PathAddresses()
-
-# Interface indexes the path's veths are created with (lo is 1 in a new namespace): chosen, so
-# nothing has to be looked up afterwards.
-_ROUTER_CLIENT_INDEX, _ROUTER_SERVER_INDEX, _ENDPOINT_INDEX = 2, 3, 2
 _STATS_LINK_64 = 1 << (1 - 1)  # RTM_GETSTATS filter bit of IFLA_STATS_LINK_64 (attribute 1)
 
 #: ethtool features that let a veth carry 64 KB super-packets (DESIGN pitfall 3). The TSO ones
@@ -62,83 +59,46 @@ def _index(ipr, ifname):
     return cache[ifname]
 
 
-def _configure(ipr, ifname, address, prefixlen, routes, index=None):
-    index = _index(ipr, ifname) if index is None else index
-    ipr.addr("add", index=index, address=address, prefixlen=prefixlen)
-    ipr.link("set", index=index, state="up")
-    for dst, gateway in routes:
-        ipr.route("add", dst=dst, gateway=gateway)
+def wire(veths, routes):
+    """Create and address every veth, then add each namespace's routes ({namespace: [(dst/len, gateway)]}).
 
-
-def wire_path(client_ns, router_ns, server_ns, addresses=PATH_ADDRESSES):
-    """Create both veth pairs from inside the router, address them and route client <-> server.
-
-    The veths are created in the router namespace with their peers placed straight into the
-    endpoint namespaces, so no interface ever appears in the host namespace, even briefly.
-    With sessions, each namespace gets one batch of requests (_wire_sessions).
+    Two rounds of one netlink batch per namespace, sent from this thread: first each namespace
+    creates the veths it holds end a of (up, peers placed straight into their namespaces, every
+    index chosen) and addresses those ends; then each brings its b ends up (a peer cannot be
+    created up), addresses them and adds its routes, whose gateways are all on-link by then.
+    Every namespace must be one this process created (its session known).
     """
-    a = addresses
-    client_route = [(f"{_subnet(a.server)}/{a.prefixlen}", a.router_client_side)]
-    server_route = [(f"{_subnet(a.client)}/{a.prefixlen}", a.router_server_side)]
-
-    def make_veths(ipr):
-        # Created up (IFF_UP in the request), which saves a request per router interface.
-        ipr.link("add", ifname=a.router_client_if, kind="veth", state="up",
-                 peer={"ifname": a.client_if, "net_ns_fd": client_ns})
-        ipr.link("add", ifname=a.router_server_if, kind="veth", state="up",
-                 peer={"ifname": a.server_if, "net_ns_fd": server_ns})
-
-    def router_side(ipr):
-        for ifname, address in ((a.router_client_if, a.router_client_side), (a.router_server_if, a.router_server_side)):
-            ipr.addr("add", index=_index(ipr, ifname), address=address, prefixlen=a.prefixlen)
-
-    def endpoint(ipr, ifname, address, routes):
-        _configure(ipr, ifname, address, a.prefixlen, routes)
-
-    sessions = [session_for(n) for n in (client_ns, router_ns, server_ns)]
-    if all(s is not None and s.owned for s in sessions):  # namespaces we made: the chosen indexes are free
-        _wire_sessions(*sessions, a, client_route, server_route)
-        return
-    _ipr_call(router_ns, "creating veth pairs", make_veths)
-    _ipr_call(router_ns, "addressing the router", lambda ipr: (
-        router_side(ipr), ipr.link("set", index=_index(ipr, "lo"), state="up")))
-    write_sysctls(router_ns, {"net.ipv4.ip_forward": "1"})
-    # Each endpoint reaches only the other endpoint's subnet through the router: no default route.
-    _ipr_call(client_ns, "addressing the client", lambda ipr: (
-        endpoint(ipr, a.client_if, a.client, client_route), ipr.link("set", index=_index(ipr, "lo"), state="up")))
-    _ipr_call(server_ns, "addressing the server", lambda ipr: (
-        endpoint(ipr, a.server_if, a.server, server_route), ipr.link("set", index=_index(ipr, "lo"), state="up")))
-
-
-def _wire_sessions(client, router, server, a, client_route, server_route):
-    """Wire a path whose namespaces have sessions: one batch of requests per namespace, sent from this thread.
-
-    The router's batch creates both veth pairs (up, peers placed straight into the endpoints,
-    every index chosen) and addresses its ends; each endpoint's batch then brings its end up
-    (a peer cannot be created up), addresses it and adds its one route.
-    """
-    fds = [os.open(s.path, os.O_RDONLY | os.O_CLOEXEC) for s in (client, server)]
+    namespaces = list(dict.fromkeys([v.a_ns for v in veths] + [v.b_ns for v in veths] + list(routes)))
+    sessions = {name: session_for(name) for name in namespaces}
+    missing = [name for name, session in sessions.items() if session is None or not session.owned]
+    if missing:
+        raise LabError(f"wiring needs namespaces this process created; not ours: {', '.join(missing)}")
+    fds = {}
     try:
-        router.batch("wiring the router", [
-            ("link", "add", {"ifname": a.router_client_if, "index": _ROUTER_CLIENT_INDEX, "state": "up",
-                             "attrs": [veth_peer_linkinfo(a.client_if, fds[0], _ENDPOINT_INDEX)]}),
-            ("link", "add", {"ifname": a.router_server_if, "index": _ROUTER_SERVER_INDEX, "state": "up",
-                             "attrs": [veth_peer_linkinfo(a.server_if, fds[1], _ENDPOINT_INDEX)]}),
-            ("addr", "add", {"index": _ROUTER_CLIENT_INDEX, "address": a.router_client_side, "prefixlen": a.prefixlen}),
-            ("addr", "add", {"index": _ROUTER_SERVER_INDEX, "address": a.router_server_side, "prefixlen": a.prefixlen}),
-        ], indexes={a.router_client_if: _ROUTER_CLIENT_INDEX, a.router_server_if: _ROUTER_SERVER_INDEX})
+        for veth in veths:
+            if veth.b_ns not in fds:
+                fds[veth.b_ns] = os.open(sessions[veth.b_ns].path, os.O_RDONLY | os.O_CLOEXEC)
+        for name in namespaces:
+            held = [v for v in veths if v.a_ns == name]
+            if held:
+                sessions[name].batch(f"creating veths {', '.join(v.a_if for v in held)}", [
+                    *[("link", "add", {"ifname": v.a_if, "index": v.a_index, "state": "up",
+                                       "attrs": [veth_peer_linkinfo(v.b_if, fds[v.b_ns], v.b_index)]}) for v in held],
+                    *[("addr", "add", {"index": v.a_index, "address": v.a_address, "prefixlen": v.prefixlen})
+                      for v in held],
+                ], indexes={v.a_if: v.a_index for v in held})
     finally:
-        for fd in fds:
+        for fd in fds.values():
             os.close(fd)
-    for session, role, ifname, address, routes in ((client, "client", a.client_if, a.client, client_route),
-                                                   (server, "server", a.server_if, a.server, server_route)):
-        session.batch(f"addressing the {role}", [
-            ("link", "set", {"index": _ENDPOINT_INDEX, "state": "up"}),
-            ("addr", "add", {"index": _ENDPOINT_INDEX, "address": address, "prefixlen": a.prefixlen}),
-            *[("route", "add", {"dst": dst, "gateway": gateway}) for dst, gateway in routes],
-        ], indexes={ifname: _ENDPOINT_INDEX})
-    if router.created_with.get("net.ipv4.ip_forward") != "1":  # a Lab's router has it from creation
-        router.write_sysctls({"net.ipv4.ip_forward": "1"})
+    for name in namespaces:
+        peers = [v for v in veths if v.b_ns == name]
+        requests = [*[("link", "set", {"index": v.b_index, "state": "up"}) for v in peers],
+                    *[("addr", "add", {"index": v.b_index, "address": v.b_address, "prefixlen": v.prefixlen})
+                      for v in peers],
+                    *[("route", "add", {"dst": dst, "gateway": gateway}) for dst, gateway in routes.get(name, ())]]
+        if requests:
+            sessions[name].batch(f"addressing {', '.join(v.b_if for v in peers) or 'routes'}", requests,
+                                 indexes={v.b_if: v.b_index for v in peers})
 
 
 def interface_counters(namespace, ifname):
@@ -158,10 +118,6 @@ def interface_counters(namespace, ifname):
         return counters(answer[0].get_attr("IFLA_STATS_LINK_64"))
     return _ipr_call(namespace, f"reading counters of {ifname}",
                      lambda ipr: counters(ipr.get_links(_index(ipr, ifname))[0].get_attr("IFLA_STATS64")))
-
-
-def _subnet(address):
-    return ".".join(address.split(".")[:3]) + ".0"
 
 
 def _with_ethtool(namespace, function):

@@ -1,0 +1,39 @@
+"""Beyond one pair (source 001's per-destination delay; RTT unfairness through one bottleneck).
+
+Source 001: "delay the traffic to one IP only" —
+    tc qdisc add dev eth0 root handle 1: prio
+    tc filter add dev eth0 parent 1:0 protocol ip pref 55 handle ::55 u32 match ip dst 172.31.65.30 flowid 2:1
+    tc qdisc add dev eth0 parent 1:1 handle 2: netem delay 17ms
+A star does that: server i's traffic crosses links[i] alone (docs/topologies.md).
+"""
+
+import pytest
+
+from pytest_tcpnet import Flow, Host, Link
+
+pytestmark = pytest.mark.tcpnet_needs("netem")
+
+
+def test_delay_for_one_destination_only(tcpnet):
+    """Source 001's `u32 match ip dst ... netem delay 17ms`: measures a 200 KB upload to each of two servers
+    of a star whose first server's link delays what goes to it by 17 ms; asserts the flow to it sees a
+    minimum RTT of 17 ms (+ at most 4 ms of the path's own) and the flow to the other under 4 ms."""
+    star = tcpnet.star(servers=2, links=[Link(to_server={"delay": "17ms"}), None])
+    delayed, direct = (pair.transfer(200_000, direction="upload") for pair in star.pairs)
+    assert 0.017 <= delayed.min_rtt_s < 0.021, delayed.describe()
+    assert direct.min_rtt_s < 0.004, direct.describe()
+
+
+def test_a_near_flow_takes_more_of_a_shared_bottleneck_than_a_far_one(tcpnet):
+    """RTT unfairness: measures two cubic downloads at once through one 20 Mbit/s bottleneck (100-packet
+    queue) from servers 10 ms and 80 ms of RTT away (access links); asserts each flow's minimum RTT is
+    its path's, the pair fills the link, and the near flow gets at least 1.5x the far one's goodput
+    over seconds 3-12 (cubic grows its window per RTT: the short loop grows it eight times as often)."""
+    bell = tcpnet.dumbbell(2, bottleneck=Link(rate="20mbit", limit=100), access=[Link(rtt="10ms"), Link(rtt="80ms")],
+                           servers=Host(cc="cubic"))
+    result = bell.concurrent([Flow(duration=12.0, cc="cubic"), Flow(duration=12.0, cc="cubic")])
+    near, far = result.flows
+    assert 0.010 <= near.min_rtt_s < 0.014 and 0.080 <= far.min_rtt_s < 0.084, result.describe()
+    near_bps, far_bps = result.rates_between(3.0, 12.0)
+    assert near_bps >= 1.5 * far_bps, f"near {near_bps / 1e6:.2f} vs far {far_bps / 1e6:.2f} Mbit/s\n{result.describe()}"
+    assert near_bps + far_bps >= 0.85 * 20e6 * 1448 / 1514, result.describe()

@@ -1,0 +1,128 @@
+"""A node of a world: one network namespace, with its processes and the Python calls run inside it."""
+
+import concurrent.futures
+import math
+import pickle
+import sys
+
+from .. import interrupts, netlink
+from ..errors import LabError
+from ..measure.run import TCP_SYSCTLS
+from ..model import HOST_GLOBAL_SYSCTLS
+from ..workload import NamespaceProcesses
+
+__all__ = ["Node"]
+
+
+class Node:
+    """One namespace of a world (a client, server or router): run commands there, read its sysctls.
+
+    role: "client", "server" or "router" (what workloads and results call it); name: its name in
+    its world ("client", "c2", "left", ...). address/interface: those of its first link (a host
+    has one); `interfaces` lists every (ifname, address) it has.
+    """
+
+    def __init__(self, role, name, namespace):
+        self.role = role
+        self.name = name
+        self.namespace = namespace
+        self.address = None
+        self.interface = None
+        self.interfaces = []
+        self.processes = NamespaceProcesses(netlink.namespace_path(namespace))
+        self.closed = False  # set when its world closes: nothing more may start here
+
+    def call(self, fn, /, *args, timeout=None, **kwargs):
+        """Run fn(*args, **kwargs) in a fresh thread inside this namespace; return its result.
+
+        Its exception is re-raised with a note naming this node; LabError if it does not return
+        within `timeout` seconds (the thread runs on: a thread cannot be killed). The thread
+        ends with fn and serves nothing else, so no thread that entered a lab runs host work.
+        """
+        timeout = _check_timeout(timeout)
+        future = self.submit(fn, *args, **kwargs)
+        try:
+            return interrupts.result(future, timeout)
+        except concurrent.futures.TimeoutError:
+            raise LabError(f"{_name_of(fn)} did not return within {timeout} s in {self!r}; its thread runs on "
+                           f"until it returns") from None
+
+    def submit(self, fn, /, *args, **kwargs):
+        """Start fn(*args, **kwargs) in a fresh thread inside this namespace; a concurrent.futures.Future of it."""
+        self._check_open(fn)
+        where = repr(self)
+
+        def run():
+            try:
+                return fn(*args, **kwargs)
+            except BaseException as exc:
+                exc.add_note(f"raised by {_name_of(fn)} in {where}")
+                raise
+
+        return netlink.submit_in_namespace(self.namespace, run)
+
+    def spawn(self, fn, /, *args, **kwargs):
+        """Run fn(*args, **kwargs) in a process forked from the plugin's preloaded zygote inside this namespace.
+
+        No GIL shared with this process (or the socket sampler), and milliseconds to start
+        where a fresh interpreter takes seconds (the emulated VM). fn must be a module-level
+        function the child can import by name; arguments and result travel by pickle. Returns
+        a SpawnedCall: .pid, .result(timeout), .running(), .stop(); its world's close stops it.
+        """
+        from ..workload.spawn import NamespaceChild, SpawnedCall, importable_name, run_function
+
+        self._check_open(fn)
+        function = importable_name(fn)
+        try:
+            pickle.dumps((args, kwargs))
+        except Exception as exc:
+            raise TypeError(f"spawn: the arguments of {function} cannot be pickled for the child: "
+                            f"{type(exc).__name__}: {exc}") from None
+        child = NamespaceChild(self.processes.netns_path, run_function,
+                               dict(function=function, args=args, kwargs=kwargs, sys_path=list(sys.path)),
+                               name=f"{function} on {self.role}")
+        self.processes.adopt(child)
+        return SpawnedCall(child, function)
+
+    def _check_open(self, fn):
+        if not callable(fn):
+            raise TypeError(f"fn: expected a callable, got {fn!r}")
+        if self.closed:
+            raise LabError(f"{self!r}: its world is closed")
+
+    def popen(self, argv, **kwargs):
+        """Start argv inside this namespace (subprocess.Popen); stopped by pid when its world closes."""
+        return self.processes.popen(argv, **kwargs)
+
+    def run(self, argv, *, timeout=60, check=False, **kwargs):
+        """Run argv inside this namespace to completion (text output captured)."""
+        return self.processes.run(argv, timeout=timeout, check=check, **kwargs)
+
+    def sysctls(self, keys=TCP_SYSCTLS):
+        """Current values of sysctls as this namespace sees them (missing ones omitted).
+
+        Host-global ones (net.core.rmem_max, ...) that a namespace does not show (6.1 hides them)
+        are the host's values, which the namespace's sockets obey.
+        """
+        values = {k: v for k, v in netlink.read_sysctls(self.namespace, keys).items() if v is not None}
+        hidden = [k for k in keys if k not in values and k in HOST_GLOBAL_SYSCTLS]
+        if hidden:
+            values.update({k: v for k, v in netlink.read_host_sysctls(hidden).items() if v is not None})
+        return values
+
+    def __repr__(self):
+        name = "" if self.name == self.role else f" {self.name}"
+        return f"<Node {self.role}{name} {self.address} netns={self.namespace}>"
+
+
+
+def _check_timeout(timeout):
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (timeout > 0 and math.isfinite(timeout)):
+        raise ValueError(f"timeout: must be a number of seconds > 0, or None, got {timeout!r}")
+    return timeout
+
+
+def _name_of(fn):
+    return getattr(fn, "__qualname__", None) or repr(fn)

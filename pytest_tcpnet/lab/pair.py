@@ -1,0 +1,263 @@
+"""A client – server pair of a world: the workloads, observe() and probes run on one."""
+
+import math
+
+from ..errors import LabError, MissingCapability
+from ..measure.run import run_workload
+from ..model import transfer_time
+from ..model.app import Flow
+from ..requirements import check_need
+from ..results import ConcurrentResult, WindowProbe
+from ..workload import Bulk
+
+__all__ = ["Pair", "default_timeout"]
+
+
+class Pair:
+    """A client and a server of a world and the path between them; every workload and observe() run on one.
+
+    The two-host world of Lab.pair() is one; so is each client-server pair of a star or a
+    dumbbell (their pairs share routers and, in a star, the client). `link` is the path as the
+    model sees it: the links it crosses, in series (Link.in_series).
+    """
+
+    def __init__(self, world, index, client, server, link, ends, shaped):
+        self.world = world
+        self.lab = world.lab
+        self.index = index
+        self.client = client
+        self.server = server
+        self.link = link
+        self._ends = list(ends)  # every veth end the path crosses, client to server
+        self._shaped = list(shaped)  # the ends whose qdiscs the path's packets cross
+        self.routers = tuple(dict.fromkeys(end.node for end in self._ends if end.node.role == "router"))
+
+    @property
+    def client_host(self):
+        """The client's Host spec."""
+        return self.world.hosts[self.client.name]
+
+    @property
+    def server_host(self):
+        """The server's Host spec."""
+        return self.world.hosts[self.server.name]
+
+    @property
+    def router(self):
+        """The first router from the client (the only one of a plain pair)."""
+        return self.routers[0]
+
+    @property
+    def nodes(self):
+        """(client, routers..., server)."""
+        return (self.client, *self.routers, self.server)
+
+    @property
+    def closed(self):
+        """True once its world is closed."""
+        return self.world.closed
+
+    @property
+    def offloads(self):
+        """{"node/ifname": {feature: enabled}} of the path's interfaces, as the build left them."""
+        return {end.key: self.world.offloads[end.key] for end in self._ends if end.key in self.world.offloads}
+
+    @property
+    def qdisc_plan(self):
+        """{ifname: [what was installed]} of the path's shaped interfaces."""
+        return {end.ifname: self.world.qdisc_plan[end.ifname] for end in self._shaped}
+
+    @property
+    def socket_cc(self):
+        """{role: cc} the endpoints' Hosts asked for but their namespaces could not default to (set per socket)."""
+        return {role: self.world.socket_cc[node.name] for role, node in (("client", self.client), ("server", self.server))
+                if node.name in self.world.socket_cc}
+
+    def interface_counters(self):
+        """{"node/ifname": counters} for every veth end along the path."""
+        return self.world.interface_counters(self._ends)
+
+    def router_qdisc_stats(self):
+        """{ifname: [qdisc stats]} of the path's shaped router interfaces."""
+        return self.world.qdisc_stats(self._shaped)
+
+    def transfer(self, nbytes=None, *, duration=None, direction="download", sndbuf=None, rcvbuf=None, cc=None,
+                 reader=None, writer=None, write_size=1 << 20, starve_receiver=False, capture=False,
+                 sample_interval=None, timeout=None):
+        """Move nbytes (or send for `duration` seconds) between the endpoints with the bulk workload; measure it.
+
+        "download" sends server -> client, "upload" client -> server; sndbuf/rcvbuf set SO_SNDBUF
+        on the sender and SO_RCVBUF on the receiver (None: kernel autotuning); cc sets
+        TCP_CONGESTION on the sender's socket; reader/writer are Pace(...) or Pause(...) for the
+        receiving/sending application; starve_receiver runs the reader at the lowest priority on a
+        core shared with a CPU hog; write_size is the bytes per send() (C11); capture=True records the sender's side with tshark;
+        sample_interval (seconds; default fit to the RTT, 0 for none) samples TCP_INFO and socket
+        memory of both ends (``result.series(field, side)``).
+        """
+        flow = Flow(nbytes=nbytes, duration=duration, direction=direction, sndbuf=sndbuf, rcvbuf=rcvbuf, cc=cc,
+                    reader=reader, writer=writer, write_size=write_size)
+        results = self._run_bulk([flow], starve_receiver=starve_receiver, capture=capture,
+                                 sample_interval=sample_interval, timeout=timeout)
+        result = results[0]
+        if nbytes is not None and result.nbytes != flow.nbytes:
+            raise LabError(f"receiver got {result.nbytes} of {flow.nbytes} bytes\n{result.describe()}")
+        return result
+
+    def concurrent(self, flows, *, capture=False, sample_interval=None, timeout=None):
+        """Run several Flow(...)s on this pair at once (each with its own size or duration, buffers, cc, start).
+
+        Returns a ConcurrentResult: `.flows` (a TransferResult each), `.total_bps`, `.jain_index`.
+        """
+        flows = list(flows)
+        if not flows or not all(isinstance(f, Flow) for f in flows):
+            raise TypeError(f"flows: expected a non-empty list of Flow(...), got {flows!r}")
+        results = self._run_bulk(flows, starve_receiver=False, capture=capture, sample_interval=sample_interval,
+                                 timeout=timeout)
+        return ConcurrentResult(flows=results)
+
+    def iperf3(self, *, duration, direction="download", cc=None, window=None, parallel=1, capture=False,
+               sample_interval=None, timeout=None):
+        """One iperf3 TCP test (libiperf through the `iperf3` bindings; `iperf3 -J` as the fallback).
+
+        The result's throughput_bps is iperf3's own received average; `details["intervals"]` has
+        the sender's per-interval rate, retransmits, cwnd and rtt; series() come from sampling.
+        """
+        flow = Flow(duration=duration, direction=direction, cc=cc, rcvbuf=window)
+        if flow.duration != int(flow.duration):
+            raise ValueError(f"duration: iperf3 runs whole seconds; got {duration!r}")
+        if isinstance(parallel, bool) or not isinstance(parallel, int) or not 1 <= parallel <= 128:
+            raise ValueError(f"parallel: must be an int in 1..128 (iperf3 -P), got {parallel!r}")
+        check_need("iperf3")
+        from ..workload.iperf3 import Iperf3
+
+        workload = Iperf3(duration=flow.duration, direction=direction, cc=cc, window=flow.rcvbuf, parallel=parallel)
+        return self._measure(workload, [flow], capture=capture, sample_interval=sample_interval,
+                             timeout=timeout or default_timeout(flow, self.link))[0]
+
+    def http_download(self, nbytes, *, limit_rate=None, capture=False, sample_interval=None, timeout=None):
+        """curl in the client downloads nbytes from an HTTP server in the server namespace.
+
+        limit_rate is curl's --limit-rate as curl spells it ("200k" = 200 KiB/s). The result's
+        throughput_bps is curl's own average; rate_series() comes from the client socket's
+        sampled bytes_received.
+        """
+        flow = Flow(nbytes=nbytes)
+        check_need("curl")
+        from ..workload.http import HttpDownload
+
+        workload = HttpDownload(flow.nbytes, limit_rate=limit_rate)
+        timeout = timeout or default_timeout(flow, self.link)
+        if workload.limit_rate_bytes:
+            timeout += 3 * flow.nbytes / workload.limit_rate_bytes
+        return self._measure(workload, [flow], capture=capture, sample_interval=sample_interval, timeout=timeout)[0]
+
+    def _run_bulk(self, flows, *, starve_receiver, capture, sample_interval, timeout):
+        """Checks every option before anything starts, then runs the Bulk workload."""
+        for flow in flows:
+            if flow.cc is not None:
+                check_need(flow.cc)
+        if not isinstance(starve_receiver, bool):
+            raise TypeError(f"starve_receiver: expected True or False, got {starve_receiver!r}")
+        timeout = timeout or max(default_timeout(flow, self.link) for flow in flows)
+        workload = Bulk(flows, starve_receiver=starve_receiver, socket_cc=self.socket_cc)
+        return self._measure(workload, flows, capture=capture, sample_interval=sample_interval, timeout=timeout,
+                             conditions={"starved_receiver": starve_receiver})
+
+    def _measure(self, workload, flows, *, capture, sample_interval, timeout, conditions=None):
+        """Validate the measurement options, run the workload, keep its results in the lab."""
+        for flow in flows:
+            if flow.cc is not None:
+                check_need(flow.cc)
+        if capture is True or capture in ("client", "router", "server"):
+            check_need("tshark")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout: must be a number of seconds > 0, got {timeout!r}")
+        if self.closed:
+            raise LabError("this pair is closed")
+        return run_workload(self, workload, timeout=timeout, sample_interval=sample_interval, capture=capture,
+                            artifact_dir=self.lab.artifact_dir, conditions=conditions)
+
+    def observe(self, *, capture=False, sample_interval=None, app_window=None):
+        """Measure whatever runs on this pair inside the block: your own programs, started with popen/run/spawn/call.
+
+        ``with pair.observe() as seen: ...`` holds a measurement slot, samples TCP_INFO and socket
+        memory of every TCP socket in the client and server namespaces (both ends, matched by
+        4-tuple), reads the path's counters before and after and, with capture=True, captures
+        at both ends. Afterwards ``seen.flows`` holds one TransferResult per connection between
+        the two ends, largest first, registered with the lab (session table, results files,
+        failure artifacts) and accepted by every assertion; each one's capture is the one taken
+        at the end that sent its data. docs/your-application.md says what sampling can miss.
+        app_window: your protocol's own bound, if it has one (bytes, or "16kb"): what it keeps
+        outstanding per application round trip (a stop-and-wait protocol's chunk per ACK); the
+        model then predicts that bound where it binds, instead of the network's alone.
+        """
+        from ..measure.observe import Observation
+        from ..model.units import parse_size
+
+        if capture not in (False, True):
+            raise ValueError(f"capture: must be True or False (both ends are captured; each connection gets the "
+                             f"capture of the end that sent its data), got {capture!r}")
+        if app_window is not None:
+            app_window = parse_size(app_window, "app_window")
+            if not (math.isfinite(app_window) and app_window >= 1):
+                raise ValueError(f"app_window: must be at least 1 byte (or None: no bound of its own), got {app_window!r}")
+            app_window = int(app_window)
+        if capture:
+            check_need("tshark")
+        return Observation(self, capture=capture, sample_interval=sample_interval, app_window_bytes=app_window)
+
+    def measure_advertised_window(self, *, rcvbuf=None, nbytes=None, direction="download"):
+        """The largest window the receiver advertised during a transfer, as the sender saw it (TCP_INFO snd_wnd).
+
+        rcvbuf sets SO_RCVBUF on the receiver (None: autotuning from tcp_rmem); the receiver
+        reads as fast as it can, so the window is limited by the buffer alone (C8).
+        """
+        if nbytes is None:
+            nbytes = max(2_000_000, 20 * (2 * rcvbuf if isinstance(rcvbuf, int) else 0))
+        result = self.transfer(nbytes, direction=direction, rcvbuf=rcvbuf, sample_interval=0.001)
+        windows = [w for w in result.tcp_info_series("snd_wnd") if w is not None]
+        windows.append(result.sender_tcp_info.get("snd_wnd"))
+        if not any(windows):
+            raise MissingCapability("tcpi_snd_wnd", f"kernel {result.kernel} does not report snd_wnd in TCP_INFO")
+        receiver = self.client if direction == "download" else self.server
+        probe = WindowProbe(window_bytes=max(w for w in windows if w is not None), rcvbuf_requested=result.rcvbuf_requested,
+                            rcvbuf_effective=result.effective_rcvbuf, kernel=result.kernel,
+                            sysctls=result.sysctls[receiver.role], transfer=result)
+        self.lab.results.append(probe)  # report: the probe stands for its transfer in the summary
+        return probe
+
+    def close(self):
+        """Tear down the world this pair belongs to (a star's or dumbbell's other pairs with it)."""
+        self.world.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def __repr__(self):
+        return f"<Pair #{self.index} {self.link!r} client={self.client_host.describe()} " \
+               f"server={self.server_host.describe()}>"
+
+
+_LONGEST_DEADLINE = 24 * 3600.0  # poll() takes at most ~24 days; no test should wait a day anyway
+
+
+def default_timeout(flow, link):
+    """Generous deadline: 10x the time at 1 Mbit/s (or a slower shaped rate) plus start-up and pauses; at most a day.
+
+    Not the link's rate: a window-limited flow can be far slower than its link.
+    """
+    return min(_LONGEST_DEADLINE, _unbounded_timeout(flow, link))
+
+
+def _unbounded_timeout(flow, link):
+    rates = [w.rate_bps for w in (link.toward_client, link.toward_server) if w.rate_bps]
+    slowest = min(rates + [1e6]) if rates else 1e6
+    pauses = sum(p.seconds for p in (flow.reader, flow.writer) if hasattr(p, "seconds"))
+    if flow.duration is not None:
+        return 60.0 + flow.start + flow.duration + pauses
+    paced = [p.rate_bps for p in (flow.reader, flow.writer) if hasattr(p, "rate_bps")]
+    pace_time = 2 * transfer_time(flow.nbytes, min(paced)) if paced else 0
+    return max(60.0, 10 * transfer_time(flow.nbytes, slowest) + 30 * link.rtt_s) + flow.start + pauses + pace_time

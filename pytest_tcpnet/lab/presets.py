@@ -1,0 +1,169 @@
+"""Thin presets over the one builder: a pair, a star (one client, n servers), a dumbbell (n pairs, one bottleneck).
+
+Each validates everything first (nothing exists until it is all known good), describes its
+world with World.host/router/connect/shape, and hands back Pairs over it.
+"""
+
+import math
+
+from ..errors import LabError
+from ..model import Link
+from ..model.app import Flow
+from ..requirements import check_need
+from ..results import ConcurrentResult
+from ..workload import Bulk
+from .pair import Pair, default_timeout
+
+__all__ = ["Topology", "describe_pair", "describe_star", "describe_dumbbell", "MAX_DUMBBELL_PAIRS", "MAX_STAR_SERVERS"]
+
+#: The address plan: client i's link is 198.18.i.0/24, server i's 198.19.i.0/24, the routers'
+#: link 198.18.255.0/24; so at most 255 clients (a dumbbell's last client subnet would be the
+#: routers' one: 255 pairs less one) and 256 servers.
+MAX_DUMBBELL_PAIRS = 255
+MAX_STAR_SERVERS = 256
+
+
+def describe_pair(world, index, link, client, server):
+    """client – router – server, the link shaped on the router's two egresses; the Pair."""
+    c, r, s = world.host("client", "client", client), world.router("router"), world.host("server", "server", server)
+    r_c, c_end = world.connect(r, c, subnet="198.18.0.0/24", ifnames=("veth-cli", "veth-rtr"))
+    r_s, s_end = world.connect(r, s, subnet="198.19.0.0/24", ifnames=("veth-srv", "veth-rtr"))
+    world.shape(r_c, link.toward_client)
+    world.shape(r_s, link.toward_server)
+    return Pair(world, index, c, s, link, [c_end, r_c, r_s, s_end], [r_c, r_s])
+
+
+def describe_star(world, index, client, servers, links):
+    """One client and n servers around one router ("hub"); server i's traffic crosses links[i] only.
+
+    Toward server i: the hub's egress to it. Toward the client: the hub's one egress to the
+    client, where packets from server i go through a class of their own (a u32 match on the
+    source address), so each server's link shapes its own traffic and nothing else.
+    """
+    c, hub = world.host("client", "client", client), world.router("hub")
+    hub_c, c_end = world.connect(hub, c, subnet="198.18.0.0/24", ifnames=("veth-client", "veth-hub"))
+    pairs = []
+    for i, (spec, link) in enumerate(zip(servers, links)):
+        s = world.host(f"s{i}", "server", spec)
+        hub_s, s_end = world.connect(hub, s, subnet=f"198.19.{i}.0/24", ifnames=(f"veth-s{i}", "veth-hub"))
+        world.shape(hub_s, link.toward_server)
+        shaped = [hub_s]
+        if not link.toward_client.is_unimpaired:
+            world.shape(hub_c, link.toward_client, match={"src": s_end.address})
+            shaped.insert(0, hub_c)
+        pairs.append(Pair(world, index, c, s, link, [c_end, hub_c, hub_s, s_end], shaped))
+    return pairs
+
+
+def describe_dumbbell(world, index, bottleneck, access, clients, servers):
+    """n clients behind a left router, n servers behind a right one, the bottleneck between the routers.
+
+    Access link i shapes pair i's own hops, on router egresses as every link: toward client i
+    on the left router, toward server i on the right one (each hop carries pair i's traffic
+    only, so where along the path it is applied changes no flow's rate or RTT).
+    """
+    left, right = world.router("left"), world.router("right")
+    l_r, r_l = world.connect(left, right, subnet="198.18.255.0/24", ifnames=("veth-right", "veth-left"))
+    world.shape(l_r, bottleneck.toward_server)
+    world.shape(r_l, bottleneck.toward_client)
+    pairs = []
+    for i in range(len(clients)):
+        c, s = world.host(f"c{i}", "client", clients[i]), world.host(f"s{i}", "server", servers[i])
+        l_c, c_end = world.connect(left, c, subnet=f"198.18.{i}.0/24", ifnames=(f"veth-c{i}", "veth-left"))
+        r_s, s_end = world.connect(right, s, subnet=f"198.19.{i}.0/24", ifnames=(f"veth-s{i}", "veth-right"))
+        shaped = [l_r, r_l]
+        link = bottleneck
+        if access[i] is not None:
+            world.shape(l_c, access[i].toward_client)
+            world.shape(r_s, access[i].toward_server)
+            shaped = [l_c, l_r, r_l, r_s]
+            link = Link.in_series(access[i], bottleneck)
+        pairs.append(Pair(world, index, c, s, link, [c_end, l_c, l_r, r_l, r_s, s_end], shaped))
+    return pairs
+
+
+def per_pair(name, value, n, kind, default):
+    """None, one `kind` for every pair, or a list of n of them (None entries: the default)."""
+    if value is None or isinstance(value, kind):
+        return [value if value is not None else default] * n
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{name}: expected None, a {kind.__name__} or a list of {n}, got {value!r}")
+    if len(value) != n:
+        raise ValueError(f"{name}: expected {n} entries (one per pair), got {len(value)}")
+    for i, item in enumerate(value):
+        if item is not None and not isinstance(item, kind):
+            raise TypeError(f"{name}[{i}]: expected a {kind.__name__} or None, got {item!r}")
+    return [default if item is None else item for item in value]
+
+
+def check_count(name, n, most):
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= most:
+        raise ValueError(f"{name}: must be an int in 1..{most} (the address plan's limit), got {n!r}")
+    return n
+
+
+class Topology:
+    """A star or dumbbell: its pairs (`.pairs[i]`, each a whole Pair), flows on all of them at once, teardown."""
+
+    def __init__(self, world, pairs, kind):
+        self.world = world
+        self.pairs = list(pairs)
+        self.kind = kind
+
+    @property
+    def nodes(self):
+        """{name: Node} of every namespace of the world."""
+        return dict(self.world.nodes)
+
+    @property
+    def closed(self):
+        return self.world.closed
+
+    def router_qdisc_stats(self):
+        """{ifname: [qdisc stats]} of every shaped router interface of the world."""
+        return self.world.qdisc_stats(self.world.shaped_ends)
+
+    def concurrent(self, flows, *, capture=False, sample_interval=None, timeout=None):
+        """Run flows[i] (a Flow, or None for none) on pair i, all at once; a ConcurrentResult of them in pair order.
+
+        Each flow is measured as its pair's transfer() is (its own sampler, counters, capture),
+        inside one measurement slot; every pair's counters cover the same span.
+        """
+        from ..measure.run import run_workloads
+
+        flows = list(flows)
+        if len(flows) != len(self.pairs):
+            raise ValueError(f"flows: expected {len(self.pairs)} entries (one per pair, None to leave one idle), "
+                             f"got {len(flows)}")
+        for i, flow in enumerate(flows):
+            if flow is not None and not isinstance(flow, Flow):
+                raise TypeError(f"flows[{i}]: expected a Flow(...) or None, got {flow!r}")
+            if flow is not None and flow.cc is not None:
+                check_need(flow.cc)
+        jobs = [(pair, flow) for pair, flow in zip(self.pairs, flows) if flow is not None]
+        if not jobs:
+            raise ValueError("flows: every entry is None; nothing to run")
+        if capture is True or capture in ("client", "router", "server"):
+            check_need("tshark")
+        timeout = timeout or max(default_timeout(flow, pair.link) for pair, flow in jobs)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (timeout > 0 and math.isfinite(timeout)):
+            raise ValueError(f"timeout: must be a number of seconds > 0, got {timeout!r}")
+        if self.closed:
+            raise LabError(f"this {self.kind} is closed")
+        results = run_workloads([(pair, Bulk([flow], socket_cc=pair.socket_cc)) for pair, flow in jobs],
+                                timeout=timeout, sample_interval=sample_interval, capture=capture,
+                                artifact_dir=self.world.lab.artifact_dir, conditions={"starved_receiver": False})
+        return ConcurrentResult(flows=[flow_results[0] for flow_results in results])
+
+    def close(self):
+        """Tear the whole world down."""
+        self.world.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def __repr__(self):
+        return f"<{self.kind} of {len(self.pairs)} pairs: " + "; ".join(p.link.describe() for p in self.pairs[:4]) + ">"

@@ -1,0 +1,268 @@
+"""The one builder of worlds: hosts and routers in namespaces, veth links between them, routes, shaping.
+
+A preset (pair, star, dumbbell) describes its world with host(), router(), connect() and
+shape(), then build() creates it at once: every namespace with its sysctls, every veth created
+inside a namespace with its peer placed straight into the other (nothing ever appears in the
+host namespace), addresses and routes, router offloads off, then the qdiscs. A failed build
+removes whatever it made. The world knows no workload.
+"""
+
+import collections
+import contextlib
+import ipaddress
+from dataclasses import dataclass
+
+from .. import netlink
+from ..errors import LabError
+from ..model import Host, OneWay
+from .node import Node
+
+__all__ = ["World", "End", "TEST_NETWORK"]
+
+#: RFC 2544's benchmarking range: never routed on the internet, never used by the host.
+TEST_NETWORK = ipaddress.IPv4Network("198.18.0.0/15")
+_CC_SYSCTL = "net.ipv4.tcp_congestion_control"
+_MAX_IFNAME = 15  # IFNAMSIZ - 1
+
+
+@dataclass(frozen=True)
+class End:
+    """One end of a link: the node it is in, its interface name and address."""
+
+    node: Node
+    ifname: str
+    address: str
+    prefixlen: int
+
+    @property
+    def key(self):
+        """'node name/ifname' ("router/veth-cli", "left/veth-c0"): how counters and offloads are keyed."""
+        return f"{self.node.name}/{self.ifname}"
+
+
+class World:
+    """Namespaces wired as described (see the module); close() removes every one of them."""
+
+    def __init__(self, lab, index, *, endpoint_offloads="wire"):
+        self.lab = lab
+        self.index = index
+        self.nodes = {}
+        self.hosts = {}
+        self.links = []
+        self.offloads = {}
+        self.qdisc_plan = {}
+        self.socket_cc = {}
+        self.closed = False
+        self._endpoint_offloads = endpoint_offloads
+        self._shaping = collections.defaultdict(list)
+        self._next_ifindex = {}
+        self._subnets = set()
+        self._created = []
+
+    # -- describing ---------------------------------------------------------------------------
+    def host(self, name, role, spec):
+        """An endpoint namespace set up by a Host spec (its sysctls, its congestion control)."""
+        if not isinstance(spec, Host):
+            raise TypeError(f"{name}: expected a Host, got {spec!r}")
+        node = self._node(name, role)
+        self.hosts[name] = spec
+        return node
+
+    def router(self, name):
+        """A forwarding namespace; the only kind of node a link may be shaped on (DESIGN pitfall 1)."""
+        return self._node(name, "router")
+
+    def _node(self, name, role):
+        if name in self.nodes:
+            raise ValueError(f"node {name!r}: already in this world")
+        suffix = {"client": "c", "router": "r", "server": "s"}.get(name, name)
+        namespace = f"{netlink.PREFIX}{netlink.owner_tag()}-{self.index}{suffix}"
+        node = Node(role, name, namespace)
+        self.nodes[name] = node
+        self._next_ifindex[name] = 2  # lo is 1 in a new namespace
+        return node
+
+    def connect(self, a, b, *, subnet, ifnames=None):
+        """A veth between nodes a and b on an IPv4 /24 of the test network: a gets .1, b .2; returns (end a, end b)."""
+        network = ipaddress.IPv4Network(subnet)
+        if not network.subnet_of(TEST_NETWORK) or network.prefixlen > 30:
+            raise ValueError(f"subnet: {subnet} is not a /30 or larger inside {TEST_NETWORK}")
+        if any(network.overlaps(other) for other in self._subnets):
+            raise ValueError(f"subnet: {subnet} overlaps another link's")
+        a_if, b_if = ifnames or (f"veth-{b.name}", f"veth-{a.name}")
+        ends = []
+        for node, ifname, host in ((a, a_if, 1), (b, b_if, 2)):
+            if not 0 < len(ifname) <= _MAX_IFNAME or any(ifname == name for name, _ in node.interfaces):
+                raise ValueError(f"interface {ifname!r} in {node.name}: empty, longer than {_MAX_IFNAME} or taken")
+            end = End(node, ifname, str(network.network_address + host), network.prefixlen)
+            node.interfaces.append((ifname, end.address))
+            if node.address is None:
+                node.address, node.interface = end.address, ifname
+            ends.append(end)
+        self._subnets.add(network)
+        self.links.append((ends[0], ends[1], network))
+        return tuple(ends)
+
+    def shape(self, end, way, match=None):
+        """Shape what leaves `end` (a router's) by `way` (a OneWay); match: only packets matching it (see netlink)."""
+        if end.node.role != "router":
+            raise ValueError(f"shape: {end.key} is on a {end.node.role}; links are shaped on a router's egress, "
+                             "never on an endpoint's own interface (TCP Small Queues would see the qdisc)")
+        if not isinstance(way, OneWay):
+            raise TypeError(f"way: expected a OneWay, got {way!r}")
+        if match is not None:
+            netlink.u32_keys(match)  # a bad match is refused now, before anything exists
+        rules = self._shaping[end]
+        if rules and (match is None or rules[0][0] is None):
+            raise ValueError(f"shape: {end.key} is shaped either whole (once) or by matches, not both")
+        rules.append((match, way))
+
+    # -- building -----------------------------------------------------------------------------
+    def build(self):
+        """Create the whole world; on any failure remove what was made and raise."""
+        try:
+            self._build()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.close()
+            raise
+
+    def _build(self):
+        # Each namespace is created by its session's thread (unshare + bind mount, no fork), which
+        # writes its sysctls on the spot and then serves every later netlink call of this world.
+        sysctls = {}
+        for name, node in self.nodes.items():
+            if node.role == "router":
+                sysctls[node.namespace] = {"net.ipv4.ip_forward": "1"}
+            else:
+                sysctls[node.namespace] = {k: v for k, v in self.hosts[name].sysctls.items() if k != _CC_SYSCTL}
+        netlink.create_namespaces(sysctls)
+        self._created.extend(node.namespace for node in self.nodes.values())  # all or none
+        netlink.wire(self._veths(), self._routes())
+        # From this thread, one after the other: the sessions' sockets work from any thread, and
+        # several threads configuring at once only queued for the GIL (and paid a hop each).
+        for a, b, _ in self.links:
+            for end in (a, b):
+                if end.node.role == "router":
+                    # Router hops carry real packets, not 64 KB super-packets, so qdiscs and captures count right.
+                    self.offloads[end.key] = netlink.set_offloads(end.node.namespace, end.ifname, False)
+        for end, rules in self._shaping.items():
+            if rules[0][0] is None:
+                self.qdisc_plan[end.ifname] = netlink.shape_egress(end.node.namespace, end.ifname, rules[0][1])
+            else:
+                self.qdisc_plan[end.ifname] = [
+                    f"{where}: {line}" for where, lines in
+                    netlink.shape_egress_classes(end.node.namespace, end.ifname, rules).items() for line in lines]
+        for name, spec in self.hosts.items():
+            self._configure_endpoint(self.nodes[name], spec)
+
+    def _veths(self):
+        veths = []
+        for a, b, _ in self.links:
+            a_index, b_index = self._take_ifindex(a.node), self._take_ifindex(b.node)
+            veths.append(netlink.Veth(a.node.namespace, a.ifname, a_index, a.address,
+                                      b.node.namespace, b.ifname, b_index, b.address, a.prefixlen))
+        return veths
+
+    def _take_ifindex(self, node):
+        index = self._next_ifindex[node.name]
+        self._next_ifindex[node.name] += 1
+        return index
+
+    def _routes(self):
+        """{namespace: [(dst, gateway)]}: a host with one link sends the whole test network to its neighbour;
+        any other node gets a route to each subnet it is not on, via the next hop of a shortest path."""
+        neighbours = collections.defaultdict(list)  # name -> [(neighbour name, neighbour's address on the link)]
+        for a, b, _ in self.links:
+            neighbours[a.node.name].append((b.node.name, b.address))
+            neighbours[b.node.name].append((a.node.name, a.address))
+        routes = {}
+        for name, node in self.nodes.items():
+            if node.role != "router" and len(neighbours[name]) == 1:
+                routes[node.namespace] = [(str(TEST_NETWORK), neighbours[name][0][1])]
+                continue
+            first_hop = self._first_hops(name, neighbours)
+            local = {network for a, b, network in self.links if name in (a.node.name, b.node.name)}
+            routes[node.namespace] = [
+                (str(network), first_hop[a.node.name]) for a, b, network in self.links
+                if network not in local and a.node.name in first_hop]
+        return routes
+
+    @staticmethod
+    def _first_hops(origin, neighbours):
+        """{node name: the gateway address of the first hop from origin toward it} (breadth first)."""
+        hops, queue = {}, collections.deque()
+        for name, address in neighbours[origin]:
+            if name not in hops:
+                hops[name] = address
+                queue.append(name)
+        while queue:
+            current = queue.popleft()
+            for name, _ in neighbours[current]:
+                if name != origin and name not in hops:
+                    hops[name] = hops[current]
+                    queue.append(name)
+        return hops
+
+    def _configure_endpoint(self, node, host):
+        if host.cc:
+            self._set_default_cc(node, host.cc)
+        for ifname, _ in node.interfaces:
+            key = f"{node.name}/{ifname}"
+            if self._endpoint_offloads == "wire":
+                # A real NIC segments TSO super-packets before the wire; a veth would hand them to the
+                # router whole (a netem loss would then drop ~44 segments at once). With TSO off the
+                # stack still builds large skbs (GSO, as on a real host) and segments them at the veth.
+                self.offloads[key] = netlink.set_offloads(node.namespace, ifname, False, netlink.TSO_FEATURES)
+            elif self._endpoint_offloads == "kernel":
+                self.offloads[key] = netlink.get_offloads(node.namespace, ifname)
+            else:
+                self.offloads[key] = netlink.set_offloads(node.namespace, ifname, self._endpoint_offloads)
+
+    def _set_default_cc(self, node, cc):
+        """Make cc the namespace's default, or, where the host forbids it, the cc of every socket we open.
+
+        Linux lets a non-initial namespace default only to algorithms in the host's
+        net.ipv4.tcp_allowed_congestion_control (EPERM otherwise); a root process may still pick
+        any algorithm per socket, which is what our workloads then do (recorded as socket_cc).
+        """
+        try:
+            netlink.write_sysctls(node.namespace, {_CC_SYSCTL: cc})
+        except LabError as exc:
+            if "not permitted" not in str(exc):
+                raise
+            self.socket_cc[node.name] = cc
+
+    # -- reading ------------------------------------------------------------------------------
+    def interface_counters(self, ends):
+        """{"name/ifname": counters} of the given ends."""
+        return {end.key: netlink.interface_counters(end.node.namespace, end.ifname) for end in ends}
+
+    def qdisc_stats(self, ends):
+        """{ifname: [qdisc stats]} of the given (router) ends, one dump per namespace."""
+        by_namespace = collections.defaultdict(list)
+        for end in ends:
+            by_namespace[end.node.namespace].append(end.ifname)
+        stats = {}
+        for namespace, ifnames in by_namespace.items():
+            stats.update(netlink.qdisc_stats_of(namespace, ifnames))
+        return stats
+
+    @property
+    def shaped_ends(self):
+        """Every end that has qdiscs, in the order they were described."""
+        return list(self._shaping)
+
+    # -- tearing down -------------------------------------------------------------------------
+    def close(self):
+        """Stop the processes of every node, then remove the namespaces (which removes the veths and qdiscs)."""
+        if self.closed:
+            return
+        self.closed = True
+        for node in self.nodes.values():
+            node.closed = True
+            node.processes.stop_all()
+        try:
+            netlink.remove_namespaces(self._created[::-1])
+        except OSError as exc:
+            raise LabError(f"teardown left namespaces behind: {exc}") from exc
