@@ -57,6 +57,10 @@ def ask(address, port, text, attempts=200):
         return conn.recv(65536).decode()
 
 
+#: A probe's "are you there" datagram: echoed, never counted.
+UDP_HELLO = b"\xff\xff\xff\xff"
+
+
 def udp_echo(address, port, idle_s=3.0):
     """Echo UDP datagrams on (address, port) until none comes for idle_s seconds; return the datagrams it got."""
     got = []
@@ -67,27 +71,47 @@ def udp_echo(address, port, idle_s=3.0):
             while True:
                 data, peer = sock.recvfrom(64)
                 sock.sendto(data, peer)
-                got.append(data)
+                if data != UDP_HELLO:
+                    got.append(data)
         except socket.timeout:
             return got
 
 
+def _await_echo(sock, peer, timeout=20.0):
+    """Send hellos until the echo answers one: it is bound (a sleep was not enough beside a CPU hog in the guest)."""
+    import select
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sock.sendto(UDP_HELLO, peer)
+        if select.select([sock], [], [], 0.05)[0] and sock.recv(64) == UDP_HELLO:
+            return
+    raise TimeoutError(f"no UDP echo answered within {timeout} s")
+
+
 def udp_probe(address, port, count, interval):
-    """Send `count` numbered datagrams to an echo, one per `interval` s: [(sent at, RTT or None if lost)] in order."""
+    """Send `count` numbered datagrams to an echo, one per `interval` s: [(sent at, RTT or None if lost)] in order.
+
+    The socket is not connected: a connected one takes the ICMP port unreachable of a hello sent
+    before the echo bound as an error on a later call (ECONNREFUSED in the middle of the probe,
+    beside a CPU hog in the guest); an unconnected one is told nothing of it.
+    """
     import select
     import struct
     sent, rtts = [], {}
+    peer = (address, port)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.connect((address, port))
+        _await_echo(sock, peer)
         end = None
         while end is None or time.monotonic() < end:
             now = time.monotonic()
             if len(sent) < count and (not sent or now >= sent[-1] + interval):
-                sock.send(struct.pack("!I", len(sent)))
+                sock.sendto(struct.pack("!I", len(sent)), peer)
                 sent.append(now)
                 if len(sent) == count:
                     end = now + 1.0  # the last ones' answers
             if select.select([sock], [], [], 0.0005)[0]:
-                (n,) = struct.unpack("!I", sock.recv(64))
-                rtts[n] = time.monotonic() - sent[n]
+                data = sock.recv(64)
+                if data != UDP_HELLO:  # not a late answer to a hello
+                    (n,) = struct.unpack("!I", data)
+                    rtts[n] = time.monotonic() - sent[n]
     return [(t, rtts.get(n)) for n, t in enumerate(sent)]

@@ -2,7 +2,6 @@
 
 import statistics
 import struct
-import time
 
 import pytest
 
@@ -60,8 +59,7 @@ def _udp_probe(pair, count=400, interval=0.003, *, arrived=False):
     """[(sent at, RTT or None)] of UDP echoes from the client to the server: what the delay line does to each
     datagram (processes of their own, so no GIL between the probe's clock and its socket). arrived=True: the
     numbers of the datagrams that reached the server instead (a loss on the way there, counted where it shows)."""
-    echo = pair.server.spawn(nodecalls.udp_echo, pair.server.address, 9300)
-    time.sleep(0.2)  # the echo binds first (a fork in the emulated guest can take ~0.1 s)
+    echo = pair.server.spawn(nodecalls.udp_echo, pair.server.address, 9300)  # the probe waits until it answers
     probes = pair.client.spawn(nodecalls.udp_probe, pair.server.address, 9300, count, interval).result(timeout=30)
     got = echo.result(timeout=10)
     return {struct.unpack("!I", data)[0] for data in got} if arrived else probes
@@ -78,22 +76,26 @@ def test_a_distribution_shapes_the_delay_as_its_table_says(tcpnet, distribution)
     Uniform jitter draws each way from ±5 ms: the RTT is 60 ms ± 10 (triangular), never below 50 ms;
     its 5th percentile lies 6.8 ms under the median. The normal table's unit is the jitter (sigma 5 ms
     each way, 7.1 ms for the RTT): its 5th percentile lies 11.6 ms under the median, and 7.9% of the
-    RTTs fall below 50 ms. The guest only adds (its stack 1-2 ms, and a scheduling tail of some 6% of
-    the probes up to +70 ms under emulation), so the lower side is read, never the upper. Measured in
-    the 6.1 VM, 5 runs each: median - p5 6.1-7.6 ms (uniform) and 12.0-14.9 ms (normal; p5 of 400
-    draws has a standard error of ~0.8 ms); below 50 ms none (uniform), 4-8% (normal). The bounds
-    meet half-way between the two (9.5 ms).
+    RTTs fall more than 10 ms under the median (none for uniform). The guest only adds (its stack 1-2 ms,
+    and a scheduling tail of some 6% of the probes up to +70 ms under emulation), so the lower side is
+    read, never the upper, and always against the median: beside a CPU hog the guest's stack time
+    shifted every RTT up, and "below 50 ms" fell to 1.0% for normal (a fresh-clone CI run) while median
+    - p5 still read 13.2 ms. Measured in the 6.1 VM, 5 runs each: median - p5 6.1-7.6 ms (uniform) and
+    12.0-14.9 ms (normal; p5 of 400 draws has a standard error of ~0.8 ms). The bounds meet half-way
+    between the two (9.5 ms).
     """
     pair = tcpnet.pair(link=Link(delay="30ms", jitter="5ms", distribution=distribution))
     rtts = _udp_rtts(pair)
     assert len(rtts) >= 200, len(rtts)  # the guest sometimes loses datagrams of its own (see the loss test)
     p5 = statistics.quantiles(rtts, n=20)[0]
     lower_spread = statistics.median(rtts) - p5
-    below = sum(r < 0.050 for r in rtts) / len(rtts)
-    figures = f"median - p5 {lower_spread * 1e3:.1f} ms, {below:.1%} below 50 ms, of {len(rtts)} RTTs"
+    below = sum(r < statistics.median(rtts) - 0.010 for r in rtts) / len(rtts)
+    figures = (f"median - p5 {lower_spread * 1e3:.1f} ms, {below:.1%} more than 10 ms under the median "
+               f"({statistics.median(rtts) * 1e3:.1f} ms), of {len(rtts)} RTTs")
     if distribution == "uniform":
         assert 0.0050 <= lower_spread <= 0.0095 and min(rtts) >= 0.0498, figures
     else:
+        # 7.9% expected; 2% is 4 standard errors of a 400-draw share under that.
         assert 0.0095 <= lower_spread <= 0.0170 and below >= 0.02, figures
 
 

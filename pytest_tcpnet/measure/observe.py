@@ -14,7 +14,7 @@ from .. import netlink
 from ..errors import LabError
 from ..netlink.diag import tcp_counters
 from ..results import TransferResult
-from .sampler import SERIES_FIELDS, SocketSampler, default_interval
+from .sampler import DEFAULT_CPU_BUDGET, SERIES_FIELDS, SocketSampler, default_interval
 from .slots import measurement_slot, slot_wait_s
 
 __all__ = ["Observation", "PathCounters", "TCP_SYSCTLS"]
@@ -85,8 +85,10 @@ class Observation:
         if capture not in (False, True, "client", "router", "server"):
             raise ValueError(f"capture: must be True, False or a node role 'client', 'router', 'server', "
                              f"got {capture!r}")
+        self.cpu_budget = None  # an interval the caller chose is kept whatever it costs
         if sample_interval is None:
             sample_interval = default_interval(pair.link.rtt_s)
+            self.cpu_budget = DEFAULT_CPU_BUDGET
         if isinstance(sample_interval, bool) or not isinstance(sample_interval, (int, float)) \
                 or not 0 <= sample_interval <= 10 or (connections and not sample_interval):
             raise ValueError(f"sample_interval: must be in (0, 10] seconds{'' if connections else ', or 0 for none'}, "
@@ -122,7 +124,7 @@ class Observation:
             self._counters = PathCounters(pair)
             if self.sample_interval:
                 self._sampler = SocketSampler({"client": pair.client.namespace, "server": pair.server.namespace},
-                                              self.sample_interval).start()
+                                              self.sample_interval, self.cpu_budget).start()
                 stack.callback(self._stop_sampler)
             if self.capture:
                 self._start_captures(stack)

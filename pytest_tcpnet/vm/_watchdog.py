@@ -2,6 +2,9 @@
 
 Usage: python _watchdog.py LIFELINE_FD CLEANUP_DIR|- COMMAND [ARGS...]
 
+With TCPNET_VM_NICE set, the command starts at that nice value (qemu's threads inherit it),
+where this process may set it (raising priority needs root); otherwise at the launcher's.
+
 The launcher keeps the write end of a pipe whose read end is LIFELINE_FD. If the launcher
 dies without stopping the VM (SIGKILL, a crash), the read end sees EOF and this process
 stops its own process group (vng, virtme-run, qemu): an orphaned qemu would otherwise
@@ -40,6 +43,20 @@ def main() -> int:
     # Outlive the launcher's SIGTERM to the group so we can report the command's status.
     # A Python handler (unlike SIG_IGN) is reset by exec, so the command still gets it.
     signal.signal(signal.SIGTERM, lambda *_: None)
+    nice = os.environ.pop("TCPNET_VM_NICE", "")
+    if nice:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, int(nice))  # this thread; the command forked from it inherits it
+        except (OSError, ValueError):
+            pass  # not permitted (no root): the launcher reports the priority the emulator got
+        # With autogroups (the default on desktop and most server kernels) each session shares the CPU
+        # with every other session equally, whatever its threads' nice: this new session (the launcher
+        # made it for us) must carry the priority too, or a CPU hog in another session still takes half.
+        try:
+            with open("/proc/self/autogroup", "w") as f:
+                f.write(nice)
+        except (OSError, ValueError):
+            pass  # no autogroups here, or not permitted
     proc = subprocess.Popen(sys.argv[3:])
     lifeline = threading.Thread(target=_lifeline, args=(fd, cleanup), daemon=True)
     lifeline.start()

@@ -7,6 +7,7 @@ process group we create, so signalling that group stops exactly the processes we
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import re
 import selectors
@@ -38,6 +39,8 @@ class LaunchResult:
     interrupted: "int | None" = None  # signal number that made us stop the VM
     tail: list = field(default_factory=list)  # last lines of output not shown to the user
     total_seconds: float = 0.0
+    nice: "int | None" = None  # the emulator's nice value once the guest started (None: not read)
+    autogroup_nice: "int | None" = None  # its session's autogroup nice (None: no autogroups)
 
 
 class _Terminated(Exception):
@@ -164,6 +167,7 @@ def launch(
     stdout=None,
     stderr=None,
     cleanup: "str | None" = None,
+    nice: "int | None" = None,
 ) -> LaunchResult:
     """Run ``cmd`` (a vng command), stream its output, enforce the boot deadline, never leak it.
 
@@ -171,6 +175,7 @@ def launch(
     error messages and shown only if ``echo_boot``. After it, guest stdout/stderr go live to
     ``stdout``/``stderr`` if ``echo``. ``on_start(seconds)`` is called when the sentinel arrives.
     ``cleanup`` is a directory the watchdog removes if this process dies without stopping the VM.
+    ``nice``: the emulator's nice value, where this process may set it (LaunchResult.nice says what it got).
     """
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
@@ -189,6 +194,7 @@ def launch(
             stderr=subprocess.PIPE,
             pass_fds=(lifeline_r,),
             start_new_session=True,  # our own group: Ctrl-C reaches us, we stop the VM
+            env=None if nice is None else dict(os.environ, TCPNET_VM_NICE=str(nice)),
         )
     except BaseException:
         os.close(lifeline_w)
@@ -254,6 +260,11 @@ def launch(
                 pending = b""
                 result.started = True
                 result.start_seconds = time.monotonic() - t0
+                with contextlib.suppress(OSError):
+                    result.nice = os.getpriority(os.PRIO_PROCESS, proc.pid)  # the watchdog's, which its child inherited
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    with open(f"/proc/{proc.pid}/autogroup", encoding="ascii") as f:  # "/autogroup-123 nice -10"
+                        result.autogroup_nice = int(f.read().split()[-1])
                 if on_start is not None:
                     on_start(result.start_seconds)
                 if echo and rest:
