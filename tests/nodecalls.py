@@ -115,3 +115,14 @@ def udp_probe(address, port, count, interval):
                     (n,) = struct.unpack("!I", data)
                     rtts[n] = time.monotonic() - sent[n]
     return [(t, rtts.get(n)) for n, t in enumerate(sent)]
+
+
+def probe_udp(pair, count=400, interval=0.003, *, arrived=False):
+    """[(sent at, RTT or None)] of UDP echoes from a pair's client to its server: what the delay line does to each
+    datagram (processes of their own, so no GIL between the probe's clock and its socket). arrived=True: the
+    numbers of the datagrams that reached the server instead (a loss on the way there, counted where it shows)."""
+    import struct
+    echo = pair.server.spawn(udp_echo, pair.server.address, 9300)  # the probe waits until it answers
+    probes = pair.client.spawn(udp_probe, pair.server.address, 9300, count, interval).result(timeout=30)
+    got = echo.result(timeout=10)
+    return {struct.unpack("!I", data)[0] for data in got} if arrived else probes

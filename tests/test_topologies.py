@@ -159,3 +159,33 @@ def test_a_star_shapes_each_servers_traffic_by_its_own_link(tcpnet):
     # Unmatched traffic (the hub's own, ARP) is not shaped: htb's direct queue.
     stats = star.router_qdisc_stats()["veth-client"]
     assert [q["kind"] for q in stats].count("pfifo") == 2
+
+
+@pytest.mark.tcpnet_needs("iperf3")
+def test_a_link_scoped_to_a_port_impairs_that_ports_traffic_only(tcpnet):
+    # Link(ports=[5201]): htb classes on the router's egresses whose u32 filters match TCP port 5201 as
+    # source or destination; everything else leaves through htb's direct queue, unshaped.
+    pair = tcpnet.pair(link=Link(rate="5mbit", ports=[5201]))
+    filters = pair.router.run(["tc", "filter", "show", "dev", "veth-cli"], check=True).stdout
+    assert filters.count("flowid 1:1") == 2 and "match 14510000/ffff0000 at 20" in filters, filters
+    scoped = pair.iperf3(duration=2)  # iperf3's port, 5201
+    free = pair.transfer(duration=1.0)  # an ephemeral port
+    expected = model.link_goodput(5e6)
+    assert abs(scoped.throughput_bps - expected) <= 0.10 * expected, scoped.describe()
+    assert free.throughput_bps > 20 * expected, free.describe()
+    # The model sees the link each flow met: 5 Mbit/s for port 5201, nothing for the other.
+    assert model.expected_throughput(scoped).bound == "link"
+    assert model.expected_throughput(free).bound != "link"
+    assert "TCP port 5201 only" in scoped.link.describe()
+
+
+def test_bad_ports_are_refused_before_anything_is_created():
+    before = _ours()
+    for ports, message in (([], "an empty list"), ([0], "1..65535"), ([70000], "1..65535"), ("5201", "a list")):
+        with pytest.raises((ValueError, TypeError), match=f"ports: .*{message}"):
+            Link(rate="5mbit", ports=ports)
+    with pytest.raises(ValueError, match="ports: the link impairs nothing"):
+        Link(ports=[80])
+    with Lab() as lab, pytest.raises(ValueError, match="access\\[0\\] with the bottleneck: ports"):
+        lab.dumbbell(1, bottleneck=Link(rate="10mbit"), access=Link(rate="5mbit", ports=[80]))
+    assert _ours() == before

@@ -47,8 +47,12 @@ def _read_exactly(conn, n):
     return got
 
 
+def _family(address):
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
+
+
 def serve(args):
-    listener = socket.socket()
+    listener = socket.socket(_family(args.address))
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     _options(listener, args)
     listener.bind((args.address, args.port))
@@ -70,7 +74,7 @@ def serve(args):
 def client(args):
     for _ in range(500):  # the server may still be starting
         try:
-            sock = socket.socket()
+            sock = socket.socket(_family(args.address))
             _options(sock, args)
             sock.connect((args.address, args.port))
             break

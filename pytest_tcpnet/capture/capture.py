@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import interrupts
 from ..errors import LabError, program_path
-from .decode import EVENT_KINDS, count_events, decode_pcap
+from .decode import EVENT_KINDS, count_events, decode_pcap, endpoint_text
 
 __all__ = ["Capture", "CaptureResult", "DEFAULT_SNAPLEN"]
 
@@ -232,9 +232,8 @@ class ConnectionCapture(CaptureResult):
 
 
 def _endpoint(address_port):
-    """'addr:port', as tshark's fields spell a packet's ends."""
-    address, port = address_port[:2]
-    return f"{address}:{port}"
+    """'addr:port' ('[addr]:port' for IPv6), as decoded packets spell their ends."""
+    return endpoint_text(*address_port[:2])
 
 
 def _exited(proc, seconds):

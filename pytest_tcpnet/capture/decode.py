@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..errors import program_path
 
-__all__ = ["EVENT_KINDS", "Packet", "decode_pcap", "count_events"]
+__all__ = ["EVENT_KINDS", "Packet", "decode_pcap", "count_events", "endpoint_text"]
 
 #: Expert events we count, by the name used in results, and the tshark field that flags each.
 EVENT_FIELDS = {
@@ -25,7 +25,8 @@ EVENT_KINDS = tuple(EVENT_FIELDS)
 
 # tcp.window_size is the *calculated* window (the raw field shifted by the scale seen in the SYNs).
 _VALUE_FIELDS = ("frame.time_relative", "tcp.stream", "ip.src", "tcp.srcport", "ip.dst", "tcp.dstport", "tcp.seq",
-                 "tcp.ack", "tcp.len", "tcp.window_size", "tcp.analysis.bytes_in_flight", "tcp.flags")
+                 "tcp.ack", "tcp.len", "tcp.window_size", "tcp.analysis.bytes_in_flight", "tcp.flags", "ipv6.src",
+                 "ipv6.dst")
 # Linux probes a zero window from its persist timer with a keep-alive-shaped segment (seq = snd_una - 1,
 # no payload), which tshark labels "TCP Keep-Alive", not "ZeroWindowProbe" (that needs a 1-byte probe).
 _KEEP_ALIVE = "tcp.analysis.keep_alive"
@@ -39,7 +40,7 @@ class Packet:
 
     time: float  # seconds since the first captured packet
     stream: int
-    src: str  # "address:port"
+    src: str  # "address:port" ("[address]:port" for IPv6)
     dst: str
     direction: str  # "data" (from the side that sent the most payload) or "ack"
     seq: int
@@ -96,24 +97,32 @@ def run_elsewhere(delegate):
     _elsewhere = delegate
 
 
+def endpoint_text(address, port):
+    """'198.18.0.2:5201' or '[2001:2::2]:5201': how a packet's ends are spelt."""
+    return f"[{address}]:{port}" if ":" in str(address) else f"{address}:{port}"
+
+
 def _records(rows, nvalues):
     """Packet records from tshark field rows; each stream's data direction is the one that sent most payload."""
+    for row in rows:
+        # An IPv6 packet has its addresses in the ipv6 fields (12, 13), and none in the ip ones.
+        row[2], row[4] = endpoint_text(row[2] or row[12], row[3]), endpoint_text(row[4] or row[13], row[5])
     payload = defaultdict(Counter)
     for row in rows:
-        payload[row[1]][f"{row[2]}:{row[3]}"] += int(row[8] or 0)
+        payload[row[1]][row[2]] += int(row[8] or 0)
     senders = {stream: counts.most_common(1)[0][0] for stream, counts in payload.items()}
     packets, last_window = [], {}  # (stream, src) -> window that side last advertised
     for row in rows:
         flags = int(row[11], 16) if row[11] else 0
-        src = f"{row[2]}:{row[3]}"
+        src = row[2]
         expert = tuple(kind for kind, value in zip(EVENT_KINDS, row[nvalues:]) if value)
         window = int(row[9] or 0)
         last_window[(row[1], src)] = window
-        peer_window = last_window.get((row[1], f"{row[4]}:{row[5]}"))
+        peer_window = last_window.get((row[1], row[4]))
         if row[-1] and peer_window == 0 and "zero_window_probe" not in expert:
             expert += ("zero_window_probe",)  # a keep-alive into a zero window: Linux's persist-timer probe
         packets.append(Packet(
-            time=float(row[0]), stream=int(row[1] or 0), src=src, dst=f"{row[4]}:{row[5]}",
+            time=float(row[0]), stream=int(row[1] or 0), src=src, dst=row[4],
             direction="data" if src == senders[row[1]] else "ack",
             seq=int(row[6] or 0), ack=int(row[7] or 0), len=int(row[8] or 0), window=window,
             peer_window=peer_window,

@@ -19,7 +19,7 @@ from .node import Node
 from .pair import Pair
 from .presets import (MAX_DUMBBELL_PAIRS, MAX_STAR_SERVERS, Topology, check_count, describe_dumbbell, describe_pair,
                       describe_star, per_pair)
-from .world import World
+from .world import FAMILIES, World
 
 __all__ = ["Lab", "Pair", "Node", "World", "Topology", "TCP_SYSCTLS", "preflight"]
 
@@ -80,37 +80,45 @@ class Lab:
             netlink.sweep_stale_namespaces()
         _open_labs.add(self)
 
-    def pair(self, link=None, client=None, server=None):
-        """Build a client – router – server path: validated first, nothing is left behind on error."""
+    def pair(self, link=None, client=None, server=None, *, family="ipv4"):
+        """Build a client – router – server path: validated first, nothing is left behind on error.
+
+        family: "ipv4", "ipv6" (2001:2::/48, the endpoints' addresses IPv6) or "dual" (both; IPv4
+        the primary address, `node.addresses` has the IPv6 one too).
+        """
         link = Link() if link is None else link
         client = Host() if client is None else client
         server = Host() if server is None else server
+        _check_family(family)
         self._check_open()
         preflight(link, client, server)
-        return self._build(lambda world, index: [describe_pair(world, index, link, client, server)])[0]
+        return self._build(lambda world, index: [describe_pair(world, index, link, client, server)], family)[0]
 
-    def star(self, *, servers, links=None, client=None):
+    def star(self, *, servers, links=None, client=None, family="ipv4"):
         """One client and n servers around one router, server i's traffic shaped by links[i] alone.
 
         servers: n, or a list of n Hosts; links: None (unshaped), one Link for every server, or
         a list of n (None entries unshaped); client: a Host. ``.pairs[i]`` is client <-> server i.
+        family: as for pair().
         """
         n = len(servers) if isinstance(servers, (list, tuple)) else check_count("servers", servers, MAX_STAR_SERVERS)
         check_count("servers", n, MAX_STAR_SERVERS)
         servers = per_pair("servers", None if isinstance(servers, int) else servers, n, Host, Host())
         links = per_pair("links", links, n, Link, Link())
         client = _host("client", client)
+        _check_family(family)
         self._check_open()
         check_world(links, {"client": client, **{f"servers[{i}]": h for i, h in enumerate(servers)}})
-        return self._topology("star", lambda world, index: describe_star(world, index, client, servers, links))
+        return self._topology("star", lambda world, index: describe_star(world, index, client, servers, links), family)
 
-    def dumbbell(self, n, *, bottleneck=None, access=None, clients=None, servers=None):
+    def dumbbell(self, n, *, bottleneck=None, access=None, clients=None, servers=None, family="ipv4"):
         """n clients behind a left router, n servers behind a right one, one shaped bottleneck between the routers.
 
         bottleneck: a Link (None: unshaped); access: None, one Link for every pair or a list of
         n (None entries: none), pair i's own hops, so flows can differ in rate, RTT and loss;
         clients/servers: None, one Host for all or a list of n. ``.pairs[i]`` is client i <->
         server i, each with the whole Pair interface; ``.concurrent(flows)`` runs them at once.
+        family: as for pair().
         """
         n = check_count("n", n, MAX_DUMBBELL_PAIRS)
         bottleneck = Link() if bottleneck is None else bottleneck
@@ -125,22 +133,23 @@ class Lab:
                     Link.in_series(link, bottleneck)
                 except ValueError as exc:
                     raise ValueError(f"access[{i}] with the bottleneck: {exc}") from None
+        _check_family(family)
         self._check_open()
         check_world([bottleneck, *(link for link in access if link is not None)],
                     {**{f"clients[{i}]": h for i, h in enumerate(clients)},
                      **{f"servers[{i}]": h for i, h in enumerate(servers)}})
         return self._topology("dumbbell", lambda world, index: describe_dumbbell(world, index, bottleneck, access,
-                                                                                 clients, servers))
+                                                                                 clients, servers), family)
 
-    def _topology(self, kind, describe):
+    def _topology(self, kind, describe, family):
         world_pairs = []
-        self._build(lambda world, index: world_pairs.extend(describe(world, index)) or world_pairs)
+        self._build(lambda world, index: world_pairs.extend(describe(world, index)) or world_pairs, family)
         return Topology(world_pairs[0].world, world_pairs, kind)
 
-    def _build(self, describe):
+    def _build(self, describe, family):
         """A new world described by describe(world, index) -> its pairs, built; registered with the lab."""
         index = next(_sequence)
-        world = World(self, index, endpoint_offloads=self._endpoint_offloads)
+        world = World(self, index, endpoint_offloads=self._endpoint_offloads, family=family)
         pairs = describe(world, index)
         world.build()
         with self._lock:
@@ -176,6 +185,11 @@ class Lab:
 
     def __exit__(self, *exc_info):
         self.close()
+
+
+def _check_family(family):
+    if family not in FAMILIES:
+        raise ValueError(f"family: must be one of {', '.join(repr(f) for f in FAMILIES)}, got {family!r}")
 
 
 def _host(name, value):

@@ -18,8 +18,9 @@ class Node:
     """One namespace of a world (a client, server or router): run commands there, read its sysctls.
 
     role: "client", "server" or "router" (what workloads and results call it); name: its name in
-    its world ("client", "c2", "left", ...). address/interface: those of its first link (a host
-    has one); `interfaces` lists every (ifname, address) it has.
+    its world ("client", "c2", "left", ...). address/interface: the primary address (IPv6 in an
+    IPv6 world) and interface of its first link (a host has one); `interfaces` lists every
+    (ifname, primary address), `addresses` every address.
     """
 
     def __init__(self, role, name, namespace):
@@ -29,6 +30,7 @@ class Node:
         self.address = None
         self.interface = None
         self.interfaces = []
+        self.addresses = []  # every address of every interface (IPv4 and IPv6 in a dual world)
         self.processes = NamespaceProcesses(netlink.namespace_path(namespace))
         self.closed = False  # set when its world closes: nothing more may start here
 

@@ -49,7 +49,7 @@ def describe_star(world, index, client, servers, links):
         world.shape(hub_s, link.toward_server)
         shaped = [hub_s]
         if not link.toward_client.is_unimpaired:
-            world.shape(hub_c, link.toward_client, match={"src": s_end.address})
+            world.shape(hub_c, link.toward_client, match=[{"src": address} for address, _ in s_end.addresses])
             shaped.insert(0, hub_c)
         pairs.append(Pair(world, index, c, s, link, [c_end, hub_c, hub_s, s_end], shaped))
     return pairs

@@ -10,6 +10,7 @@ removes whatever it made. The world knows no workload.
 import collections
 import contextlib
 import ipaddress
+import socket
 from dataclasses import dataclass
 
 from .. import netlink
@@ -17,22 +18,31 @@ from ..errors import LabError
 from ..model import Host, OneWay
 from .node import Node
 
-__all__ = ["World", "End", "TEST_NETWORK"]
+__all__ = ["World", "End", "TEST_NETWORK", "TEST_NETWORK6", "FAMILIES"]
 
 #: RFC 2544's benchmarking range: never routed on the internet, never used by the host.
 TEST_NETWORK = ipaddress.IPv4Network("198.18.0.0/15")
+#: RFC 5180's IPv6 benchmarking prefix: link k of the plan (198.18.k.0/24, 198.19.k.0/24 as k + 256)
+#: is 2001:2:0:k::/64.
+TEST_NETWORK6 = ipaddress.IPv6Network("2001:2::/48")
+#: What a world's endpoints speak: IPv4, IPv6, or both (addresses of both, IPv4 the primary).
+FAMILIES = ("ipv4", "ipv6", "dual")
 _CC_SYSCTL = "net.ipv4.tcp_congestion_control"
 _MAX_IFNAME = 15  # IFNAMSIZ - 1
 
 
 @dataclass(frozen=True)
 class End:
-    """One end of a link: the node it is in, its interface name and address."""
+    """One end of a link: the node it is in, its interface name, its addresses (primary first)."""
 
     node: Node
     ifname: str
-    address: str
-    prefixlen: int
+    addresses: tuple  # ((address, prefixlen), ...)
+
+    @property
+    def address(self):
+        """The primary address: IPv6 in an IPv6 world, else IPv4."""
+        return self.addresses[0][0]
 
     @property
     def key(self):
@@ -43,9 +53,12 @@ class End:
 class World:
     """Namespaces wired as described (see the module); close() removes every one of them."""
 
-    def __init__(self, lab, index, *, endpoint_offloads="wire"):
+    def __init__(self, lab, index, *, endpoint_offloads="wire", family="ipv4"):
+        if family not in FAMILIES:
+            raise ValueError(f"family: must be one of {', '.join(FAMILIES)}, got {family!r}")
         self.lab = lab
         self.index = index
+        self.family = family
         self.nodes = {}
         self.hosts = {}
         self.links = []
@@ -82,36 +95,56 @@ class World:
         self._next_ifindex[name] = 2  # lo is 1 in a new namespace
         return node
 
+    @property
+    def socket_families(self):
+        """The socket address families the world's endpoints use (AF_INET and/or AF_INET6)."""
+        return {"ipv4": (socket.AF_INET,), "ipv6": (socket.AF_INET6,), "dual": (socket.AF_INET, socket.AF_INET6)}[
+            self.family]
+
     def connect(self, a, b, *, subnet, ifnames=None):
-        """A veth between nodes a and b on an IPv4 /24 of the test network: a gets .1, b .2; returns (end a, end b)."""
+        """A veth between nodes a and b on a /24 of the test network (and its /64 of 2001:2::/48 in an IPv6 or
+        dual world): a gets .1 (::1), b .2 (::2); returns (end a, end b)."""
         network = ipaddress.IPv4Network(subnet)
-        if not network.subnet_of(TEST_NETWORK) or network.prefixlen > 30:
-            raise ValueError(f"subnet: {subnet} is not a /30 or larger inside {TEST_NETWORK}")
-        if any(network.overlaps(other) for other in self._subnets):
-            raise ValueError(f"subnet: {subnet} overlaps another link's")
+        if not network.subnet_of(TEST_NETWORK) or network.prefixlen != 24:
+            raise ValueError(f"subnet: {subnet} is not a /24 inside {TEST_NETWORK}")
+        if network in self._subnets:
+            raise ValueError(f"subnet: {subnet} is another link's")
+        networks = {"ipv4": [network], "ipv6": [_ipv6_of(network)], "dual": [network, _ipv6_of(network)]}[self.family]
         a_if, b_if = ifnames or (f"veth-{b.name}", f"veth-{a.name}")
         ends = []
         for node, ifname, host in ((a, a_if, 1), (b, b_if, 2)):
             if not 0 < len(ifname) <= _MAX_IFNAME or any(ifname == name for name, _ in node.interfaces):
                 raise ValueError(f"interface {ifname!r} in {node.name}: empty, longer than {_MAX_IFNAME} or taken")
-            end = End(node, ifname, str(network.network_address + host), network.prefixlen)
+            end = End(node, ifname, tuple((str(net.network_address + host), net.prefixlen) for net in networks))
             node.interfaces.append((ifname, end.address))
             if node.address is None:
                 node.address, node.interface = end.address, ifname
+            node.addresses.extend(address for address, _ in end.addresses)
             ends.append(end)
         self._subnets.add(network)
-        self.links.append((ends[0], ends[1], network))
+        self.links.append((ends[0], ends[1], networks))
         return tuple(ends)
 
     def shape(self, end, way, match=None):
-        """Shape what leaves `end` (a router's) by `way` (a OneWay); match: only packets matching it (see netlink)."""
+        """Shape what leaves `end` (a router's) by `way` (a OneWay); match: only packets matching it, or any of a
+        list of matches (netlink.shape_egress_classes says what a match is). A way scoped to TCP ports
+        (Link(ports=...)) narrows every match to those ports."""
         if end.node.role != "router":
             raise ValueError(f"shape: {end.key} is on a {end.node.role}; links are shaped on a router's egress, "
                              "never on an endpoint's own interface (TCP Small Queues would see the qdisc)")
         if not isinstance(way, OneWay):
             raise TypeError(f"way: expected a OneWay, got {way!r}")
         if match is not None:
-            netlink.u32_keys(match)  # a bad match is refused now, before anything exists
+            match = [match] if isinstance(match, dict) else list(match)
+        if way.ports:
+            # The impairment applies to TCP traffic to or from its ports only: a class whose filters match
+            # either port field (of each family the world speaks, where no address says which).
+            families = [{"family": version} for version in {"ipv4": (4,), "ipv6": (6,), "dual": (4, 6)}[self.family]]
+            match = [dict(base, **{field: port}) for base in (match or families) for port in way.ports
+                     for field in ("sport", "dport")]
+        if match is not None:
+            for one in match:
+                netlink.u32_keys(one)  # a bad match is refused now, before anything exists
         rules = self._shaping[end]
         if rules and (match is None or rules[0][0] is None):
             raise ValueError(f"shape: {end.key} is shaped either whole (once) or by matches, not both")
@@ -131,11 +164,17 @@ class World:
         # Each namespace is created by its session's thread (unshare + bind mount, no fork), which
         # writes its sysctls on the spot and then serves every later netlink call of this world.
         sysctls = {}
+        # IPv6: no duplicate address detection on the interfaces to come (their link-local addresses
+        # would wait a second or more, tentative), and routers forward.
+        v6 = {} if self.family == "ipv4" else {"net.ipv6.conf.all.accept_dad": "0",
+                                                "net.ipv6.conf.default.accept_dad": "0"}
         for name, node in self.nodes.items():
             if node.role == "router":
-                sysctls[node.namespace] = {"net.ipv4.ip_forward": "1"}
+                sysctls[node.namespace] = {"net.ipv4.ip_forward": "1", **v6,
+                                           **({"net.ipv6.conf.all.forwarding": "1"} if v6 else {})}
             else:
-                sysctls[node.namespace] = {k: v for k, v in self.hosts[name].sysctls.items() if k != _CC_SYSCTL}
+                sysctls[node.namespace] = {**v6, **{k: v for k, v in self.hosts[name].sysctls.items()
+                                                    if k != _CC_SYSCTL}}
         netlink.create_namespaces(sysctls)
         self._created.extend(node.namespace for node in self.nodes.values())  # all or none
         netlink.wire(self._veths(), self._routes())
@@ -160,8 +199,8 @@ class World:
         veths = []
         for a, b, _ in self.links:
             a_index, b_index = self._take_ifindex(a.node), self._take_ifindex(b.node)
-            veths.append(netlink.Veth(a.node.namespace, a.ifname, a_index, a.address,
-                                      b.node.namespace, b.ifname, b_index, b.address, a.prefixlen))
+            veths.append(netlink.Veth(a.node.namespace, a.ifname, a_index, a.addresses,
+                                      b.node.namespace, b.ifname, b_index, b.addresses))
         return veths
 
     def _take_ifindex(self, node):
@@ -170,31 +209,34 @@ class World:
         return index
 
     def _routes(self):
-        """{namespace: [(dst, gateway)]}: a host with one link sends the whole test network to its neighbour;
-        any other node gets a route to each subnet it is not on, via the next hop of a shortest path."""
-        neighbours = collections.defaultdict(list)  # name -> [(neighbour name, neighbour's address on the link)]
+        """{namespace: [(dst, gateway)]}: a host with one link sends the whole test network (each family's) to its
+        neighbour; any other node gets a route to each subnet it is not on, via the next hop of a shortest path."""
+        neighbours = collections.defaultdict(list)  # name -> [(neighbour name, neighbour's end)]
         for a, b, _ in self.links:
-            neighbours[a.node.name].append((b.node.name, b.address))
-            neighbours[b.node.name].append((a.node.name, a.address))
+            neighbours[a.node.name].append((b.node.name, b))
+            neighbours[b.node.name].append((a.node.name, a))
+        aggregate = {4: str(TEST_NETWORK), 6: str(TEST_NETWORK6)}
         routes = {}
         for name, node in self.nodes.items():
             if node.role != "router" and len(neighbours[name]) == 1:
-                routes[node.namespace] = [(str(TEST_NETWORK), neighbours[name][0][1])]
+                gateway_end = neighbours[name][0][1]
+                routes[node.namespace] = [(aggregate[ipaddress.ip_address(address).version], address)
+                                          for address, _ in gateway_end.addresses]
                 continue
             first_hop = self._first_hops(name, neighbours)
-            local = {network for a, b, network in self.links if name in (a.node.name, b.node.name)}
             routes[node.namespace] = [
-                (str(network), first_hop[a.node.name]) for a, b, network in self.links
-                if network not in local and a.node.name in first_hop]
+                (str(network), _same_family(first_hop[a.node.name].addresses, network))
+                for a, b, networks in self.links if name not in (a.node.name, b.node.name) and a.node.name in first_hop
+                for network in networks]
         return routes
 
     @staticmethod
     def _first_hops(origin, neighbours):
         """{node name: the gateway address of the first hop from origin toward it} (breadth first)."""
         hops, queue = {}, collections.deque()
-        for name, address in neighbours[origin]:
+        for name, end in neighbours[origin]:
             if name not in hops:
-                hops[name] = address
+                hops[name] = end
                 queue.append(name)
         while queue:
             current = queue.popleft()
@@ -266,3 +308,14 @@ class World:
             netlink.remove_namespaces(self._created[::-1])
         except OSError as exc:
             raise LabError(f"teardown left namespaces behind: {exc}") from exc
+
+
+def _ipv6_of(network):
+    """The /64 of 2001:2::/48 that stands beside an IPv4 /24 of the plan (198.18.k.0 -> k, 198.19.k.0 -> 256 + k)."""
+    k = (int(network.network_address) - int(TEST_NETWORK.network_address)) >> 8
+    return ipaddress.IPv6Network((int(TEST_NETWORK6.network_address) + (k << 64), 64))
+
+
+def _same_family(addresses, network):
+    """The address of the family of `network` among an end's addresses."""
+    return next(address for address, _ in addresses if ipaddress.ip_address(address).version == network.version)

@@ -124,7 +124,8 @@ class Observation:
             self._counters = PathCounters(pair)
             if self.sample_interval:
                 self._sampler = SocketSampler({"client": pair.client.namespace, "server": pair.server.namespace},
-                                              self.sample_interval, self.cpu_budget).start()
+                                              self.sample_interval, self.cpu_budget,
+                                              families=pair.world.socket_families).start()
                 stack.callback(self._stop_sampler)
             if self.capture:
                 self._start_captures(stack)

@@ -1,7 +1,7 @@
 """Pure model layer: units, value types with validation, TCP formulas. Stdlib only, no root."""
 
 from .kernel import KernelVersion
-from .predict import (LOSS_BASED_CCS, PAYLOAD_PER_FRAME, Conditions, Prediction, expected_throughput, link_goodput,
+from .predict import (LOSS_BASED_CCS, PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6, Conditions, Prediction, expected_throughput, link_goodput,
                       loss_bound)
 from .specs import (DISTRIBUTIONS, HOST_GLOBAL_SYSCTLS, KNOWN_CONGESTION_CONTROLS, MTU_FRAME_BYTES, GilbertElliott,
                     Host, Link, OneWay, Slot, check_congestion_control, distribution_table)
@@ -18,5 +18,5 @@ __all__ = [
     "window_limited_throughput", "format_rate", "format_size", "format_time", "parse_fraction",
     "parse_rate", "parse_size", "parse_time", "SOCK_MIN_RCVBUF", "SOCK_MIN_SNDBUF",
     "Conditions", "Prediction", "expected_throughput", "link_goodput", "loss_bound", "LOSS_BASED_CCS",
-    "PAYLOAD_PER_FRAME", "window_limited_transfer_time", "LEARNED_SCALING_RATIO", "advertised_window", "receive_space", "send_window",
+    "PAYLOAD_PER_FRAME", "PAYLOAD_PER_FRAME_IPV6", "window_limited_transfer_time", "LEARNED_SCALING_RATIO", "advertised_window", "receive_space", "send_window",
 ]

@@ -9,11 +9,14 @@ from .tcp import mathis_throughput, window_limited_transfer_time
 from .units import format_rate, format_size, format_time
 from .window import advertised_window, send_window
 
-__all__ = ["Conditions", "Prediction", "expected_throughput", "sustained_window", "PAYLOAD_PER_FRAME", "LOSS_BASED_CCS",
+__all__ = ["Conditions", "Prediction", "expected_throughput", "sustained_window", "PAYLOAD_PER_FRAME",
+           "PAYLOAD_PER_FRAME_IPV6", "LOSS_BASED_CCS",
            "link_goodput", "loss_bound"]
 
 #: Payload bytes per full frame with TCP timestamps (1500 MTU - 20 IP - 32 TCP).
 PAYLOAD_PER_FRAME = 1448
+#: TCP payload per full frame over IPv6: its header is 20 bytes longer (40 against 20).
+PAYLOAD_PER_FRAME_IPV6 = 1428
 
 #: Congestion controls that halve (or cut by a fixed factor) on every loss, so Mathis' square-root
 #: law bounds them. bbr (model-based) and the delay-based ones are left out: no loss bound applies.
@@ -21,9 +24,9 @@ LOSS_BASED_CCS = frozenset({"reno", "cubic", "bic", "highspeed", "htcp", "scalab
                             "illinois", "yeah", "veno"})
 
 
-def link_goodput(rate_bps):
-    """Payload rate a shaped link carries: the shaper counts whole frames, 1448 payload per 1514 bytes."""
-    return rate_bps * PAYLOAD_PER_FRAME / MTU_FRAME_BYTES
+def link_goodput(rate_bps, mss_bytes=PAYLOAD_PER_FRAME):
+    """Payload rate a shaped link carries: the shaper counts whole frames, 1448 payload per 1514 bytes (IPv6: 1428)."""
+    return rate_bps * mss_bytes / MTU_FRAME_BYTES
 
 
 def loss_bound(cc, rtt_s, loss, mss_bytes=PAYLOAD_PER_FRAME):
@@ -55,6 +58,8 @@ class Conditions:
     #: protocol's chunk per application ACK), and the rate it writes or reads at (a paced end).
     app_window_bytes: "int | None" = None
     app_rate_bps: "float | None" = None
+    #: Payload bytes per full segment: 1448 over IPv4 with timestamps, 1428 over IPv6.
+    mss_bytes: int = PAYLOAD_PER_FRAME
 
     def __post_init__(self):
         KernelVersion.parse(self.kernel)
@@ -79,10 +84,13 @@ class Conditions:
         TCP_INFO snd_wnd and srtt) instead of predicting them, to test the window / RTT law alone (C1).
         """
         download = result.direction == "download"
-        way = result.link.toward_client if download else result.link.toward_server
+        sender = getattr(result, "sender", None) or {}
+        ports = [end[1] for end in (sender.get("local"), sender.get("remote")) if end]
+        link = result.link.seen_by(*ports) if ports else result.link  # a link scoped to other ports: unimpaired
+        way = link.toward_client if download else link.toward_server
         sysctls = getattr(result, "sysctls", None) or {}
         sender_role, receiver_role = ("server", "client") if download else ("client", "server")
-        rtt = result.link.rtt_s
+        rtt = link.rtt_s
         if result.min_rtt_s:
             rtt = max(rtt, result.min_rtt_s)
         window = None
@@ -91,6 +99,8 @@ class Conditions:
             rtt = max(rtt, result.rtt_s or 0.0)
         paced = [p.rate_bps for p in (getattr(result, "writer", None), getattr(result, "reader", None))
                  if hasattr(p, "rate_bps")]
+        local = (getattr(result, "sender", None) or {}).get("local") or ("",)
+        mss = PAYLOAD_PER_FRAME_IPV6 if ":" in str(local[0]) else PAYLOAD_PER_FRAME
         return cls(kernel=result.kernel, rtt_s=rtt, rate_bps=way.rate_bps, loss=way.loss,
                    queue_packets=way.queue_limit_packets() if way.rate_bps else None,
                    app_rate_bps=min(paced) if paced else None,
@@ -99,7 +109,7 @@ class Conditions:
                    so_sndbuf=result.sndbuf_requested, so_rcvbuf=result.rcvbuf_requested,
                    sender_sysctls=dict(sysctls.get(sender_role, {})),
                    receiver_sysctls=dict(sysctls.get(receiver_role, {})), window_bytes=window,
-                   nbytes=getattr(result, "nbytes", None),
+                   nbytes=getattr(result, "nbytes", None), mss_bytes=mss,
                    write_chunk_bytes=getattr(result, "write_size", None) or 1 << 20)
 
     def describe(self):
@@ -137,9 +147,9 @@ def expected_throughput(conditions_or_result, *, observed=False):
     c = conditions
     bounds, reasons = {}, {}
     if c.rate_bps:
-        bounds["link"] = link_goodput(c.rate_bps)
-        reasons["link"] = (f"the {format_rate(c.rate_bps)} shaper carries {PAYLOAD_PER_FRAME} payload bytes "
-                           f"per {MTU_FRAME_BYTES}-byte frame")
+        bounds["link"] = link_goodput(c.rate_bps, c.mss_bytes)
+        reasons["link"] = (f"the {format_rate(c.rate_bps)} shaper carries {c.mss_bytes} payload bytes "
+                           f"per {MTU_FRAME_BYTES}-byte frame" + (" (IPv6)" if c.mss_bytes == PAYLOAD_PER_FRAME_IPV6 else ""))
     if c.rtt_s > 0:
         if c.window_bytes:
             window, source = c.window_bytes, "observed in TCP_INFO (snd_wnd)"
@@ -154,7 +164,7 @@ def expected_throughput(conditions_or_result, *, observed=False):
         reasons["sndbuf"] = (f"at most {format_size(in_flight)} in flight under the send buffer "
                              f"({'SO_SNDBUF ' + format_size(c.so_sndbuf) if c.so_sndbuf else 'tcp_wmem max'}) "
                              f"per {format_time(c.rtt_s)} RTT")
-        mathis = loss_bound(c.cc or "cubic", c.rtt_s, c.loss)
+        mathis = loss_bound(c.cc or "cubic", c.rtt_s, c.loss, c.mss_bytes)
         if mathis is not None:
             bounds["loss"] = mathis
             reasons["loss"] = f"Mathis: MSS/RTT x 1.22/sqrt(p) at p = {c.loss:.3g} for {c.cc or 'cubic'}"
@@ -164,7 +174,7 @@ def expected_throughput(conditions_or_result, *, observed=False):
     if c.app_window_bytes and c.rtt_s > 0:
         # Each application round sends its window, then waits a round trip for the application's ACK: the
         # window's time on the bottleneck counts too (16 KB at 20 Mbit/s is 6.6 ms beside a 40 ms RTT).
-        round_s = c.rtt_s + (c.app_window_bytes * 8 / link_goodput(c.rate_bps) if c.rate_bps else 0.0)
+        round_s = c.rtt_s + (c.app_window_bytes * 8 / link_goodput(c.rate_bps, c.mss_bytes) if c.rate_bps else 0.0)
         app.append((c.app_window_bytes * 8 / round_s,
                     f"the application keeps {format_size(c.app_window_bytes)} outstanding per round of "
                     f"{format_time(round_s)} (its own protocol: the {format_time(c.rtt_s)} RTT"
@@ -179,7 +189,8 @@ def expected_throughput(conditions_or_result, *, observed=False):
     why += queue_note
     if c.nbytes and c.rtt_s > 0 and bound != "loss":
         # The binding rate moves one window of rate x RTT per round trip once cwnd has grown to it.
-        time_s = window_limited_transfer_time(c.nbytes, max(1.0, bps * c.rtt_s / 8), c.rtt_s)
+        time_s = window_limited_transfer_time(c.nbytes, max(1.0, bps * c.rtt_s / 8), c.rtt_s,
+                                             mss_bytes=c.mss_bytes)
         if c.nbytes * 8 / time_s < bps:
             bps = c.nbytes * 8 / time_s
             why += f"; {format_size(c.nbytes)} take {time_s / c.rtt_s:.0f} round trips with slow start"
@@ -199,12 +210,12 @@ def _standing_queue(c, bounds, bound):
     if c.cc not in LOSS_BASED_CCS and c.cc is not None:
         return c.rtt_s, ""  # bbr and the delay-based ccs keep the queue near empty by design
     bdp = c.rate_bps * c.rtt_s / 8
-    capacity = c.queue_packets * PAYLOAD_PER_FRAME
+    capacity = c.queue_packets * c.mss_bytes
     excess = min(windows, default=0) - bdp
     if excess <= 0:
         return c.rtt_s, ""
     standing = min(excess, capacity)
-    loaded = c.rtt_s + standing * 8 / link_goodput(c.rate_bps)
+    loaded = c.rtt_s + standing * 8 / link_goodput(c.rate_bps, c.mss_bytes)
     note = (f"; the {format_size(min(windows))} window exceeds the {format_size(bdp)} BDP, so up to "
             f"{format_size(standing)} stand in the {c.queue_packets}-packet bottleneck queue: RTT under load "
             f"~{format_time(loaded)}")

@@ -4,6 +4,7 @@ Everything is validated when the object is built, so a bad spec fails before any
 namespace exists, with a message naming the field and what is allowed.
 """
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ class OneWay:
     #: A loss model instead of independent losses (loss then holds its mean), and netem's slots.
     loss_model: "GilbertElliott | None" = None
     slot: "Slot | None" = None
+    #: TCP ports whose traffic (to or from them) the impairment applies to; None: all traffic.
+    ports: "tuple | None" = None
 
     @property
     def needs_netem(self):
@@ -113,6 +116,8 @@ class OneWay:
             parts.append(f"gap {self.gap}")
         if self.queue_packets is not None:
             parts.append(f"queue {self.queue_packets} pkts")
+        if self.ports:
+            parts.append(f"TCP port{'s' if len(self.ports) > 1 else ''} {', '.join(map(str, self.ports))} only")
         return ", ".join(parts)
 
 
@@ -332,7 +337,9 @@ class Link:
     gap-th packet skips the delay; reorder defaults to 100%, as tc's ``reorder 100% gap N``)
     and ``distribution`` ("uniform", netem's own, or the tables iproute2 ships: "normal",
     "pareto", "paretonormal"; needs jitter). ``loss`` may be a GilbertElliott model (bursty
-    loss), and ``slot`` a Slot (bursty delivery).
+    loss), and ``slot`` a Slot (bursty delivery). ``ports``: TCP ports (a list of 1..65535)
+    whose traffic alone, to or from them, the link impairs; everything else passes unimpaired
+    (tc's u32 `match ip sport/dport`, on the router's egress).
     """
 
     __slots__ = ("_kwargs", "toward_client", "toward_server")
@@ -340,7 +347,7 @@ class Link:
     def __init__(self, *, rate=None, rtt=None, delay=None, jitter=None, loss=None, reorder=None,
                  duplicate=None, corrupt=None, limit=None, jitter_correlation=None, loss_correlation=None,
                  reorder_correlation=None, duplicate_correlation=None, corrupt_correlation=None, gap=None,
-                 distribution=None, slot=None, to_client=None, to_server=None):
+                 distribution=None, slot=None, ports=None, to_client=None, to_server=None):
         if rtt is not None and delay is not None:
             raise ValueError("rtt/delay: give either rtt (split evenly per direction) or delay (one-way), not both")
         one_way_delay = None
@@ -353,16 +360,22 @@ class Link:
                       loss_correlation=loss_correlation, reorder_correlation=reorder_correlation,
                       duplicate_correlation=duplicate_correlation, corrupt_correlation=corrupt_correlation,
                       gap=gap, distribution=distribution, slot=slot)
-        kwargs = {k: v for k, v in dict(common, rtt=rtt, delay=delay, to_client=to_client,
+        ports = _check_ports(ports)
+        kwargs = {k: v for k, v in dict(common, rtt=rtt, delay=delay, ports=ports, to_client=to_client,
                                         to_server=to_server).items() if v is not None}
         if rtt is not None:
             kwargs.pop("delay", None)
         object.__setattr__(self, "_kwargs", kwargs)
         # The prefix makes a message say which direction was wrong when an override is involved.
-        object.__setattr__(self, "toward_client", _one_way(
-            "to_client." if to_client else "", **self._merge("to_client", common, to_client)))
-        object.__setattr__(self, "toward_server", _one_way(
-            "to_server." if to_server else "", **self._merge("to_server", common, to_server)))
+        toward_client = _one_way("to_client." if to_client else "", **self._merge("to_client", common, to_client))
+        toward_server = _one_way("to_server." if to_server else "", **self._merge("to_server", common, to_server))
+        if ports is not None:
+            if toward_client.is_unimpaired and toward_server.is_unimpaired:
+                raise ValueError("ports: the link impairs nothing (no rate, delay, loss, ...) for the ports to scope")
+            toward_client, toward_server = (way if way.is_unimpaired else dataclasses.replace(way, ports=ports)
+                                            for way in (toward_client, toward_server))
+        object.__setattr__(self, "toward_client", toward_client)
+        object.__setattr__(self, "toward_server", toward_server)
 
     @staticmethod
     def _merge(name, common, override):
@@ -406,6 +419,18 @@ class Link:
         """True when either direction needs the netem qdisc."""
         return self.toward_client.needs_netem or self.toward_server.needs_netem
 
+    @property
+    def ports(self):
+        """The TCP ports the link impairs alone (None: all traffic)."""
+        return self._kwargs.get("ports")
+
+    def seen_by(self, *ports):
+        """The link as a connection between these ports meets it: itself, or an unimpaired Link() when the
+        link impairs other ports only."""
+        if self.ports and not set(ports) & set(self.ports):
+            return Link()
+        return self
+
     def __eq__(self, other):
         return isinstance(other, Link) and (self.toward_client, self.toward_server) == (
             other.toward_client, other.toward_server)
@@ -429,6 +454,9 @@ class Link:
             raise TypeError(f"links: expected one or more Link(...), got {links!r}")
         if len(links) == 1:
             return links[0]
+        if any(link.ports for link in links):
+            raise ValueError("ports: a link scoped to TCP ports cannot be one of several on a path (the model would "
+                             "need the flow's ports); scope the bottleneck or the access link, not both in series")
         return cls(to_client=_way_in_series([link.toward_client for link in links]),
                    to_server=_way_in_series([link.toward_server for link in links]))
 
@@ -442,6 +470,23 @@ class Link:
 
 _SERIES_ONLY_ONE = ("jitter_correlation", "loss_correlation", "reorder_correlation", "duplicate_correlation",
                     "corrupt_correlation", "gap", "loss_model", "slot")
+
+
+def _check_ports(ports):
+    """A sorted tuple of distinct TCP ports, or None; ValueError naming the field otherwise."""
+    if ports is None:
+        return None
+    if isinstance(ports, (int, str)) or not hasattr(ports, "__iter__"):
+        raise TypeError(f"ports: expected a list of TCP ports, got {ports!r}")
+    ports = list(ports)
+    if not ports:
+        raise ValueError("ports: an empty list would impair nothing; leave ports out to impair all traffic")
+    for port in ports:
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ValueError(f"ports: each must be a TCP port in 1..65535, got {port!r}")
+    if len(ports) > 64:
+        raise ValueError(f"ports: at most 64 (each takes two u32 filters on the router), got {len(ports)}")
+    return tuple(sorted(set(ports)))
 
 
 def _way_in_series(ways):

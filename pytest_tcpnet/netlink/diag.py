@@ -75,10 +75,10 @@ class SocketTable:
                         raise LabError(f"sock_diag dump failed: {os.strerror(code)}")
                     found.append(msg)
 
-    def tcp_sockets(self, states=SS_ALL):
-        """[{local, remote, state, tcp_info, skmem, cc}] for every IPv4 TCP socket in the namespace."""
+    def tcp_sockets(self, states=SS_ALL, families=(socket.AF_INET,)):
+        """[{local, remote, state, tcp_info, skmem, cc}] for every TCP socket of the address families in the namespace."""
         rows = []
-        for msg in self._dump(socket.AF_INET, states, _EXTENSIONS):
+        for msg in (msg for family in families for msg in self._dump(family, states, _EXTENSIONS)):
             raw_info = msg.get_attr("INET_DIAG_INFO")
             raw_mem = msg.get_attr("INET_DIAG_SKMEMINFO")
             rows.append({

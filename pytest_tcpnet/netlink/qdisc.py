@@ -174,11 +174,14 @@ _ETH_P_IP = 0x0800
 
 
 def shape_egress_classes(namespace, ifname, classes):
-    """Shape chosen traffic only: [(match, way)], each match's packets through its own htb class and leaf.
+    """Shape chosen traffic only: [(matches, way)], the packets of any of a class's matches through its own htb
+    class and leaf.
 
-    match: {"src": IPv4, "dst": IPv4, "sport": port, "dport": port} (all given keys must hold;
-    ports are TCP's, assuming no IP options, as tc's `match ip dport` does). Traffic no match
-    takes leaves unshaped (htb's direct queue). Returns {match description: [installed]}.
+    A match is {"src": address, "dst": address, "sport": port, "dport": port, "family": 4 or 6}
+    (all given keys must hold; IPv4 or IPv6 addresses, family only where no address says it,
+    IPv4 by default; ports are TCP's, assuming no IP options or extension headers, as tc's
+    `match ip dport` does). Traffic no match takes leaves unshaped (htb's direct queue).
+    Returns {class description: [installed]}.
     """
     session = session_for(namespace)
     index = session and session.known_index(ifname)
@@ -188,41 +191,62 @@ def shape_egress_classes(namespace, ifname, classes):
         raise LabError(f"shaping classes on {ifname}: 1..{0xFFEF} classes, got {len(classes)}")
     requests = [("tc", "add", dict(kind="htb", index=index, handle=_ROOT, default=0))]
     installed = {}
-    for number, (match, way) in enumerate(classes, start=1):
+    for number, (matches, way) in enumerate(classes, start=1):
         classid = _ROOT | number
         more, lines = _class_requests(index, classid, (0x10 + number) << 16, way, rate_bps=UNLIMITED_CLASS_BPS)
         requests += more
-        requests.append(("tc", "add-filter", dict(kind="u32", index=index, parent=_ROOT, prio=1, protocol=_ETH_P_IP,
-                                                  target=classid, keys=u32_keys(match))))
-        installed[describe_match(match)] = lines
+        for match in matches:
+            protocol, keys = u32_keys(match)
+            # One protocol per filter priority (the kernel refuses an IPv6 filter beside IPv4 ones at one prio).
+            requests.append(("tc", "add-filter", dict(kind="u32", index=index, parent=_ROOT,
+                                                      prio=1 if protocol == _ETH_P_IP else 2,
+                                                      protocol=protocol, target=classid, keys=keys)))
+        installed[" or ".join(describe_match(match) for match in matches)] = lines
     session.batch(f"installing classified qdiscs on {ifname}", requests)
     return installed
 
 
-_IP_PROTOCOL_TCP = "0x00060000/0x00ff0000+8"
+_ETH_P_IPV6 = 0x86DD
+_IP_PROTOCOL_TCP = "0x00060000/0x00ff0000+8"  # IPv4: the protocol byte (offset 9)
+_IPV6_NEXT_HEADER_TCP = "0x00000600/0x0000ff00+4"  # IPv6: the next-header byte (offset 6)
 
 
 def u32_keys(match):
-    """u32 selector keys ("value/mask+offset", network byte order) for a match dict; ValueError on an unknown key."""
-    unknown = set(match) - {"src", "dst", "sport", "dport"}
-    if unknown or not match:
-        raise ValueError(f"match: keys must be among src, dst, sport, dport (at least one), got {sorted(match)}")
+    """(ethertype, u32 selector keys "value/mask+offset") for a match dict; ValueError on a bad one."""
+    unknown = set(match) - {"src", "dst", "sport", "dport", "family"}
+    if unknown or not set(match) - {"family"}:
+        raise ValueError(f"match: keys must be among src, dst, sport, dport, family (at least one but family), "
+                         f"got {sorted(match)}")
+    addresses = {field: ipaddress.ip_address(match[field]) for field in ("src", "dst") if field in match}
+    versions = {address.version for address in addresses.values()} | ({match["family"]} if "family" in match else set())
+    if len(versions) > 1 or not versions <= {4, 6}:
+        raise ValueError(f"match: one address family (4 or 6) for src, dst and family, got {match}")
+    for field in ("sport", "dport"):
+        if field in match and (isinstance(match[field], bool) or not isinstance(match[field], int)
+                               or not 1 <= match[field] <= 65535):
+            raise ValueError(f"match.{field}: a TCP port in 1..65535, got {match[field]!r}")
+    v6 = versions == {6}
     keys = []
-    for field, offset in (("src", 12), ("dst", 16)):
-        if field in match:
-            keys.append(f"0x{int(ipaddress.IPv4Address(match[field])):08x}/0xffffffff+{offset}")
+    for field, offset in (("src", 8 if v6 else 12), ("dst", 24 if v6 else 16)):
+        if field in addresses:
+            packed = addresses[field].packed
+            keys += [f"0x{packed[i:i + 4].hex()}/0xffffffff+{offset + i}" for i in range(0, len(packed), 4)]
     if "sport" in match or "dport" in match:
-        keys.append(_IP_PROTOCOL_TCP)
+        keys.append(_IPV6_NEXT_HEADER_TCP if v6 else _IP_PROTOCOL_TCP)
+    ports = 40 if v6 else 20  # the TCP header right after a header without options
     if "sport" in match:
-        keys.append(f"0x{match['sport'] << 16:08x}/0xffff0000+20")
+        keys.append(f"0x{match['sport'] << 16:08x}/0xffff0000+{ports}")
     if "dport" in match:
-        keys.append(f"0x{match['dport']:08x}/0x0000ffff+20")
-    return keys
+        keys.append(f"0x{match['dport']:08x}/0x0000ffff+{ports}")
+    return (_ETH_P_IPV6 if v6 else _ETH_P_IP), keys
 
 
 def describe_match(match):
-    """'src 198.19.0.2, dport 5201'."""
-    return ", ".join(f"{k} {match[k]}" for k in ("src", "dst", "sport", "dport") if k in match)
+    """'src 198.19.0.2, dport 5201' (', IPv6' where only the family says it)."""
+    words = [f"{k} {match[k]}" for k in ("src", "dst", "sport", "dport") if k in match]
+    if match.get("family") == 6 and not {"src", "dst"} & set(match):
+        words.append("IPv6")
+    return ", ".join(words)
 
 
 def qdisc_stats(namespace, ifname):

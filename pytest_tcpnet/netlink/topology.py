@@ -18,18 +18,29 @@ class Veth:
     """One veth pair: end a is created in namespace a_ns, its peer (end b) straight in b_ns; both addressed.
 
     Indexes are chosen by the caller (unique per namespace; lo is 1), so nothing is looked up
-    afterwards, and no interface ever appears in the host namespace, even briefly.
+    afterwards, and no interface ever appears in the host namespace, even briefly. Addresses:
+    ((address, prefixlen), ...) per end, IPv4 and/or IPv6 (added without duplicate address
+    detection: the lab made every address and knows them unique, and DAD would hold an IPv6
+    address back for a second or more).
     """
 
     a_ns: str
     a_if: str
     a_index: int
-    a_address: str
+    a_addresses: tuple
     b_ns: str
     b_if: str
     b_index: int
-    b_address: str
-    prefixlen: int
+    b_addresses: tuple
+
+
+_IFA_F_NODAD = 0x02
+
+
+def _addr_requests(index, addresses):
+    return [("addr", "add", {"index": index, "address": address, "prefixlen": prefixlen,
+                             **({"flags": _IFA_F_NODAD} if ":" in address else {})})
+            for address, prefixlen in addresses]
 
 
 _STATS_LINK_64 = 1 << (1 - 1)  # RTM_GETSTATS filter bit of IFLA_STATS_LINK_64 (attribute 1)
@@ -84,8 +95,7 @@ def wire(veths, routes):
                 sessions[name].batch(f"creating veths {', '.join(v.a_if for v in held)}", [
                     *[("link", "add", {"ifname": v.a_if, "index": v.a_index, "state": "up",
                                        "attrs": [veth_peer_linkinfo(v.b_if, fds[v.b_ns], v.b_index)]}) for v in held],
-                    *[("addr", "add", {"index": v.a_index, "address": v.a_address, "prefixlen": v.prefixlen})
-                      for v in held],
+                    *[request for v in held for request in _addr_requests(v.a_index, v.a_addresses)],
                 ], indexes={v.a_if: v.a_index for v in held})
     finally:
         for fd in fds.values():
@@ -93,8 +103,7 @@ def wire(veths, routes):
     for name in namespaces:
         peers = [v for v in veths if v.b_ns == name]
         requests = [*[("link", "set", {"index": v.b_index, "state": "up"}) for v in peers],
-                    *[("addr", "add", {"index": v.b_index, "address": v.b_address, "prefixlen": v.prefixlen})
-                      for v in peers],
+                    *[request for v in peers for request in _addr_requests(v.b_index, v.b_addresses)],
                     *[("route", "add", {"dst": dst, "gateway": gateway}) for dst, gateway in routes.get(name, ())]]
         if requests:
             sessions[name].batch(f"addressing {', '.join(v.b_if for v in peers) or 'routes'}", requests,

@@ -134,7 +134,8 @@ def _receive(sock, reader, read_size=CHUNK):
 def _play(conn, sock, role, nbytes, duration, reader, writer, read_size, write_size):
     """Run one end of a flow on a connected socket and report its record."""
     connected_at = time.monotonic()
-    conn.send({"event": "connected", "local": sock.getsockname(), "remote": sock.getpeername(),
+    # (address, port): an IPv6 socket's names also carry flow info and scope id.
+    conn.send({"event": "connected", "local": sock.getsockname()[:2], "remote": sock.getpeername()[:2],
                "buffers": _buffers(sock), "at": connected_at})
     record = {"event": "result", "role": role, "connected_at": connected_at}
     if role == "sender":
@@ -152,11 +153,16 @@ def _play(conn, sock, role, nbytes, duration, reader, writer, read_size, write_s
     conn.send(record)
 
 
+def _family(address):
+    """AF_INET6 for an IPv6 address, else AF_INET."""
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
+
+
 def bulk_endpoint(conn, *, mode, role, address, port=0, nbytes=None, duration=None, sndbuf=None, rcvbuf=None,
                   cc=None, reader=None, writer=None, read_size=CHUNK, write_size=CHUNK, start_delay=0.0, timeout=60.0):
     """One end of a bulk flow: mode 'serve' listens on address (reports the port), 'connect' dials address:port."""
     if mode == "serve":
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener = socket.socket(_family(address), socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         _configure(listener, sndbuf, rcvbuf, cc)  # accepted sockets inherit buffers and congestion control
         listener.bind((address, port))
@@ -168,7 +174,7 @@ def bulk_endpoint(conn, *, mode, role, address, port=0, nbytes=None, duration=No
     else:
         if start_delay:
             time.sleep(start_delay)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(_family(address), socket.SOCK_STREAM)
         _configure(sock, sndbuf, rcvbuf, cc)
         sock.settimeout(timeout)
         sock.connect((address, port))
@@ -204,6 +210,8 @@ def http_server(conn, *, address, sndbuf=None, cc=None):
     """An HTTP/1.1 server answering GET /<n> with n bytes, until stopped."""
 
     class Server(http.server.HTTPServer):
+        address_family = _family(address)
+
         def server_bind(self):
             _configure(self.socket, sndbuf, None, cc)
             super().server_bind()
@@ -221,10 +229,12 @@ def cpu_hog(conn):
 
 
 def _listening(port):
-    """True once this namespace has a TCP socket listening on `port` (/proc/net/tcp state 0A)."""
-    with open("/proc/self/net/tcp") as table:
-        return any(line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A"
-                   for line in list(table)[1:])
+    """True once this namespace has a TCP socket listening on `port` (/proc/net/tcp or tcp6, state 0A)."""
+    for name in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with open(name) as table:
+            if any(line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A" for line in list(table)[1:]):
+                return True
+    return False
 
 
 def _announce_when_listening(conn, port, deadline):

@@ -55,7 +55,8 @@ class HttpDownload(Workload):
                 "--max-time", f"{max(1.0, deadline - time.monotonic()):.0f}"]
         if self.limit_rate:
             argv += ["--limit-rate", str(self.limit_rate)]
-        argv += self.curl_args + [f"http://{pair.server.address}:{port}/{self.nbytes}"]
+        host = f"[{pair.server.address}]" if ":" in pair.server.address else pair.server.address
+        argv += self.curl_args + [f"http://{host}:{port}/{self.nbytes}"]
         self._started_at = time.monotonic()
         self._curl = pair.client.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -1,11 +1,19 @@
-"""netem's vocabulary beyond delay and loss (source 001's commands): correlations, gap, distributions (need sch_netem)."""
+"""netem's vocabulary as source 001 uses it (need sch_netem): correlated jitter and loss, gap reordering, distributions.
+
+Source 001:
+    tc qdisc add dev eth0 root netem delay 100ms 10ms 30%
+    tc qdisc add dev eth0 root netem loss 1%
+    tc qdisc change dev eth0 root netem delay 100ms 20ms distribution normal
+    tc qdisc change dev eth0 root netem gap 5 delay 10ms
+    tc qdisc change dev eth0 root netem delay 10ms reorder 25% 50%
+Each is a Link here (README, "Link(...)"); the examples check what the kernel holds and what it does.
+"""
 
 import statistics
-import struct
 
 import pytest
 
-from pytest_tcpnet import GilbertElliott, Link, Slot
+from pytest_tcpnet import GilbertElliott, Link
 from pytest_tcpnet.capture import Capture
 
 import nodecalls
@@ -14,7 +22,9 @@ pytestmark = pytest.mark.tcpnet_needs("privilege", "netem")
 
 
 def test_every_correlation_asked_for_is_what_tc_shows_and_what_the_result_reads_back(tcpnet):
-    # Source 001: `delay 100ms 10ms 30%`, `loss 1%` (correlated here), `reorder 25% 50%`, duplicate and corrupt.
+    """Source 001: `delay 100ms 10ms 30%`, `loss 1%` (correlated here: `loss 1% 25%`), `delay 10ms reorder 25% 50%`,
+    duplicate and corrupt: builds them as one Link; asserts `tc qdisc show` in the router shows each as tc
+    would have set it, and every result reads the same values back from the kernel."""
     link = Link(delay="100ms", jitter="10ms", jitter_correlation="30%", loss="1%", loss_correlation="25%",
                 duplicate="1%", duplicate_correlation="10%", corrupt="0.1%", corrupt_correlation="5%",
                 to_server={"reorder": "25%", "reorder_correlation": "50%"})
@@ -40,8 +50,9 @@ def test_every_correlation_asked_for_is_what_tc_shows_and_what_the_result_reads_
 
 
 def test_gap_5_sends_every_fifth_packet_ahead_of_the_others(tcpnet):
-    # Source 001: `gap 5 delay 10ms` ("every fifth packet on time, the others 10 ms late"); tc itself wants
-    # `reorder 100% gap 5` for it, which is what Link(gap=5) installs.
+    """Source 001: `gap 5 delay 10ms` ("every fifth packet on time, the others 10 ms late"): captures a 2 MB
+    download at the client through Link(delay="10ms", gap=5) toward it; asserts tc shows `reorder 100% gap 5`
+    (what tc itself wants for it) and tshark flags 60-85% of the data segments out of order."""
     pair = tcpnet.pair(link=Link(delay="10ms", gap=5, to_server={"gap": None, "reorder": None}))
     line = next(line for line in pair.router.run(["tc", "qdisc", "show"], check=True).stdout.splitlines()
                 if "netem" in line and "dev veth-cli " in line)
@@ -53,20 +64,6 @@ def test_gap_5_sends_every_fifth_packet_ahead_of_the_others(tcpnet):
     # Every fifth data segment overtakes the four queued ahead of it, which then arrive below the highest
     # sequence number seen: tshark flags four in five (measured 1071 of 1401, 76%).
     assert 0.6 * data <= out_of_order <= 0.85 * data, (out_of_order, data)
-
-
-def _udp_probe(pair, count=400, interval=0.003, *, arrived=False):
-    """[(sent at, RTT or None)] of UDP echoes from the client to the server: what the delay line does to each
-    datagram (processes of their own, so no GIL between the probe's clock and its socket). arrived=True: the
-    numbers of the datagrams that reached the server instead (a loss on the way there, counted where it shows)."""
-    echo = pair.server.spawn(nodecalls.udp_echo, pair.server.address, 9300)  # the probe waits until it answers
-    probes = pair.client.spawn(nodecalls.udp_probe, pair.server.address, 9300, count, interval).result(timeout=30)
-    got = echo.result(timeout=10)
-    return {struct.unpack("!I", data)[0] for data in got} if arrived else probes
-
-
-def _udp_rtts(pair, count=400, interval=0.003):
-    return [rtt for _, rtt in _udp_probe(pair, count, interval) if rtt is not None]
 
 
 @pytest.mark.parametrize("distribution", ["uniform", "normal"])
@@ -85,7 +82,7 @@ def test_a_distribution_shapes_the_delay_as_its_table_says(tcpnet, distribution)
     between the two (9.5 ms).
     """
     pair = tcpnet.pair(link=Link(delay="30ms", jitter="5ms", distribution=distribution))
-    rtts = _udp_rtts(pair)
+    rtts = [rtt for _, rtt in nodecalls.probe_udp(pair) if rtt is not None]
     assert len(rtts) >= 200, len(rtts)  # the guest sometimes loses datagrams of its own (see the loss test)
     p5 = statistics.quantiles(rtts, n=20)[0]
     lower_spread = statistics.median(rtts) - p5
@@ -100,7 +97,8 @@ def test_a_distribution_shapes_the_delay_as_its_table_says(tcpnet, distribution)
 
 
 def test_gilbert_elliott_loses_in_bursts(tcpnet):
-    """Loss on the way to the server only, a Gilbert-Elliott chain (p 5%, r 25%): a mean of 16.7% lost in bursts
+    """Source 001's `loss 1%`, correlated (losses in bursts, as on a real path): loss on the way to the server only,
+    a Gilbert-Elliott chain (p 5%, r 25%): a mean of 16.7% lost in bursts
     of 1/r = 4 datagrams on average; independent losses at that rate come in runs of 1/(1 - 0.167) = 1.2.
     1000 datagrams 2 ms apart, counted where they arrive (the server).
 
@@ -113,7 +111,7 @@ def test_gilbert_elliott_loses_in_bursts(tcpnet):
     line = next(line for line in pair.router.run(["tc", "qdisc", "show"], check=True).stdout.splitlines()
                 if "netem" in line and "dev veth-srv " in line)
     assert "loss gemodel p 5% r 25% 1-h 100% 1-k 0%" in " ".join(line.split()), line
-    arrived = _udp_probe(pair, count=1000, interval=0.002, arrived=True)
+    arrived = nodecalls.probe_udp(pair, count=1000, interval=0.002, arrived=True)
     lost = [n not in arrived for n in range(1000)]
     runs, run = [], 0
     for gone in lost + [False]:
@@ -125,22 +123,3 @@ def test_gilbert_elliott_loses_in_bursts(tcpnet):
     share, mean_run = sum(lost) / len(lost), statistics.mean(runs)
     figures = f"{share:.1%} lost in {len(runs)} runs of {mean_run:.2f} on average"
     assert share >= 0.10 and mean_run >= 2.5, figures
-
-
-def test_slots_release_packets_in_bursts(tcpnet):
-    """netem slot 20 ms on the way to the server (source 001 has no slot; Wi-Fi-like delivery): datagrams sent
-    every 3 ms wait for the next slot and arrive together, so ~6 share each arrival and the RTT is spread
-    over the slot (0-20 ms, median ~10)."""
-    pair = tcpnet.pair(link=Link(to_server={"slot": Slot("20ms")}))
-    line = next(line for line in pair.router.run(["tc", "qdisc", "show"], check=True).stdout.splitlines()
-                if "netem" in line and "dev veth-srv " in line)
-    assert "slot 20ms 20ms" in " ".join(line.split()), line
-    probes = [(sent, rtt) for sent, rtt in _udp_probe(pair) if rtt is not None]
-    arrivals = sorted(sent + rtt for sent, rtt in probes)
-    groups = 1 + sum(later - earlier > 0.005 for earlier, later in zip(arrivals, arrivals[1:]))
-    rtts = sorted(rtt for _, rtt in probes)
-    figures = (f"{len(probes)} datagrams in {groups} arrival groups, RTT median {statistics.median(rtts) * 1e3:.1f} ms, "
-               f"p5-p95 {statistics.quantiles(rtts, n=20)[0] * 1e3:.1f}-{statistics.quantiles(rtts, n=20)[-1] * 1e3:.1f} ms")
-    assert len(probes) >= 390 and groups <= 0.35 * len(probes), figures
-    # Measured in the 6.1 VM: 60-64 groups, median 12.9-14.2 ms (the guest's own stack adds 3-4 ms), p95 22-24 ms.
-    assert 0.005 <= statistics.median(rtts) <= 0.018 and statistics.quantiles(rtts, n=20)[-1] >= 0.015, figures
