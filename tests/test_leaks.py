@@ -178,6 +178,28 @@ def test_sigkill_during_builds_leaves_nothing_after_cleanup(children, lookalike,
     _assert_lookalike_untouched(lookalike)
 
 
+@pytest.mark.parametrize("delay_ms", [10, 40])
+def test_sigkill_during_topology_builds_leaves_nothing_after_cleanup(children, lookalike, delay_ms):
+    """Dumbbells and stars (dual-stack, u32 classes, port filters) built back to back, killed part-way: each
+    of their namespaces carries its owner's record, so the cleanup removes every one (a 4-pair dumbbell is
+    10 namespaces, ~25 ms to build here)."""
+    before = hoststate.snapshot()["links"]
+    proc = _child(children, """
+        print("READY", os.getpid(), flush=True)
+        while True:
+            lab.dumbbell(4, bottleneck=Link(rate="10mbit"), access=Link(rate="5mbit", ports=[5201]), family="dual").close()
+            lab.star(servers=3, links=Link(rate="10mbit"), family="ipv6").close()
+    """)
+    pid, = _await_ready(proc)
+    time.sleep(0.2 + delay_ms / 1000)
+    proc.kill()
+    proc.wait()
+    _cleanup()
+    _assert_gone(int(pid))
+    assert hoststate.snapshot()["links"] == before
+    _assert_lookalike_untouched(lookalike)
+
+
 def test_sigkill_during_a_transfer_leaves_nothing_after_cleanup(children, lookalike):
     proc = _child(children, """
         import threading
