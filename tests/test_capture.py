@@ -58,12 +58,26 @@ def test_window_full_under_a_tiny_client_rmem_and_not_when_tuned(tcpnet, tmp_pat
     assert str(small.result.pcap) in message
 
 
+def _window_full_share_after_start_up(result):
+    """Window Full events after the receiver's window first reached 90% of its largest, per data segment."""
+    capture = result.capture
+    windows = [(p.time, p.window) for p in capture.packets if p.direction == "ack"]
+    largest = max(w for _, w in windows)
+    start = next(t for t, w in windows if w >= 0.9 * largest)
+    flagged = sum(1 for p in capture.packets if "window_full" in p.expert and p.time >= start)
+    return flagged / capture.data_segments
+
+
 def test_window_full_after_start_up_tells_an_autotuned_flow_from_a_tiny_window(tcpnet):
-    # Default autotuning on a fast path: measured 0-2 Window Full, all in the first 1-3 ms, while the receiver's
-    # window reached 90% of its largest after 14-330 ms (9 transfers at 0.5, 1 Gbit/s and unshaped).
+    # Default autotuning on a fast path, quiet host: 0-2 Window Full, all in the first 1-3 ms, while the
+    # receiver's window reached 90% of its largest after 14-330 ms (9 transfers at 0.5, 1 Gbit/s and
+    # unshaped): assert_no_window_full(after="slow_start") holds. Beside a CPU hog a rootless CI run's
+    # reader fell behind four times later on (4 of 13816 data segments, 0.03%): real Window Full events,
+    # rightly reported, so the claim here is the share. The tiny window fills on half its segments (0.497).
     default = tcpnet.pair(link=Link(rate="1gbit")).transfer(nbytes=20_000_000, capture=True)
-    assert_no_window_full(default, after="slow_start")
+    assert _window_full_share_after_start_up(default) <= 0.001, default.capture.describe()
     tiny = tcpnet.pair(link=Link(rate="1gbit"), client=TINY_RMEM).transfer(nbytes=500_000, capture=True)
+    assert _window_full_share_after_start_up(tiny) >= 0.1, tiny.capture.describe()
     with pytest.raises(AssertionError, match=r"TCP Window Full events after .* ms \(slow_start; \d+ before it\)"):
         assert_no_window_full(tiny, after="slow_start")
 

@@ -17,8 +17,7 @@ from .pair import Pair, default_timeout
 __all__ = ["Topology", "describe_pair", "describe_star", "describe_dumbbell", "MAX_DUMBBELL_PAIRS", "MAX_STAR_SERVERS"]
 
 #: The address plan: client i's link is 198.18.i.0/24, server i's 198.19.i.0/24, the routers'
-#: link 198.18.255.0/24; so at most 255 clients (a dumbbell's last client subnet would be the
-#: routers' one: 255 pairs less one) and 256 servers.
+#: link 198.18.255.0/24; so at most 255 clients (198.18.0-254) and 256 servers (198.19.0-255).
 MAX_DUMBBELL_PAIRS = 255
 MAX_STAR_SERVERS = 256
 
