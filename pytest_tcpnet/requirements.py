@@ -5,9 +5,12 @@ import re
 from .errors import MissingCapability, program_path
 from .model import KNOWN_CONGESTION_CONTROLS, KernelVersion
 
-__all__ = ["check_need", "check_needs", "describe_machine", "QDISC_NEEDS", "TOOL_NEEDS"]
+__all__ = ["check_need", "check_needs", "describe_machine", "QDISC_NEEDS", "ACTION_NEEDS", "TOOL_NEEDS"]
 
-QDISC_NEEDS = frozenset({"netem", "htb", "tbf", "pfifo", "bfifo", "ingress", "clsact"})
+QDISC_NEEDS = frozenset({"netem", "htb", "tbf", "pfifo", "bfifo", "ingress", "clsact", "fq_codel", "codel", "cake",
+                         "pie", "fq_pie", "red", "fq"})
+#: Actions a test can need, by their tc name ("police": act_police, probed on a match-all filter).
+ACTION_NEEDS = frozenset({"police"})
 TOOL_NEEDS = {"tshark": "tshark", "iperf3": "iperf3", "curl": "curl", "nsenter": "util-linux"}
 _KERNEL_NEED = re.compile(r"^kernel\s*(>=|<=|==|>|<)\s*(\d+\.\d+(?:\.\d+)?)$")
 _OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "==": lambda a, b: a == b,
@@ -26,13 +29,16 @@ def check_need(need):
             from .rootless import privilege_hint
             raise MissingCapability(need, f"building a lab needs CAP_NET_ADMIN and CAP_SYS_ADMIN {privilege_hint()}")
         return
-    if need in QDISC_NEEDS:
+    if need in QDISC_NEEDS or need in ACTION_NEEDS:
         if not netlink.has_net_admin():
             raise MissingCapability(need, f"cannot probe for sch_{need} without CAP_NET_ADMIN (run as root)")
         if not netlink.qdisc_supported(need):
             hint = ("; run the session under a kernel that has it: `pytest --tcpnet-vm` (README: 'Running under "
                     "a chosen kernel')") if need == "netem" else ""
-            raise MissingCapability(need, f"kernel {release} has no sch_{need}{hint}")
+            module = f"act_{need}" if need in ACTION_NEEDS else f"sch_{need}"
+            if need != "netem":
+                hint = "; run the session in the pinned-kernel VM: `pytest --tcpnet-vm` (docs/vm.md)"
+            raise MissingCapability(need, f"kernel {release} has no {module}{hint}")
         return
     if need in KNOWN_CONGESTION_CONTROLS:
         available = netlink.available_congestion_controls()
@@ -50,7 +56,7 @@ def check_need(need):
             raise MissingCapability(need, f"kernel {release} does not satisfy {op}{wanted}; "
                                     f"run under another kernel with `pytest --tcpnet-vm --tcpnet-kernel=...`")
         return
-    raise ValueError(f"unknown need {need!r}; known: privilege, {', '.join(sorted(QDISC_NEEDS))}, "
+    raise ValueError(f"unknown need {need!r}; known: privilege, {', '.join(sorted(QDISC_NEEDS | ACTION_NEEDS))}, "
                      f"a congestion control name, {', '.join(TOOL_NEEDS)}, or 'kernel>=X.Y' (>=, <=, ==, >, <)")
 
 

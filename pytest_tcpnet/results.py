@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 from .model import Host, Link, format_rate, format_size, format_time
 
-__all__ = ["TransferResult", "ConcurrentResult", "WindowProbe", "jain_index"]
+__all__ = ["TransferResult", "ConcurrentResult", "LatencyResult", "WindowProbe", "jain_index"]
 
 _TC_H_ROOT = 0xFFFFFFFF
 #: What a sender's samples say it had written, with notsent_bytes (sent at least once, less resends).
@@ -171,6 +171,19 @@ class TransferResult:
         return self.sender_tcp_info.get("total_retrans")
 
     @property
+    def ce_marks(self):
+        """Segments the sender learnt were CE-marked on the way (TCP_INFO delivered_ce, from the receiver's ECE
+        echoes); 0 without ECN; None on a kernel that does not report it."""
+        return self.sender_tcp_info.get("delivered_ce")
+
+    @property
+    def queue_ecn_marks(self):
+        """Packets the router's queues marked CE instead of dropping (their own counters; None when no queue on
+        the path keeps one this plugin reads)."""
+        marks = [q["ecn_marks"] for stats in self.qdiscs.values() for q in stats if q.get("ecn_marks") is not None]
+        return sum(marks) if marks else None
+
+    @property
     def effective_sndbuf(self):
         """SO_SNDBUF as the kernel made it when the connection started (C12: twice the request, capped)."""
         return (self.sender.get("buffers_at_connect") or self.sender.get("buffers", {})).get("sndbuf")
@@ -333,7 +346,9 @@ class TransferResult:
                          f"sndbuf_limited {info.get('sndbuf_limited', 0) / 1000:.4g} ms, "
                          f"busy {info.get('busy_time', 0) / 1000:.4g} ms")
         if self.qdiscs:
-            lines.append(f"router qdisc drops: {self.emulator_drops}; veth drops: {self.interface_drops or 0}")
+            marks = self.queue_ecn_marks
+            lines.append(f"router qdisc drops: {self.emulator_drops}; veth drops: {self.interface_drops or 0}"
+                         + ("" if marks is None else f"; queue CE marks: {marks}, sender delivered_ce: {self.ce_marks}"))
         if self.capture is not None:
             lines.append(f"capture: {self.capture.pcap}")
         return "\n".join(lines)
@@ -386,6 +401,90 @@ class ConcurrentResult:
                   for i, f in enumerate(self.flows)]
         lines.append(f"link: {self.flows[0].link.describe()}; kernel: {self.flows[0].kernel}")
         return "\n".join(lines)
+
+
+def _percentile(values, p):
+    """The p-th percentile (0..100) of values, linearly interpolated (numpy's default)."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no samples")
+    rank = (len(ordered) - 1) * p / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass
+class LatencyResult:
+    """A latency probe's RTTs idle and beside load (Pair.latency_under_load): the queue a path adds under load.
+
+    samples: [(seconds since the probe started, rtt_s)]; loaded_from/loaded_to: the span (same
+    clock) in which the flows moved data; flows: their ConcurrentResult (None without flows).
+    """
+
+    samples: list
+    idle_to: float
+    loaded_from: float
+    loaded_to: float
+    interval: float
+    link: object
+    kernel: str
+    flows: "ConcurrentResult | None" = None
+    artifact_dir: "str | None" = None
+
+    def __post_init__(self):
+        self._artifacts = []
+
+    @property
+    def idle_samples(self):
+        """RTTs before the flows started (s)."""
+        return [rtt for t, rtt in self.samples if t < self.idle_to]
+
+    def loaded_samples(self, after=0.0):
+        """RTTs while the flows moved data (s); `after` skips that many seconds of their start-up."""
+        return [rtt for t, rtt in self.samples if self.loaded_from + after <= t <= self.loaded_to]
+
+    @property
+    def idle_rtt_s(self):
+        """The median idle RTT."""
+        return _percentile(self.idle_samples, 50)
+
+    def loaded_rtt_s(self, p=50, *, after=0.0):
+        """The p-th percentile of the RTT under load."""
+        return _percentile(self.loaded_samples(after), p)
+
+    def induced_latency_s(self, p=95, *, after=0.0):
+        """What the load added: the loaded RTT's p-th percentile minus the idle median."""
+        return self.loaded_rtt_s(p, after=after) - self.idle_rtt_s
+
+    def describe(self):
+        """Idle and loaded RTTs, the load, the link."""
+        lines = [f"latency probe (TCP request/response every {format_time(self.interval)}): "
+                 f"{len(self.idle_samples)} idle samples, median {format_time(self.idle_rtt_s)}"]
+        loaded = self.loaded_samples()
+        if loaded:
+            lines.append("under load: " + ", ".join(f"p{p} {format_time(_percentile(loaded, p))}" for p in (50, 95, 99))
+                         + f" ({len(loaded)} samples); induced p95 {format_time(self.induced_latency_s(95))}")
+        if self.flows is not None:
+            lines.append(self.flows.describe())
+        else:
+            lines.append(f"link: {self.link.describe()}; kernel: {self.kernel}")
+        return "\n".join(lines)
+
+    @property
+    def artifacts(self):
+        return list(self._artifacts)
+
+    def plot(self, directory=None):
+        """RTT over time (idle and loaded spans shaded) and the CDFs of idle and loaded RTT; returns the paths."""
+        from .analysis.plots import plot_latency
+
+        directory = directory or self.artifact_dir
+        if directory is None:
+            raise ValueError("directory: this result has no artifact directory; pass one (e.g. tmp_path)")
+        paths = plot_latency(self, directory)
+        self._artifacts.extend(p for p in paths if p not in self._artifacts)
+        return paths
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..errors import MissingCapability
 from .series import acked_rate_series, capture_windows, ewma, suggest_interval, time_sequence
 
-__all__ = ["PlotsUnavailable", "plot_time_sequence", "plot_windows", "plot_throughput", "plot_result",
+__all__ = ["PlotsUnavailable", "plot_time_sequence", "plot_windows", "plot_throughput", "plot_result", "plot_latency",
            "conditions_title", "draw", "draw_elsewhere"]
 
 
@@ -129,7 +129,41 @@ def _draw_throughput(path, *, rate, smoothed, predicted_bps, predicted_label, in
     return _finish_over_time(fig, ax, path, "throughput (Mbit/s)", "throughput over time: " + title)
 
 
-_DRAWERS = {"time_sequence": _draw_time_sequence, "windows": _draw_windows, "throughput": _draw_throughput}
+def _draw_latency(path, *, samples, idle_to, loaded_from, loaded_to, title):
+    """RTT over time with the idle and loaded spans shaded, beside the CDFs of the two."""
+    plt = _pyplot()
+    fig, (over_time, cdf) = plt.subplots(1, 2, figsize=(14, 5), gridspec_kw={"width_ratios": [2, 1]})
+    over_time.axvspan(0, idle_to, color="tab:green", alpha=0.08, label="idle")
+    over_time.axvspan(loaded_from, loaded_to, color="tab:red", alpha=0.08, label="loaded")
+    over_time.plot([t for t, _ in samples], [rtt * 1000 for _, rtt in samples], ".", markersize=2, color="tab:blue",
+                   label="probe RTT")
+    over_time.set_xlabel("time (s)")
+    over_time.set_ylabel("RTT (ms)")
+    over_time.legend(loc="upper left", fontsize="small")
+    for label, color, values in (("idle", "tab:green", [r for t, r in samples if t < idle_to]),
+                                 ("loaded", "tab:red", [r for t, r in samples if loaded_from <= t <= loaded_to])):
+        if values:
+            ordered = sorted(v * 1000 for v in values)
+            cdf.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], where="post", color=color,
+                     label=f"{label} ({len(ordered)})")
+    cdf.set_xlabel("RTT (ms)")
+    cdf.set_ylabel("fraction of probes")
+    cdf.legend(loc="lower right", fontsize="small")
+    cdf.grid(alpha=0.3)
+    return _save(fig, path, "latency under load: " + title)
+
+
+def plot_latency(result, directory):
+    """Draw a LatencyResult's RTT over time and CDFs into directory; [path]."""
+    directory = Path(directory)
+    title = conditions_title(result)
+    path = directory / f"latency-{id(result):x}.png"
+    return [draw("latency", path, {"samples": [list(s) for s in result.samples], "idle_to": result.idle_to,
+                                   "loaded_from": result.loaded_from, "loaded_to": result.loaded_to, "title": title})]
+
+
+_DRAWERS = {"time_sequence": _draw_time_sequence, "windows": _draw_windows, "throughput": _draw_throughput,
+            "latency": _draw_latency}
 # Who draws: this process's matplotlib, unless a --tcpnet-vm guest handed drawing to the host
 # (vm/hostcall.py: under software emulation a plot costs seconds of FreeType, on the host milliseconds).
 _elsewhere = None

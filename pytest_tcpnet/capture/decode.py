@@ -21,7 +21,10 @@ EVENT_FIELDS = {
     "out_of_order": "tcp.analysis.out_of_order",
     "lost_segment": "tcp.analysis.lost_segment",
 }
-EVENT_KINDS = tuple(EVENT_FIELDS)
+#: ECN's TCP signals, from the flags: the receiver echoing a CE mark (ECE) and the sender's answer (CWR);
+#: a SYN's ECE/CWR negotiate ECN and are not counted.
+FLAG_EVENTS = {"ece": "E", "cwr": "C"}
+EVENT_KINDS = tuple(EVENT_FIELDS) + tuple(FLAG_EVENTS)
 
 # tcp.window_size is the *calculated* window (the raw field shifted by the scale seen in the SYNs).
 _VALUE_FIELDS = ("frame.time_relative", "tcp.stream", "ip.src", "tcp.srcport", "ip.dst", "tcp.dstport", "tcp.seq",
@@ -115,7 +118,10 @@ def _records(rows, nvalues):
     for row in rows:
         flags = int(row[11], 16) if row[11] else 0
         src = row[2]
-        expert = tuple(kind for kind, value in zip(EVENT_KINDS, row[nvalues:]) if value)
+        letters = "".join(letter for bit, letter in _FLAG_LETTERS if flags & bit)
+        expert = tuple(kind for kind, value in zip(EVENT_FIELDS, row[nvalues:]) if value)
+        if "S" not in letters:
+            expert += tuple(kind for kind, letter in FLAG_EVENTS.items() if letter in letters)
         window = int(row[9] or 0)
         last_window[(row[1], src)] = window
         peer_window = last_window.get((row[1], row[4]))
@@ -127,7 +133,7 @@ def _records(rows, nvalues):
             seq=int(row[6] or 0), ack=int(row[7] or 0), len=int(row[8] or 0), window=window,
             peer_window=peer_window,
             bytes_in_flight=int(row[10]) if row[10] else None,
-            flags="".join(letter for bit, letter in _FLAG_LETTERS if flags & bit), expert=expert))
+            flags=letters, expert=expert))
     return packets
 
 

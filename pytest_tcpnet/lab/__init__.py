@@ -45,10 +45,15 @@ def check_world(links, hosts):
                 raise ValueError(f"{role}.sysctls: unknown sysctl {key} on kernel {netlink.kernel_release()}")
         if host.cc:
             check_need(host.cc)
-    if any(w.rate_bps for link in links for w in (link.toward_client, link.toward_server)):
+    if any(w.rate_bps or w.police_bps for link in links for w in (link.toward_client, link.toward_server)):
         check_need("htb")
+    ways = [w for link in links for w in (link.toward_client, link.toward_server)]
     if any(link.needs_netem for link in links):
         check_need("netem")
+    for kind in sorted({w.queue.kind for w in ways if w.queue is not None}):
+        check_need(kind)
+    if any(w.police_bps for w in ways):
+        check_need("police")
 
 
 class Lab:

@@ -7,7 +7,7 @@ from ..measure.run import run_workload
 from ..model import transfer_time
 from ..model.app import Flow
 from ..requirements import check_need
-from ..results import ConcurrentResult, WindowProbe
+from ..results import ConcurrentResult, LatencyResult, WindowProbe
 from ..workload import Bulk
 
 __all__ = ["Pair", "default_timeout"]
@@ -114,6 +114,51 @@ class Pair:
         results = self._run_bulk(flows, starve_receiver=False, capture=capture, sample_interval=sample_interval,
                                  timeout=timeout)
         return ConcurrentResult(flows=results)
+
+    def latency_under_load(self, *, duration, flows=None, probe_interval=0.01, idle=1.0, capture=False,
+                           sample_interval=None, timeout=None):
+        """The RTT a small request/response sees on this path, idle and then beside bulk flows (bufferbloat).
+
+        A probe sends a 64-byte request on its own TCP_NODELAY connection every probe_interval s
+        (closed loop: a late answer delays the next one) and times each answer: alone for `idle`
+        seconds, then for `duration` seconds beside the flows (default: one download of that
+        duration; each Flow's own start counts from the end of the idle phase). Returns a
+        LatencyResult: idle_rtt_s, loaded_rtt_s(p), induced_latency_s(p), the probe's samples and
+        the flows' ConcurrentResult as `.flows`.
+        """
+        from ..model.units import parse_time
+        from ..workload.latency import UnderLoad
+
+        duration = Flow(duration=duration).duration  # the same validation as a flow's duration
+        flows = [Flow(duration=duration)] if flows is None else list(flows)
+        if not all(isinstance(f, Flow) for f in flows):
+            raise TypeError(f"flows: expected a list of Flow(...) (empty: the probe alone), got {flows!r}")
+        interval = parse_time(probe_interval, "probe_interval")
+        if not 0.001 <= interval <= 10:
+            raise ValueError(f"probe_interval: must be in [1 ms, 10 s], got {probe_interval!r}")
+        idle = parse_time(idle, "idle")
+        if not interval <= idle <= 600:
+            raise ValueError(f"idle: must be at least one probe_interval and at most 600 s, got {idle!r}")
+        for flow in flows:
+            if flow.cc is not None:
+                check_need(flow.cc)
+        # The probe alone runs idle + duration; flows get their own generous deadline on top of the idle phase.
+        timeout = timeout or idle + max([duration + 30.0] + [default_timeout(f, self.link) for f in flows])
+        workload = UnderLoad(flows, idle=idle, duration=duration, interval=interval, socket_cc=self.socket_cc)
+        results = self._measure(workload, flows, capture=capture, sample_interval=sample_interval, timeout=timeout)
+        record = workload.probe_record
+        origin = record["started_at"]
+        samples = [(t - origin, rtt) for t, rtt in record["samples"]]
+        if results:
+            loaded_from = min(r.first_byte_at for r in results) - origin
+            loaded_to = max(r.receiver["last_byte_at"] for r in results) - origin
+        else:
+            loaded_from = loaded_to = idle + duration
+        kernel = results[0].kernel if results else _kernel_release()
+        return LatencyResult(samples=samples, idle_to=min(idle, loaded_from), loaded_from=loaded_from,
+                             loaded_to=min(loaded_to, idle + duration), interval=interval, link=self.link,
+                             kernel=kernel, flows=ConcurrentResult(flows=results) if results else None,
+                             artifact_dir=self.lab.artifact_dir)
 
     def iperf3(self, *, duration, direction="download", cc=None, window=None, parallel=1, capture=False,
                sample_interval=None, timeout=None):
@@ -239,6 +284,11 @@ class Pair:
     def __repr__(self):
         return f"<Pair #{self.index} {self.link!r} client={self.client_host.describe()} " \
                f"server={self.server_host.describe()}>"
+
+
+def _kernel_release():
+    from .. import netlink
+    return netlink.kernel_release()
 
 
 _LONGEST_DEADLINE = 24 * 3600.0  # poll() takes at most ~24 days; no test should wait a day anyway

@@ -60,6 +60,9 @@ class Conditions:
     app_rate_bps: "float | None" = None
     #: Payload bytes per full segment: 1448 over IPv4 with timestamps, 1428 over IPv6.
     mss_bytes: int = PAYLOAD_PER_FRAME
+    #: The bottleneck's queue discipline when not a plain FIFO (a model.Queue): an AQM keeps the standing
+    #: queue near its target instead of letting a loss-based flow fill queue_packets.
+    queue: "object | None" = None
 
     def __post_init__(self):
         KernelVersion.parse(self.kernel)
@@ -103,6 +106,7 @@ class Conditions:
         mss = PAYLOAD_PER_FRAME_IPV6 if ":" in str(local[0]) else PAYLOAD_PER_FRAME
         return cls(kernel=result.kernel, rtt_s=rtt, rate_bps=way.rate_bps, loss=way.loss,
                    queue_packets=way.queue_limit_packets() if way.rate_bps else None,
+                   queue=way.queue if way.rate_bps else None,
                    app_rate_bps=min(paced) if paced else None,
                    app_window_bytes=getattr(result, "app_window_bytes", None),
                    cc=result.cc or sysctls.get(sender_role, {}).get("net.ipv4.tcp_congestion_control"),
@@ -215,9 +219,17 @@ def _standing_queue(c, bounds, bound):
     if excess <= 0:
         return c.rtt_s, ""
     standing = min(excess, capacity)
+    held = c.queue.standing_bytes(c.rate_bps) if c.queue is not None else None
+    if held is not None and held < standing:
+        standing = held
+        loaded = c.rtt_s + standing * 8 / link_goodput(c.rate_bps, c.mss_bytes)
+        return loaded, (f"; the {format_size(min(windows))} window exceeds the {format_size(bdp)} BDP, but the "
+                        f"{c.queue.kind} AQM keeps ~{format_size(standing)} standing: RTT under load "
+                        f"~{format_time(loaded)}")
     loaded = c.rtt_s + standing * 8 / link_goodput(c.rate_bps, c.mss_bytes)
+    where = f"{c.queue.kind} " if c.queue is not None else ""
     note = (f"; the {format_size(min(windows))} window exceeds the {format_size(bdp)} BDP, so up to "
-            f"{format_size(standing)} stand in the {c.queue_packets}-packet bottleneck queue: RTT under load "
+            f"{format_size(standing)} stand in the {c.queue_packets}-packet {where}bottleneck queue: RTT under load "
             f"~{format_time(loaded)}")
     if excess > capacity:
         note += " (the queue overflows: a loss-based cc backs off on its drops)"

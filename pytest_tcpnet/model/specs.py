@@ -9,7 +9,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from .units import format_rate, format_time, parse_fraction, parse_rate, parse_size, parse_time
+from .queues import Queue, check_queue
+from .units import format_rate, format_size, format_time, parse_fraction, parse_rate, parse_size, parse_time
 
 __all__ = ["OneWay", "Link", "Host", "KNOWN_CONGESTION_CONTROLS", "HOST_GLOBAL_SYSCTLS", "MTU_FRAME_BYTES",
            "DISTRIBUTIONS", "distribution_table", "GilbertElliott", "Slot"]
@@ -69,6 +70,12 @@ class OneWay:
     slot: "Slot | None" = None
     #: TCP ports whose traffic (to or from them) the impairment applies to; None: all traffic.
     ports: "tuple | None" = None
+    #: The bottleneck's queue discipline (None: pfifo, or netem's own queue when netem is there).
+    queue: "Queue | None" = None
+    #: A token-bucket policer (drops above police_bps, bursts of police_burst_bytes pass) instead of, or before,
+    #: a shaper.
+    police_bps: "float | None" = None
+    police_burst_bytes: "int | None" = None
 
     @property
     def needs_netem(self):
@@ -79,7 +86,8 @@ class OneWay:
     @property
     def is_unimpaired(self):
         """True when the router forwards this direction untouched."""
-        return self.rate_bps is None and not self.needs_netem and self.queue_packets is None
+        return (self.rate_bps is None and not self.needs_netem and self.queue_packets is None
+                and self.police_bps is None)
 
     def in_flight_packets(self, assumed_rate_bps=10e9):
         """Packets that sit in the delay line at full rate: the one-way BDP in packets."""
@@ -87,8 +95,12 @@ class OneWay:
         return math.ceil(rate / 8 * (self.delay_s + self.jitter_s) / MTU_FRAME_BYTES)
 
     def queue_limit_packets(self):
-        """The bottleneck queue the spec asked for, or 1000 packets (Linux's txqueuelen)."""
-        return self.queue_packets if self.queue_packets is not None else 1000
+        """The bottleneck queue the spec asked for, or its queue's default, or 1000 packets (Linux's txqueuelen)."""
+        if self.queue_packets is not None:
+            return self.queue_packets
+        if self.queue is not None:
+            return self.queue.limit_packets() or 1000
+        return 1000
 
     def netem_limit_packets(self):
         """netem's limit: the packets in the delay line plus the queue, so netem never drops on its own."""
@@ -114,8 +126,12 @@ class OneWay:
                 parts.append(f"{value * 100:.3g}% {name}" + _correlated(getattr(self, f"{name}_correlation")))
         if self.gap:
             parts.append(f"gap {self.gap}")
-        if self.queue_packets is not None:
+        if self.queue is not None:
+            parts.append(self.queue.describe())
+        elif self.queue_packets is not None:
             parts.append(f"queue {self.queue_packets} pkts")
+        if self.police_bps:
+            parts.append(f"policed at {format_rate(self.police_bps)} (burst {format_size(self.police_burst_bytes)})")
         if self.ports:
             parts.append(f"TCP port{'s' if len(self.ports) > 1 else ''} {', '.join(map(str, self.ports))} only")
         return ", ".join(parts)
@@ -189,7 +205,8 @@ def _correlated(correlation):
 
 _DIRECTION_KEYS = ("rate", "delay", "jitter", "loss", "reorder", "duplicate", "corrupt", "limit",
                    "jitter_correlation", "loss_correlation", "reorder_correlation", "duplicate_correlation",
-                   "corrupt_correlation", "gap", "distribution", "slot")
+                   "corrupt_correlation", "gap", "distribution", "slot", "queue", "ecn", "queue_options", "police",
+                   "burst")
 _CORRELATED = (("jitter_correlation", "jitter_s", "jitter"), ("loss_correlation", "loss", "loss"),
                ("reorder_correlation", "reorder", "reorder"), ("duplicate_correlation", "duplicate", "duplicate"),
                ("corrupt_correlation", "corrupt", "corrupt"))
@@ -255,6 +272,21 @@ def _check_limit(field, value):
 _MAX_QUEUE_PACKETS = 2**31 - 1
 
 
+def _check_burst(where, police, burst):
+    """The policer's bucket in bytes: given, or 10 ms of the police rate (at least 10 full frames), as ISPs size it."""
+    if burst is None:
+        if police is None:
+            return None
+        return max(10 * MTU_FRAME_BYTES, math.ceil(parse_rate(police, f"{where}police") / 8 * 0.01))
+    if police is None:
+        raise ValueError(f"{where}burst: belongs to a policer; set police= (its rate)")
+    nbytes = parse_size(burst, f"{where}burst")
+    if not MTU_FRAME_BYTES <= nbytes < 2**31:
+        raise ValueError(f"{where}burst: must hold at least one full frame ({MTU_FRAME_BYTES} B) and be under 2 GiB, "
+                         f"got {burst!r}")
+    return int(nbytes)
+
+
 def _check_gap(field, value):
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**32 - 1:
         raise ValueError(f"{field}: must be a whole number of packets >= 1 (every gap-th packet skips the delay), "
@@ -271,9 +303,13 @@ def _check_distribution(field, value):
 
 def _one_way(where, rate, delay, jitter, loss, reorder, duplicate, corrupt, limit, jitter_correlation=None,
              loss_correlation=None, reorder_correlation=None, duplicate_correlation=None, corrupt_correlation=None,
-             gap=None, distribution=None, slot=None):
+             gap=None, distribution=None, slot=None, queue=None, ecn=None, queue_options=None, police=None,
+             burst=None):
     """Validate one direction's fields and build its OneWay."""
     loss_model = None
+    queue_spec = check_queue(where, queue, limit if queue is not None else None, ecn, queue_options)
+    if queue_spec is not None:
+        limit = None if queue_spec.limit is None else queue_spec.limit_packets()
     if isinstance(loss, GilbertElliott):
         loss_model, loss = loss, loss.mean_loss
         if loss_correlation is not None:
@@ -300,9 +336,17 @@ def _one_way(where, rate, delay, jitter, loss, reorder, duplicate, corrupt, limi
         queue_packets=None if limit is None else _check_limit(f"{where}limit", limit),
         gap=None if gap is None else _check_gap(f"{where}gap", gap),
         distribution="uniform" if distribution is None else _check_distribution(f"{where}distribution", distribution),
-        loss_model=loss_model, slot=slot,
+        loss_model=loss_model, slot=slot, queue=queue_spec,
+        police_bps=None if police is None else _check_rate(f"{where}police", police),
+        police_burst_bytes=_check_burst(where, police, burst),
         **correlations,
     )
+    if queue_spec is not None and way.rate_bps is None:
+        raise ValueError(f"{where}queue: a queue forms only behind a rate (the router forwards at once "
+                         "otherwise); set rate=")
+    if queue_spec is not None and queue_spec.kind == "red" and queue_spec.option("bandwidth") is None:
+        options = dict(queue_spec.options, bandwidth=way.rate_bps)
+        way = dataclasses.replace(way, queue=dataclasses.replace(queue_spec, options=tuple(sorted(options.items()))))
     for name, base, base_field in _CORRELATED:
         if getattr(way, name) and not getattr(way, base):
             raise ValueError(f"{where}{name}: needs {base_field} (it correlates successive {base_field} draws); "
@@ -331,7 +375,7 @@ class Link:
     (keys: rate, delay, jitter, loss, reorder, duplicate, corrupt, limit and netem's knobs
     below). ``limit`` is the bottleneck queue: packets (int) or bytes ("64kb").
 
-    netem's knobs, each the tc word it stands for (docs/links.md): ``jitter_correlation``,
+    netem's knobs, each the tc word it stands for (README, `Link(...)`): ``jitter_correlation``,
     ``loss_correlation``, ``reorder_correlation``, ``duplicate_correlation``,
     ``corrupt_correlation`` (0..1 or "30%", each needing its base field), ``gap`` (every
     gap-th packet skips the delay; reorder defaults to 100%, as tc's ``reorder 100% gap N``)
@@ -340,6 +384,11 @@ class Link:
     loss), and ``slot`` a Slot (bursty delivery). ``ports``: TCP ports (a list of 1..65535)
     whose traffic alone, to or from them, the link impairs; everything else passes unimpaired
     (tc's u32 `match ip sport/dport`, on the router's egress).
+
+    The bottleneck's queue (docs/queues.md): ``queue`` (pfifo, bfifo, fq_codel, codel, cake,
+    pie, fq_pie, red, fq; needs a rate, goes to the directions that have one, after netem's
+    delay line), ``ecn`` (mark instead of drop; None: the kind's default), ``queue_options``
+    (the kind's own options, validated per kind). ``police``/``burst``: a token-bucket policer.
     """
 
     __slots__ = ("_kwargs", "toward_client", "toward_server")
@@ -347,7 +396,8 @@ class Link:
     def __init__(self, *, rate=None, rtt=None, delay=None, jitter=None, loss=None, reorder=None,
                  duplicate=None, corrupt=None, limit=None, jitter_correlation=None, loss_correlation=None,
                  reorder_correlation=None, duplicate_correlation=None, corrupt_correlation=None, gap=None,
-                 distribution=None, slot=None, ports=None, to_client=None, to_server=None):
+                 distribution=None, slot=None, ports=None, queue=None, ecn=None, queue_options=None, police=None,
+                 burst=None, to_client=None, to_server=None):
         if rtt is not None and delay is not None:
             raise ValueError("rtt/delay: give either rtt (split evenly per direction) or delay (one-way), not both")
         one_way_delay = None
@@ -359,7 +409,8 @@ class Link:
                       duplicate=duplicate, corrupt=corrupt, limit=limit, jitter_correlation=jitter_correlation,
                       loss_correlation=loss_correlation, reorder_correlation=reorder_correlation,
                       duplicate_correlation=duplicate_correlation, corrupt_correlation=corrupt_correlation,
-                      gap=gap, distribution=distribution, slot=slot)
+                      gap=gap, distribution=distribution, slot=slot, queue=queue, ecn=ecn,
+                      queue_options=queue_options, police=police, burst=burst)
         ports = _check_ports(ports)
         kwargs = {k: v for k, v in dict(common, rtt=rtt, delay=delay, ports=ports, to_client=to_client,
                                         to_server=to_server).items() if v is not None}
@@ -367,8 +418,9 @@ class Link:
             kwargs.pop("delay", None)
         object.__setattr__(self, "_kwargs", kwargs)
         # The prefix makes a message say which direction was wrong when an override is involved.
-        toward_client = _one_way("to_client." if to_client else "", **self._merge("to_client", common, to_client))
-        toward_server = _one_way("to_server." if to_server else "", **self._merge("to_server", common, to_server))
+        merged = self._directions(common, to_client, to_server)
+        toward_client = _one_way("to_client." if to_client else "", **merged["to_client"])
+        toward_server = _one_way("to_server." if to_server else "", **merged["to_server"])
         if ports is not None:
             if toward_client.is_unimpaired and toward_server.is_unimpaired:
                 raise ValueError("ports: the link impairs nothing (no rate, delay, loss, ...) for the ports to scope")
@@ -389,6 +441,20 @@ class Link:
                              "(delay is one-way here)")
         merged = dict(common)
         merged.update(override)
+        return merged
+
+    @classmethod
+    def _directions(cls, common, to_client, to_server):
+        """Each direction's merged fields; a queue given for the whole link goes to the directions with a rate."""
+        merged = {name: cls._merge(name, common, override)
+                  for name, override in (("to_client", to_client), ("to_server", to_server))}
+        if common.get("queue") is not None:
+            if all(fields.get("rate") is None for fields in merged.values()):
+                raise ValueError("queue: a queue forms only behind a rate (the router forwards at once otherwise); "
+                                 "set rate=")
+            for name, override in (("to_client", to_client), ("to_server", to_server)):
+                if merged[name].get("rate") is None and "queue" not in (override or {}):
+                    merged[name].update(queue=None, ecn=None, queue_options=None)
         return merged
 
     def __setattr__(self, name, value):

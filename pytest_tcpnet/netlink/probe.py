@@ -36,14 +36,45 @@ def _in_private_namespace(function):
 _PROBE_ARGUMENTS = {"tbf": {"rate": "1mbit", "burst": 16000, "latency": 50000}}
 
 
+def _probe_queue(kind):
+    """The smallest valid Queue of a queue kind, for a probe."""
+    from ..model.queues import check_queue
+    options = {"bandwidth": 10e6} if kind == "red" else None
+    return check_queue("", kind, "400kb" if kind == "red" else None, None, options)
+
+
 @functools.lru_cache(maxsize=None)
 def qdisc_supported(kind):
-    """True if the kernel accepts a qdisc of this kind (probed on lo of a throwaway namespace)."""
+    """True if the kernel accepts a qdisc of this kind (probed on lo of a throwaway namespace).
+
+    "police" probes the police action (act_police) on a match-all filter under an htb root.
+    """
+    from ..model.queues import QUEUE_KINDS
+    from .queues import queue_options
+    from .rtnl import RtnlSocket
 
     def probe():
+        if kind in QUEUE_KINDS:
+            # The same encoder the labs use, so "supported" means "what we send is accepted".
+            queue_kind, options = queue_options(_probe_queue(kind))
+            sock = RtnlSocket()
+            try:
+                sock.batch([("tc", "add-raw", dict(index=1, handle=0x10000, parent=0xFFFFFFFF, kind=queue_kind,
+                                                   options=options))])
+                return True
+            except NetlinkError:
+                return False
+            finally:
+                sock.close()
         with IPRoute() as ipr:
             try:
-                ipr.tc("add", kind, index=1, handle=0x10000, **_PROBE_ARGUMENTS.get(kind, {}))
+                if kind == "police":
+                    ipr.tc("add", "htb", index=1, handle=0x10000, default=1)
+                    ipr.tc("add-filter", "u32", index=1, parent=0x10000, prio=1, protocol=3, target=0x10001,
+                           keys=["0x0/0x0+0"], action=[dict(kind="police", rate="1mbit", burst=15140, limit=0,
+                                                            action="drop")])
+                else:
+                    ipr.tc("add", kind, index=1, handle=0x10000, **_PROBE_ARGUMENTS.get(kind, {}))
                 return True
             except NetlinkError:
                 return False

@@ -11,6 +11,7 @@ from ..errors import LabError
 from ..model import MTU_FRAME_BYTES
 from ..model.specs import distribution_table
 from .namespaces import with_iproute
+from .queues import queue_options, read_queue
 from .rtnl import nlattr
 from .session import session_for
 from .topology import _index
@@ -130,18 +131,44 @@ def _install(ipr, ifname, way):
 
 def _requests(index, way):
     """([("tc", command, kwargs)], descriptions) of the qdisc tree for one direction on interface `index`."""
-    if way.rate_bps is None:
+    if way.rate_bps is None and way.police_bps is None:
         if not way.needs_netem:
             return [], []
         kwargs = _netem_kwargs(way)
         return [("tc", "add", dict(kind="netem", index=index, handle=_LEAF, **kwargs))], [_describe_netem(kwargs, way)]
     requests = [("tc", "add", dict(kind="htb", index=index, handle=_ROOT, default=1))]
-    more, installed = _class_requests(index, _RATE_CLASS, _LEAF, way)
+    more, installed = _class_requests(index, _RATE_CLASS, _LEAF, way, rate_bps=UNLIMITED_CLASS_BPS)
+    if way.police_bps:
+        # Every packet meets the policer on its way into the class: a match-all u32 filter with a police action.
+        requests.append(("tc", "add-filter", dict(kind="u32", index=index, parent=_ROOT, prio=1, protocol=_ETH_P_ALL,
+                                                  target=_RATE_CLASS, keys=["0x0/0x0+0"], action=_police(way))))
+        installed.insert(0, _describe_police(way))
     return requests + more, installed
 
 
+def _police(way):
+    """pyroute2's police action for a way: above police_bps, beyond a bucket of police_burst_bytes, drop."""
+    return [dict(kind="police", rate=f"{int(way.police_bps)}bit", burst=way.police_burst_bytes, limit=0,
+                 action="drop")]
+
+
+def _describe_police(way):
+    return f"police rate {int(way.police_bps)}bit burst {way.police_burst_bytes}b drop"
+
+
+def _child_handle(leaf):
+    """The handle of the queue under a netem leaf: its major with the top bit set (leaf majors stay under 0x8000)."""
+    return leaf | 0x80000000
+
+
+def _queue_request(index, handle, parent, queue):
+    kind, options = queue_options(queue)
+    return ("tc", "add-raw", dict(index=index, handle=handle, parent=parent, kind=kind, options=options))
+
+
 def _class_requests(index, classid, leaf, way, rate_bps=None):
-    """An htb class under 1: at the way's rate (or rate_bps) and its leaf: netem if the way needs it, else pfifo."""
+    """An htb class under 1: at the way's rate (or rate_bps) and its leaf: netem if the way needs it (with the
+    way's queue under its delay line), else the way's queue (pfifo when none was asked)."""
     rate = int(way.rate_bps or rate_bps)
     burst = htb_burst_bytes(rate)
     # quantum: a few frames; the default (rate/r2q) overflows at Gbit rates.
@@ -153,6 +180,14 @@ def _class_requests(index, classid, leaf, way, rate_bps=None):
         kwargs = _netem_kwargs(way)
         requests.append(("tc", "add", dict(kind="netem", index=index, handle=leaf, parent=classid, **kwargs)))
         installed.append(_describe_netem(kwargs, way))
+        if way.queue is not None:
+            # After the delay line, so a packet's delay and its queueing add up as on a real path (netem hands
+            # each packet whose time has come to its child, and htb dequeues the child at the link's rate).
+            requests.append(_queue_request(index, _child_handle(leaf), leaf | 1, way.queue))
+            installed.append(way.queue.describe())
+    elif way.queue is not None:
+        requests.append(_queue_request(index, leaf, classid, way.queue))
+        installed.append(way.queue.describe())
     else:
         requests.append(("tc", "add", dict(kind="pfifo", index=index, handle=leaf, parent=classid,
                                            limit=way.queue_limit_packets())))
@@ -171,6 +206,7 @@ def _describe_netem(kwargs, way):
 #: htb never holds a packet back, while the class still gives its traffic a netem of its own.
 UNLIMITED_CLASS_BPS = 10_000_000_000
 _ETH_P_IP = 0x0800
+_ETH_P_ALL = 0x0003
 
 
 def shape_egress_classes(namespace, ifname, classes):
@@ -187,8 +223,8 @@ def shape_egress_classes(namespace, ifname, classes):
     index = session and session.known_index(ifname)
     if not index:
         raise LabError(f"shaping classes on {ifname} needs an interface the lab created in {namespace}")
-    if not 0 < len(classes) < 0xFFF0:
-        raise LabError(f"shaping classes on {ifname}: 1..{0xFFEF} classes, got {len(classes)}")
+    if not 0 < len(classes) < 0x7FF0:
+        raise LabError(f"shaping classes on {ifname}: 1..{0x7FEF} classes, got {len(classes)}")
     requests = [("tc", "add", dict(kind="htb", index=index, handle=_ROOT, default=0))]
     installed = {}
     for number, (matches, way) in enumerate(classes, start=1):
@@ -198,10 +234,12 @@ def shape_egress_classes(namespace, ifname, classes):
         for match in matches:
             protocol, keys = u32_keys(match)
             # One protocol per filter priority (the kernel refuses an IPv6 filter beside IPv4 ones at one prio).
+            police = dict(action=_police(way)) if way.police_bps else {}
             requests.append(("tc", "add-filter", dict(kind="u32", index=index, parent=_ROOT,
                                                       prio=1 if protocol == _ETH_P_IP else 2,
-                                                      protocol=protocol, target=classid, keys=keys)))
-        installed[" or ".join(describe_match(match) for match in matches)] = lines
+                                                      protocol=protocol, target=classid, keys=keys, **police)))
+        installed[" or ".join(describe_match(match) for match in matches)] = (
+            [_describe_police(way)] if way.police_bps else []) + lines
     session.batch(f"installing classified qdiscs on {ifname}", requests)
     return installed
 
@@ -281,7 +319,12 @@ def _stats(messages):
         })
         if result[-1]["kind"] == "netem":
             result[-1]["settings"] = _netem_settings(msg.get_attr("TCA_OPTIONS"))
+        elif result[-1]["kind"] in _QUEUE_KINDS:
+            result[-1].update(read_queue(msg))
     return result
+
+
+_QUEUE_KINDS = frozenset({"pfifo", "bfifo", "fq_codel", "codel", "pie", "fq_pie", "cake", "red", "fq"})
 
 
 def _percent(u32):

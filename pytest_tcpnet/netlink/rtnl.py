@@ -26,7 +26,7 @@ from pyroute2.netlink.rtnl.marshal import MarshalRtnl
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
-__all__ = ["RtnlSocket", "compile_request", "nlattr", "veth_peer_linkinfo"]
+__all__ = ["RtnlSocket", "compile_request", "nlattr", "raw_qdisc_request", "veth_peer_linkinfo"]
 
 # (mode, command) -> (message class, message type, pyroute2's flag set), as in IPRoute's command maps.
 _REQUESTS = {
@@ -35,6 +35,7 @@ _REQUESTS = {
     ("addr", "add"): (ifaddrmsg, RTM_NEWADDR, "create"),
     ("route", "add"): (rtmsg, RTM_NEWROUTE, "create"),
     ("tc", "add"): (tcmsg, RTM_NEWQDISC, "create"),
+    ("tc", "add-raw"): (None, RTM_NEWQDISC, "create"),  # raw_qdisc_request
     ("tc", "add-class"): (tcmsg, RTM_NEWTCLASS, "create"),
     ("tc", "add-filter"): (tcmsg, RTM_NEWTFILTER, "create"),
     ("link", "get"): (ifinfmsg, RTM_GETLINK, "get"),
@@ -82,6 +83,8 @@ def compile_request(mode, command, seq, **kwargs):
     options_extra (tc only): [(attribute type, payload bytes)] appended inside TCA_OPTIONS, for
     attributes pyroute2 cannot encode (netem's delay distribution table).
     """
+    if (mode, command) == ("tc", "add-raw"):
+        return raw_qdisc_request(seq, **kwargs)
     extra = kwargs.pop("options_extra", None)
     data = _compile(mode, command, seq, kwargs)
     return _append_to_options(data, extra) if extra else data
@@ -135,6 +138,20 @@ def _append_to_options(data, extra):
             return bytes(data)
         offset += _nla_align(length)
     raise ValueError("the tc message has no TCA_OPTIONS to extend")
+
+
+_NLMSGHDR = struct.Struct("=IHHII")
+_TCMSG = struct.Struct("=BBHiIII")  # struct tcmsg: family, pad, pad, ifindex, handle, parent, info
+_NLM_F_CREATE_EXCL_ACK_REQUEST = 0x400 | 0x200 | 0x4 | 0x1
+_TCA_KIND = 1
+
+
+def raw_qdisc_request(seq, *, index, handle, parent, kind, options):
+    """An RTM_NEWQDISC (create, exclusive) of `kind` with TCA_OPTIONS = options bytes (nested attributes, or a
+    plain struct: the kernel tells them by kind), for qdiscs pyroute2 cannot encode; as `tc qdisc add` sends it."""
+    body = _TCMSG.pack(0, 0, 0, index, handle, parent, 0) + nlattr(_TCA_KIND, kind.encode() + b"\0")
+    body += nlattr(_TCA_OPTIONS, options)  # as iproute2's addattr_nest: no NLA_F_NESTED flag
+    return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), RTM_NEWQDISC, _NLM_F_CREATE_EXCL_ACK_REQUEST, seq, 0) + body
 
 
 def veth_peer_linkinfo(peer_ifname, peer_netns_fd, peer_index):

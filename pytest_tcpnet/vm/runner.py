@@ -30,8 +30,9 @@ from ..report.artifacts import artifacts_root
 # them as modules. A failure is reported, not fatal: a test that needs one fails clearly.
 GUEST_MODULES = (
     "sch_netem", "sch_htb", "sch_tbf", "sch_fq", "sch_fq_codel", "sch_prio", "sch_sfq",
-    "sch_ingress", "cls_u32", "cls_bpf", "cls_matchall", "act_mirred", "ifb", "veth",
-    "tcp_bbr",
+    "sch_codel", "sch_cake", "sch_pie", "sch_fq_pie", "sch_red",
+    "sch_ingress", "cls_u32", "cls_bpf", "cls_matchall", "act_mirred", "act_police", "ifb", "veth",
+    "tcp_bbr", "tcp_dctcp",
 )
 # Kernel console verbosity in the guest once our command runs: errors and worse, like the
 # kernel's own "quiet". The boot log before it is kept for error messages only.

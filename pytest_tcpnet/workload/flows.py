@@ -14,7 +14,7 @@ import time
 from ..model.app import Pace, Pause
 from ..model.tcpinfo import read_tcp_info
 
-__all__ = ["bulk_endpoint", "http_server", "cpu_hog"]
+__all__ = ["bulk_endpoint", "http_server", "cpu_hog", "rtt_echo_server", "rtt_probe_client", "PROBE_BYTES"]
 
 CHUNK = 1 << 20  # 1 MiB per send/recv: few syscalls, so Python is not the bottleneck
 CHECKPOINT_INTERVAL = 0.005  # receiver's (time, bytes) record: fine enough for 10 ms rate series
@@ -180,6 +180,69 @@ def bulk_endpoint(conn, *, mode, role, address, port=0, nbytes=None, duration=No
         sock.connect((address, port))
     sock.settimeout(None)
     _play(conn, sock, role, nbytes, duration, reader, writer, read_size, write_size)
+
+
+#: A latency probe's request and response: small enough to fit any window, one segment each way.
+PROBE_BYTES = 64
+
+
+def _read_exactly(sock, view):
+    """Fill view from sock; False at EOF."""
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:])
+        if not n:
+            return False
+        got += n
+    return True
+
+
+def rtt_echo_server(conn, *, address, timeout=60.0):
+    """The far end of a latency probe: answers each PROBE_BYTES request at once, until EOF."""
+    listener = socket.socket(_family(address), socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((address, 0))
+    listener.listen(1)
+    listener.settimeout(timeout)
+    conn.send({"event": "listening", "port": listener.getsockname()[1]})
+    sock, _ = listener.accept()
+    listener.close()
+    sock.settimeout(None)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    view = memoryview(bytearray(PROBE_BYTES))
+    answered = 0
+    while _read_exactly(sock, view):
+        sock.sendall(view)
+        answered += 1
+    sock.close()
+    conn.send({"event": "result", "answered": answered})
+
+
+def rtt_probe_client(conn, *, address, port, interval, duration, timeout=60.0):
+    """A latency probe: every `interval` s (or as soon as the previous answer came, when later) send a request on
+    one TCP_NODELAY connection and time its answer; reports [(sent_at, rtt_s)] on the monotonic clock."""
+    sock = socket.socket(_family(address), socket.SOCK_STREAM)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.settimeout(timeout)
+    sock.connect((address, port))
+    conn.send({"event": "connected", "local": sock.getsockname()[:2], "remote": sock.getpeername()[:2],
+               "at": time.monotonic()})
+    request, view = _PAYLOAD[:PROBE_BYTES], memoryview(bytearray(PROBE_BYTES))
+    started = time.monotonic()
+    samples, next_at, end_at = [], started, started + duration
+    while next_at < end_at:
+        _sleep_until(next_at)
+        sent_at = time.monotonic()
+        sock.sendall(request)
+        if not _read_exactly(sock, view):
+            break
+        answered_at = time.monotonic()
+        samples.append((sent_at, answered_at - sent_at))
+        # Closed loop, as flent's request/response tests: a late answer delays the next request, never stacks them.
+        next_at = max(next_at + interval, answered_at)
+    sock.shutdown(socket.SHUT_WR)
+    sock.close()
+    conn.send({"event": "result", "samples": samples, "started_at": started})
 
 
 class _BytesHandler(http.server.BaseHTTPRequestHandler):

@@ -1,0 +1,50 @@
+"""Latency under load: a request/response probe on its own connection, idle first, then beside bulk flows."""
+
+import dataclasses
+
+from .base import Workload
+from .bulk import Bulk
+from .flows import rtt_echo_server, rtt_probe_client
+
+__all__ = ["UnderLoad"]
+
+
+class UnderLoad(Workload):
+    """A latency probe for idle + duration seconds; the flows (model.Flow) start `idle` seconds after it."""
+
+    kind = "latency under load"
+
+    def __init__(self, flows, *, idle, duration, interval, socket_cc=None, connect_timeout=30.0):
+        self.flows = [dataclasses.replace(flow, start=flow.start + idle) for flow in flows]
+        self.bulk = Bulk(self.flows, socket_cc=socket_cc, connect_timeout=connect_timeout) if flows else None
+        self.idle, self.duration, self.interval = idle, duration, interval
+        self.connect_timeout = connect_timeout
+        self.probe_record = None
+        self._probe = None
+
+    def describe(self):
+        return f"latency probe every {self.interval * 1000:g} ms" + (f" beside {self.bulk.describe()}" if self.bulk else "")
+
+    def start(self, pair, deadline):
+        server = self._spawn(pair.server, rtt_echo_server, dict(address=pair.server.address,
+                                                                timeout=self.connect_timeout), "rtt echo server")
+        port = server.receive(deadline, "listening")["port"]
+        client = self._spawn(pair.client, rtt_probe_client,
+                             dict(address=pair.server.address, port=port, interval=self.interval,
+                                  duration=self.idle + self.duration, timeout=self.connect_timeout), "rtt probe")
+        self._probe = (server, client, client.receive(deadline, "connected"))
+        if self.bulk is not None:
+            self.bulk.start(pair, deadline)
+
+    def wait(self, deadline):
+        outcomes = self.bulk.wait(deadline) if self.bulk is not None else []
+        server, client, connected = self._probe
+        record = client.receive(deadline, "result")
+        server.receive(deadline, "result")
+        self.probe_record = dict(record, local=tuple(connected["local"]), remote=tuple(connected["remote"]))
+        return outcomes
+
+    def stop(self):
+        if self.bulk is not None:
+            self.bulk.stop()
+        self._stop_spawned()
