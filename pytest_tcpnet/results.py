@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 from .model import Host, Link, format_rate, format_size, format_time
 
-__all__ = ["TransferResult", "ConcurrentResult", "LatencyResult", "WindowProbe", "jain_index"]
+__all__ = ["TransferResult", "ConcurrentResult", "LatencyResult", "RequestsResult", "WindowProbe", "jain_index"]
 
 _TC_H_ROOT = 0xFFFFFFFF
 #: What a sender's samples say it had written, with notsent_bytes (sent at least once, less resends).
@@ -485,6 +485,64 @@ class LatencyResult:
         paths = plot_latency(self, directory)
         self._artifacts.extend(p for p in paths if p not in self._artifacts)
         return paths
+
+
+@dataclass
+class RequestsResult:
+    """Request/response exchanges (Pair.requests): each request's completion time beside the model's.
+
+    records: per request {started, connected, first_byte, done} (monotonic seconds);
+    expected_s: the model's time for each (model.request_response_times) and `why`, its inputs.
+    """
+
+    records: list
+    request_size: int
+    response_size: int
+    new_connection: bool
+    interval: float
+    link: object
+    kernel: str
+    sysctls: dict
+    sndbuf_requested: "int | None"
+    rcvbuf_requested: "int | None"
+    expected_s: list
+    why: str
+    server_tcp_info: list = field(default_factory=list)
+
+    @property
+    def fct_s(self):
+        """Each request's completion time: from its start (before connecting, on a new connection) to the last byte."""
+        return [r["done"] - r["started"] for r in self.records]
+
+    def fct_percentile(self, p=50):
+        """A percentile (0..100) of the completion times."""
+        return _percentile(self.fct_s, p)
+
+    @property
+    def first_byte_s(self):
+        """Each request's time to the response's first byte."""
+        return [r["first_byte"] - r["started"] for r in self.records]
+
+    def describe(self):
+        """The exchanges, their times and the model's, the conditions."""
+        fct = self.fct_s
+        lines = [f"{len(fct)} requests of {format_size(self.request_size)} answered by "
+                 f"{format_size(self.response_size)}, "
+                 + ("a new connection each" if self.new_connection else "on one connection")
+                 + (f", one every {format_time(self.interval)}" if self.interval else ", back to back"),
+                 "FCT: " + ", ".join(f"p{p} {format_time(_percentile(fct, p))}" for p in (0, 50, 95, 100))
+                 + f"; model: first {format_time(self.expected_s[0])}"
+                 + (f", then {format_time(self.expected_s[-1])}" if len(self.expected_s) > 1 else ""),
+                 f"model: {self.why}",
+                 f"per request (measured / model): " + ", ".join(
+                     f"{format_time(m)}/{format_time(e)}" for m, e in list(zip(fct, self.expected_s))[:8])
+                 + (" ..." if len(fct) > 8 else ""),
+                 f"link: {self.link.describe()}; server SO_SNDBUF "
+                 f"{format_size(self.sndbuf_requested) if self.sndbuf_requested else 'auto'}, client SO_RCVBUF "
+                 f"{format_size(self.rcvbuf_requested) if self.rcvbuf_requested else 'auto'}; slow start after idle "
+                 f"{self.sysctls.get('server', {}).get('net.ipv4.tcp_slow_start_after_idle', '?')}; "
+                 f"kernel {self.kernel}"]
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ from ..measure.run import run_workload
 from ..model import transfer_time
 from ..model.app import Flow
 from ..requirements import check_need
-from ..results import ConcurrentResult, LatencyResult, WindowProbe
+from ..model import format_rate, format_size, format_time
+from ..results import ConcurrentResult, LatencyResult, RequestsResult, WindowProbe
 from ..workload import Bulk
 
 __all__ = ["Pair", "default_timeout"]
@@ -159,6 +160,72 @@ class Pair:
                              loaded_to=min(loaded_to, idle + duration), interval=interval, link=self.link,
                              kernel=kernel, flows=ConcurrentResult(flows=results) if results else None,
                              artifact_dir=self.lab.artifact_dir)
+
+    def requests(self, count=1, *, request_size=64, response_size, new_connection=False, interval=0.0, sndbuf=None,
+                 rcvbuf=None, cc=None, timeout=None):
+        """`count` requests from the client, each answered by `response_size` bytes from the server; time each one.
+
+        On one connection (back to back, or one every `interval` s) or a new connection each
+        (new_connection=True: each request pays its handshake and slow start). sndbuf: the
+        server's SO_SNDBUF (it then writes no more than that at once); rcvbuf: the client's
+        SO_RCVBUF; cc: the server's congestion control. Returns a RequestsResult: fct_s per
+        request, fct_percentile(p), the model's expected_s beside them, describe().
+        """
+        from .. import netlink
+        from ..measure.run import TCP_SYSCTLS
+        from ..model import Conditions, request_response_times
+        from ..model.app import check_buffer_bytes
+        from ..model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6, link_goodput, sustained_window
+        from ..model.units import parse_time
+        from ..model.window import send_window
+        from ..workload.requests import RequestResponse
+
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 100_000:
+            raise ValueError(f"count: must be a whole number of requests in 1..100000, got {count!r}")
+        request_size = check_buffer_bytes("request_size", request_size)
+        response_size = check_buffer_bytes("response_size", response_size)
+        if not isinstance(new_connection, bool):
+            raise TypeError(f"new_connection: expected True or False, got {new_connection!r}")
+        interval = parse_time(interval, "interval")
+        if not 0 <= interval <= 3600:
+            raise ValueError(f"interval: must be in [0, 3600] seconds, got {interval!r}")
+        sndbuf = None if sndbuf is None else check_buffer_bytes("sndbuf", sndbuf)
+        rcvbuf = None if rcvbuf is None else check_buffer_bytes("rcvbuf", rcvbuf)
+        if cc is not None:
+            Flow(nbytes=1, cc=cc)  # the same validation as a flow's cc
+            check_need(cc)
+        cc = cc or self.socket_cc.get("server")
+        flow = Flow(nbytes=count * (request_size + response_size))
+        timeout = timeout or default_timeout(flow, self.link) + count * (interval + 4 * self.link.rtt_s)
+        workload = RequestResponse(count=count, request_size=request_size, response_size=response_size,
+                                   new_connection=new_connection, interval=interval, sndbuf=sndbuf, rcvbuf=rcvbuf,
+                                   cc=cc)
+        self._measure(workload, [], capture=False, sample_interval=0, timeout=timeout)
+        kernel = netlink.kernel_release()
+        sysctls = {"client": self.client.sysctls(TCP_SYSCTLS), "server": self.server.sysctls(TCP_SYSCTLS)}
+        way = self.link.toward_client
+        mss = PAYLOAD_PER_FRAME_IPV6 if ":" in str(self.server.address) else PAYLOAD_PER_FRAME
+        conditions = Conditions(kernel=kernel, rtt_s=self.link.rtt_s, rate_bps=way.rate_bps, so_rcvbuf=rcvbuf,
+                                receiver_sysctls=sysctls["client"], mss_bytes=mss)
+        receive = sustained_window(conditions)
+        in_flight = send_window(sndbuf, kernel=kernel, sysctls=sysctls["server"],
+                                chunk_bytes=min(1 << 20, sndbuf) if sndbuf else 1 << 20)
+        window = min(receive, in_flight)
+        rate = link_goodput(way.rate_bps, mss) if way.rate_bps else None
+        after_idle = sysctls["server"].get("net.ipv4.tcp_slow_start_after_idle", "1") != "0"
+        expected = request_response_times(count, response_size, rtt_s=self.link.rtt_s, window_bytes=window,
+                                          rate_bps=rate, new_connection=new_connection, interval_s=interval,
+                                          slow_start_after_idle=after_idle, mss_bytes=mss)
+        why = (f"window {format_size(window)} (receive {format_size(receive)}, in flight under the send buffer "
+               f"{format_size(in_flight)}) per {format_time(self.link.rtt_s)} RTT"
+               + (f", {format_rate(rate)} of payload on the link" if rate else "")
+               + ("; a handshake and slow start from 10 segments each" if new_connection else
+                  "; slow start from 10 segments on the first" + (" and after idling past the RTO" if after_idle
+                                                                  else "")))
+        return RequestsResult(records=workload.records, request_size=request_size, response_size=response_size,
+                              new_connection=new_connection, interval=interval, link=self.link, kernel=kernel,
+                              sysctls=sysctls, sndbuf_requested=sndbuf, rcvbuf_requested=rcvbuf, expected_s=expected,
+                              why=why, server_tcp_info=workload.server_record["tcp_info"])
 
     def iperf3(self, *, duration, direction="download", cc=None, window=None, parallel=1, capture=False,
                sample_interval=None, timeout=None):

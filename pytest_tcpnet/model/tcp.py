@@ -89,6 +89,46 @@ def window_limited_transfer_time(nbytes, window_bytes, rtt_s, *, mss_bytes=1448,
     return rounds * rtt_s
 
 
+#: Linux's smallest retransmission timeout: idle longer than the RTO restarts slow start (RFC 2861).
+TCP_RTO_MIN_S = 0.2
+
+
+def request_response_times(count, response_bytes, *, rtt_s, window_bytes, rate_bps=None, new_connection=False,
+                           interval_s=0.0, slow_start_after_idle=True, mss_bytes=1448, initial_window_segments=10):
+    """Expected seconds from each request's start to its response's last byte: [one per request].
+
+    A new connection pays its handshake (1 RTT); the request reaches the server half an RTT
+    later, and the response leaves in rounds of min(cwnd, window) bytes, each round lasting an
+    RTT or its time on the link (rate_bps; payload rate), whichever is longer, the last one
+    arriving half an RTT after it left. cwnd starts at the initial window on a new connection
+    and after idling longer than the RTO (net.ipv4.tcp_slow_start_after_idle=1, the default),
+    doubles per round (slow start) up to the window, and carries over between back-to-back
+    requests on one connection.
+    """
+    for name, value in (("count", count), ("response_bytes", response_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: must be a whole number >= 1, got {value!r}")
+    _nonnegative("rtt_s", rtt_s)
+    _positive("window_bytes", window_bytes)
+    initial = initial_window_segments * mss_bytes
+    rto = TCP_RTO_MIN_S + rtt_s
+    times, cwnd = [], initial
+    for index in range(count):
+        if new_connection or (index and slow_start_after_idle and interval_s - times[-1] > rto):
+            cwnd = initial
+        elapsed = rtt_s if new_connection else 0.0
+        sent, rounds = 0, []
+        while sent < response_bytes:
+            size = min(cwnd, window_bytes, response_bytes - sent)
+            rounds.append(size * 8 / rate_bps if rate_bps else 0.0)
+            sent += size
+            if sent < response_bytes or size == min(cwnd, window_bytes):
+                cwnd = min(2 * cwnd, max(cwnd, window_bytes))  # slow start, up to the window
+        elapsed += rtt_s + sum(max(rtt_s, r) for r in rounds[:-1]) + rounds[-1]
+        times.append(elapsed)
+    return times
+
+
 def transfer_time(nbytes, rate_bps):
     """Seconds to move nbytes at rate_bps."""
     _positive("rate_bps", rate_bps)

@@ -14,7 +14,8 @@ import time
 from ..model.app import Pace, Pause
 from ..model.tcpinfo import read_tcp_info
 
-__all__ = ["bulk_endpoint", "http_server", "cpu_hog", "rtt_echo_server", "rtt_probe_client", "PROBE_BYTES"]
+__all__ = ["bulk_endpoint", "http_server", "cpu_hog", "rtt_echo_server", "rtt_probe_client", "PROBE_BYTES",
+           "rr_server", "rr_client"]
 
 CHUNK = 1 << 20  # 1 MiB per send/recv: few syscalls, so Python is not the bottleneck
 CHECKPOINT_INTERVAL = 0.005  # receiver's (time, bytes) record: fine enough for 10 ms rate series
@@ -243,6 +244,76 @@ def rtt_probe_client(conn, *, address, port, interval, duration, timeout=60.0):
     sock.shutdown(socket.SHUT_WR)
     sock.close()
     conn.send({"event": "result", "samples": samples, "started_at": started})
+
+
+def _send_all(sock, nbytes, write_size=CHUNK):
+    """Write nbytes of payload in writes of at most write_size; returns when the last byte is in the send buffer."""
+    left = nbytes
+    while left:
+        left -= sock.send(_payload(min(write_size, left)))
+
+
+def rr_server(conn, *, address, request_size, response_size, sndbuf=None, rcvbuf=None, cc=None, connections=1,
+              timeout=60.0):
+    """A request/response server: on each of `connections` connections, answer every request_size-byte request
+    with response_size bytes, until the client closes it."""
+    listener = socket.socket(_family(address), socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    _configure(listener, sndbuf, rcvbuf, cc)
+    listener.bind((address, 0))
+    listener.listen(16)
+    listener.settimeout(timeout)
+    conn.send({"event": "listening", "port": listener.getsockname()[1]})
+    view = memoryview(bytearray(request_size))
+    answered, tcp_info = 0, []
+    for _ in range(connections):
+        sock, _ = listener.accept()
+        sock.settimeout(None)
+        while _read_exactly(sock, view):
+            # Writes no larger than a set send buffer, as a server sizing its writes to it: the buffer bounds
+            # what is in flight (one larger write would overshoot it, C11).
+            _send_all(sock, response_size, min(CHUNK, sndbuf) if sndbuf else CHUNK)
+            answered += 1
+        tcp_info.append(read_tcp_info(sock))
+        sock.close()
+    listener.close()
+    conn.send({"event": "result", "answered": answered, "tcp_info": tcp_info})
+
+
+def rr_client(conn, *, address, port, count, request_size, response_size, new_connection, interval=0.0,
+              rcvbuf=None, timeout=60.0):
+    """Send `count` requests and read each response whole, on one connection or a new one each; reports per
+    request its times on the monotonic clock: started (before connect, if any), connected, first byte, done."""
+    view = memoryview(bytearray(max(CHUNK, response_size)))
+    records, sock, next_at = [], None, time.monotonic()
+    for _ in range(count):
+        _sleep_until(next_at)
+        started = time.monotonic()
+        if sock is None:
+            sock = socket.socket(_family(address), socket.SOCK_STREAM)
+            _configure(sock, None, rcvbuf, None)
+            sock.settimeout(timeout)
+            sock.connect((address, port))
+            sock.settimeout(None)
+        connected = time.monotonic()
+        sock.sendall(_payload(request_size))
+        got, first_byte = 0, None
+        while got < response_size:
+            n = sock.recv_into(view, min(len(view), response_size - got))
+            if not n:
+                raise ConnectionError(f"the server closed the connection after {got} of {response_size} bytes")
+            if first_byte is None:
+                first_byte = time.monotonic()
+            got += n
+        done = time.monotonic()
+        records.append({"started": started, "connected": connected, "first_byte": first_byte, "done": done})
+        if new_connection:
+            sock.close()
+            sock = None
+        next_at = started + interval
+    if sock is not None:
+        sock.close()
+    conn.send({"event": "result", "requests": records})
 
 
 class _BytesHandler(http.server.BaseHTTPRequestHandler):

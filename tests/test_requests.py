@@ -1,0 +1,62 @@
+"""Request/response exchanges (issue 21): the model's completion times, and real exchanges on the host."""
+
+import pytest
+
+from pytest_tcpnet import Link, netlink
+from pytest_tcpnet.model import request_response_times
+
+
+def test_a_new_connection_pays_its_handshake_and_slow_start_each_time():
+    """100 KB at 100 ms on a fast link: handshake + request + 3 rounds of 10, 20, 40 segments = 4 RTTs (+ the
+    last round's 5 ms on the link), the same for every new connection."""
+    times = request_response_times(3, 100_000, rtt_s=0.1, window_bytes=4 << 20, rate_bps=95.6e6, new_connection=True)
+    assert times == pytest.approx([0.4047] * 3, abs=1e-3)
+
+
+def test_back_to_back_requests_keep_their_window_and_idle_ones_restart():
+    warm = request_response_times(3, 100_000, rtt_s=0.1, window_bytes=4 << 20, rate_bps=95.6e6)
+    assert warm[0] == pytest.approx(0.3047, abs=1e-3) and warm[1] < warm[0] and warm[2] < warm[1]
+    idle = request_response_times(3, 100_000, rtt_s=0.1, window_bytes=4 << 20, rate_bps=95.6e6, interval_s=1.0)
+    assert idle == pytest.approx([warm[0]] * 3)
+    kept = request_response_times(3, 100_000, rtt_s=0.1, window_bytes=4 << 20, rate_bps=95.6e6, interval_s=1.0,
+                                  slow_start_after_idle=False)
+    assert kept == pytest.approx(warm)
+
+
+def test_a_window_bounds_a_large_response_to_window_per_rtt():
+    """Source 002's 13 MB through 64 KB in flight: ~RTT x 13 MB / 64 KB (1.0 s at 5 ms, 0.2 s at 1 ms)."""
+    slow, fast = (request_response_times(1, 13_000_000, rtt_s=rtt, window_bytes=65536, rate_bps=956e6)[0]
+                  for rtt in (0.005, 0.001))
+    assert slow == pytest.approx(1.0, rel=0.01) and fast == pytest.approx(0.2, rel=0.01)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(count=0, response_size=1000), ["count", "1..100000"]),
+    (dict(count=True, response_size=1000), ["count"]),
+    (dict(response_size=0), ["response_size"]),
+    (dict(response_size=1000, request_size="big"), ["request_size"]),
+    (dict(response_size=1000, interval=-1), ["interval", "[0, 3600]"]),
+    (dict(response_size=1000, sndbuf=-5), ["sndbuf"]),
+    (dict(response_size=1000, cc="warp"), ["cc", "unknown congestion control"]),
+])
+@pytest.mark.tcpnet_needs("privilege")
+def test_bad_requests_are_refused_before_any_process_starts(tcpnet, kwargs, words):
+    pair = tcpnet.pair()
+    with pytest.raises(ValueError) as info:
+        pair.requests(**kwargs)
+    for word in words:
+        assert word in str(info.value)
+    assert netlink.pids_in_namespace(pair.server.namespace) == []
+
+
+@pytest.mark.tcpnet_needs("privilege")
+def test_requests_on_the_host_take_the_link_s_time(tcpnet):
+    """On a 100 Mbit/s host path (no delay): 20 responses of 650 KB through a 32 KB send buffer, back to back on one
+    connection, take their time on the link (54.4 ms each, model 54.4); measured on the host 53.9-58.9 ms at
+    p0-p95 beside a CPU hog, so the median is judged within 15%."""
+    pair = tcpnet.pair(Link(rate="100mbit"))
+    result = pair.requests(20, response_size=650_000, sndbuf="32kb")
+    assert len(result.fct_s) == 20 and all(r["first_byte"] <= r["done"] for r in result.records)
+    assert result.fct_percentile(50) == pytest.approx(result.expected_s[-1], rel=0.15), result.describe()
+    fresh = pair.requests(3, response_size=100_000, new_connection=True)
+    assert len(fresh.server_tcp_info) == 3, fresh.describe()  # one connection each
