@@ -157,7 +157,12 @@ def test_limited_by_names_what_held_the_sender_on_real_transfers(tcpnet, case):
 #: The same kinds of flow at 20 ms RTT (netem: the VM): the verdicts must not depend on an undelayed path.
 LIMIT_CASES_20MS = {
     "client tcp_rmem 4096": ({"rate": "20mbit"}, {"net.ipv4.tcp_rmem": "4096 4096 4096"}, {"nbytes": 300_000}, "rwnd"),
-    "16 KB SO_SNDBUF, 1 MB writes": ({"rate": "20mbit"}, {}, {"nbytes": 1_000_000, "sndbuf": 16384}, "sndbuf"),
+    # Writes no larger than the buffer: then it bounds what is in flight on every kernel (C11). 1 MB writes
+    # are not judged here: 6.1 lets one write overshoot the buffer by up to ~700 KB (C11), so such a flow is
+    # cwnd-bound while the write is queued and buffer-bound for its tail (33% sndbuf / 67% cwnd in the VM
+    # beside a CPU hog in fresh-clone CI run ci31; > 50% sndbuf in earlier runs): no one label is right.
+    "16 KB SO_SNDBUF, 16 KB writes": ({"rate": "20mbit"}, {}, {"nbytes": 1_000_000, "sndbuf": 16384,
+                                                               "write_size": 16384}, "sndbuf"),
     "autotuned at 20 Mbit/s": ({"rate": "20mbit"}, {}, {"nbytes": 4_000_000}, "cwnd"),
     "writer paced at 16 KB x 25/s": ({"rate": "20mbit"}, {}, {"nbytes": 250_000, "writer": Pace(16384, 25)}, "app"),
 }
