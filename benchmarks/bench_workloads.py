@@ -87,6 +87,26 @@ def observe_overhead(rounds, nbytes, rate="1gbit"):
                  "sock_diag dumps of both namespaces decoded by pyroute2")
 
 
+def probe_cost(rounds, seconds=3, rate="100mbit"):
+    """The latency probe's cost and error: goodput of one download with and without the probe beside it
+    (interleaved rounds), and the probe's idle RTT on an unshaped path (its error: the path's own RTT is ~0.05 ms)."""
+    from pytest_tcpnet import Flow
+    alone, probed, idle = [], [], []
+    with Lab() as lab:
+        shaped, unshaped = lab.pair(link=Link(rate=rate)), lab.pair()
+        for _ in range(rounds):
+            alone.append(shaped.transfer(duration=seconds, sample_interval=0).throughput_bps)
+            result = shaped.latency_under_load(duration=seconds, flows=[Flow(duration=seconds)], idle=0.5,
+                                               sample_interval=0)
+            probed.append(result.flows.total_bps)
+            idle.append(unshaped.latency_under_load(duration=1, flows=[], idle=1.0).idle_rtt_s)
+    ratio = median(probed) / median(alone)
+    row("probe", f"download at {rate} beside the latency probe / alone", ratio, "x", goal=">= 0.98", met=ratio >= 0.98,
+        note=f"medians of {rounds}: {median(probed) / 1e6:.2f} vs {median(alone) / 1e6:.2f} Mbit/s (probe every 10 ms)")
+    row("probe", "probe's idle RTT on an unshaped host path (its error)", median(idle) * 1e3, "ms", goal="<= 1",
+        met=median(idle) <= 0.001, note=f"median of {rounds} medians of 100 probes; max {max(idle) * 1e3:.3f} ms")
+
+
 def main(rounds=5, nbytes=1_000_000_000, seconds=3, observe_bytes=250_000_000):
     with Lab() as lab:
         pair = lab.pair()
@@ -117,6 +137,7 @@ def main(rounds=5, nbytes=1_000_000_000, seconds=3, observe_bytes=250_000_000):
              f"({fresh / spawned:.1f}x)")
     if observe_bytes:
         observe_overhead(rounds, observe_bytes)
+    probe_cost(rounds)
 
 
 if __name__ == "__main__":

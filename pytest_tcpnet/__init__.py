@@ -6,9 +6,9 @@ from .assertions import (assert_faster, assert_intervals_within, assert_limited_
                          assert_throughput_within, assert_window_full, assert_zero_window)
 from .errors import LabError, MissingCapability, TcpnetError
 from .model import GilbertElliott, Host, Link, Slot
-from .model.app import Flow, Pace, Pause
+from .model.app import Cbr, Flow, Pace, Pause
 
-__all__ = ["Host", "Link", "GilbertElliott", "Slot", "Flow", "Pace", "Pause", "model", "assert_throughput_within", "assert_receive_window_within",
+__all__ = ["Host", "Link", "GilbertElliott", "Slot", "Flow", "Cbr", "Pace", "Pause", "model", "assert_throughput_within", "assert_receive_window_within",
            "assert_limited_by", "assert_faster", "assert_intervals_within", "Lab", "Pair", "TransferResult",
            "ConcurrentResult", "LabError", "MissingCapability", "TcpnetError", "Capture", "CaptureResult",
            "assert_no_window_full", "assert_window_full", "assert_zero_window", "assert_no_retransmissions",

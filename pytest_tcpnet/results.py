@@ -4,7 +4,8 @@ from dataclasses import dataclass, field
 
 from .model import Host, Link, format_rate, format_size, format_time
 
-__all__ = ["TransferResult", "ConcurrentResult", "LatencyResult", "RequestsResult", "WindowProbe", "jain_index"]
+__all__ = ["TransferResult", "ConcurrentResult", "LatencyResult", "RequestsResult", "UdpResult", "WindowProbe",
+           "jain_index"]
 
 _TC_H_ROOT = 0xFFFFFFFF
 #: What a sender's samples say it had written, with notsent_bytes (sent at least once, less resends).
@@ -365,10 +366,59 @@ def jain_index(values):
 
 
 @dataclass(frozen=True, eq=False)
+class UdpResult:
+    """A CBR stream (model.Cbr) as its receiver saw it: loss, one-way delay (the lab's one clock), rate."""
+
+    spec: object
+    sent: int
+    send_errors: int
+    arrivals: list  # [(seq, sent_at, received_at)], monotonic seconds
+    packet_size: int
+    started_at: float
+    ended_at: float
+    link: object = None
+
+    @property
+    def received(self):
+        return len(self.arrivals)
+
+    @property
+    def loss(self):
+        """The share of sent datagrams that never arrived."""
+        return 1 - self.received / self.sent if self.sent else 0.0
+
+    @property
+    def one_way_delays_s(self):
+        """Each received datagram's one-way delay (s), in arrival order."""
+        return [received - sent for _, sent, received in self.arrivals]
+
+    def one_way_delay_s(self, p=50):
+        """A percentile (0..100) of the one-way delay."""
+        return _percentile(self.one_way_delays_s, p)
+
+    @property
+    def throughput_bps(self):
+        """Payload received per second, from the first send to the last arrival (a queue drains after the sender ends)."""
+        end = max((received for _, _, received in self.arrivals), default=self.ended_at)
+        return self.received * self.packet_size * 8 / max(1e-6, end - self.started_at)
+
+    def describe(self):
+        """Rate, loss and one-way delay, one line."""
+        delays = (f"one-way delay p50 {format_time(self.one_way_delay_s(50))}, p95 {format_time(self.one_way_delay_s(95))}"
+                  if self.arrivals else "nothing arrived")
+        return (f"{self.spec.describe()}: {self.sent} sent ({self.send_errors} refused locally), {self.received} "
+                f"received, loss {self.loss * 100:.3g}%, {format_rate(self.throughput_bps)} received; {delays}")
+
+
+@dataclass(frozen=True, eq=False)
 class ConcurrentResult:
-    """Several flows that shared a pair at once (Pair.concurrent): each flow's result, their sum and fairness."""
+    """Several flows that shared a pair at once (Pair.concurrent): each flow's result, their sum and fairness.
+
+    udp: the CBR streams (UdpResult) that ran beside them, if any; the TCP figures count TCP only.
+    """
 
     flows: list
+    udp: list = field(default_factory=list)
 
     @property
     def total_bps(self):
@@ -399,6 +449,7 @@ class ConcurrentResult:
         lines = [f"{len(self.flows)} flows: total {format_rate(self.total_bps)}, Jain index {self.jain_index:.3f}"]
         lines += [f"  flow {i}: {format_rate(f.throughput_bps)}, cc {f.cc}, {format_size(f.nbytes)}"
                   for i, f in enumerate(self.flows)]
+        lines += [f"  {u.describe()}" for u in self.udp]
         lines.append(f"link: {self.flows[0].link.describe()}; kernel: {self.flows[0].kernel}")
         return "\n".join(lines)
 
@@ -430,6 +481,7 @@ class LatencyResult:
     link: object
     kernel: str
     flows: "ConcurrentResult | None" = None
+    udp: list = field(default_factory=list)
     artifact_dir: "str | None" = None
 
     def __post_init__(self):
@@ -468,6 +520,7 @@ class LatencyResult:
         if self.flows is not None:
             lines.append(self.flows.describe())
         else:
+            lines += [u.describe() for u in self.udp]
             lines.append(f"link: {self.link.describe()}; kernel: {self.kernel}")
         return "\n".join(lines)
 

@@ -5,10 +5,10 @@ import math
 from ..errors import LabError, MissingCapability
 from ..measure.run import run_workload
 from ..model import transfer_time
-from ..model.app import Flow
+from ..model.app import Cbr, Flow
 from ..requirements import check_need
 from ..model import format_rate, format_size, format_time
-from ..results import ConcurrentResult, LatencyResult, RequestsResult, WindowProbe
+from ..results import ConcurrentResult, LatencyResult, RequestsResult, UdpResult, WindowProbe
 from ..workload import Bulk
 
 __all__ = ["Pair", "default_timeout"]
@@ -97,8 +97,8 @@ class Pair:
         """
         flow = Flow(nbytes=nbytes, duration=duration, direction=direction, sndbuf=sndbuf, rcvbuf=rcvbuf, cc=cc,
                     reader=reader, writer=writer, write_size=write_size)
-        results = self._run_bulk([flow], starve_receiver=starve_receiver, capture=capture,
-                                 sample_interval=sample_interval, timeout=timeout)
+        results, _ = self._run_bulk([flow], starve_receiver=starve_receiver, capture=capture,
+                                    sample_interval=sample_interval, timeout=timeout)
         result = results[0]
         if nbytes is not None and result.nbytes != flow.nbytes:
             raise LabError(f"receiver got {result.nbytes} of {flow.nbytes} bytes\n{result.describe()}")
@@ -107,14 +107,15 @@ class Pair:
     def concurrent(self, flows, *, capture=False, sample_interval=None, timeout=None):
         """Run several Flow(...)s on this pair at once (each with its own size or duration, buffers, cc, start).
 
-        Returns a ConcurrentResult: `.flows` (a TransferResult each), `.total_bps`, `.jain_index`.
+        Cbr(...) entries run unresponsive UDP streams beside them (their loss and one-way delay in
+        `.udp`). Returns a ConcurrentResult: `.flows` (a TransferResult each), `.total_bps`, `.jain_index`.
         """
         flows = list(flows)
-        if not flows or not all(isinstance(f, Flow) for f in flows):
-            raise TypeError(f"flows: expected a non-empty list of Flow(...), got {flows!r}")
-        results = self._run_bulk(flows, starve_receiver=False, capture=capture, sample_interval=sample_interval,
-                                 timeout=timeout)
-        return ConcurrentResult(flows=results)
+        if not any(isinstance(f, Flow) for f in flows) or not all(isinstance(f, (Flow, Cbr)) for f in flows):
+            raise TypeError(f"flows: expected a list of Flow(...) (at least one) and Cbr(...) streams, got {flows!r}")
+        results, udp = self._run_bulk(flows, starve_receiver=False, capture=capture, sample_interval=sample_interval,
+                                      timeout=timeout)
+        return ConcurrentResult(flows=results, udp=udp)
 
     def latency_under_load(self, *, duration, flows=None, probe_interval=0.01, idle=1.0, capture=False,
                            sample_interval=None, timeout=None):
@@ -132,8 +133,8 @@ class Pair:
 
         duration = Flow(duration=duration).duration  # the same validation as a flow's duration
         flows = [Flow(duration=duration)] if flows is None else list(flows)
-        if not all(isinstance(f, Flow) for f in flows):
-            raise TypeError(f"flows: expected a list of Flow(...) (empty: the probe alone), got {flows!r}")
+        if not all(isinstance(f, (Flow, Cbr)) for f in flows):
+            raise TypeError(f"flows: expected a list of Flow(...) and Cbr(...) (empty: the probe alone), got {flows!r}")
         interval = parse_time(probe_interval, "probe_interval")
         if not 0.001 <= interval <= 10:
             raise ValueError(f"probe_interval: must be in [1 ms, 10 s], got {probe_interval!r}")
@@ -141,25 +142,29 @@ class Pair:
         if not interval <= idle <= 600:
             raise ValueError(f"idle: must be at least one probe_interval and at most 600 s, got {idle!r}")
         for flow in flows:
-            if flow.cc is not None:
+            if getattr(flow, "cc", None) is not None:
                 check_need(flow.cc)
         # The probe alone runs idle + duration; flows get their own generous deadline on top of the idle phase.
-        timeout = timeout or idle + max([duration + 30.0] + [default_timeout(f, self.link) for f in flows])
+        timeout = timeout or idle + max([duration + 30.0] + [_timeout_of(f, self.link) for f in flows])
         workload = UnderLoad(flows, idle=idle, duration=duration, interval=interval, socket_cc=self.socket_cc)
-        results = self._measure(workload, flows, capture=capture, sample_interval=sample_interval, timeout=timeout)
+        results = self._measure(workload, [f for f in flows if isinstance(f, Flow)], capture=capture,
+                                sample_interval=sample_interval, timeout=timeout)
+        udp = udp_results(workload.bulk.udp_records, self.link) if workload.bulk is not None else []
         record = workload.probe_record
         origin = record["started_at"]
         samples = [(t - origin, rtt) for t, rtt in record["samples"]]
-        if results:
-            loaded_from = min(r.first_byte_at for r in results) - origin
-            loaded_to = max(r.receiver["last_byte_at"] for r in results) - origin
+        spans = [(r.first_byte_at, r.receiver["last_byte_at"]) for r in results]
+        spans += [(u.started_at, u.ended_at) for u in udp]
+        if spans:
+            loaded_from = min(start for start, _ in spans) - origin
+            loaded_to = max(end for _, end in spans) - origin
         else:
             loaded_from = loaded_to = idle + duration
         kernel = results[0].kernel if results else _kernel_release()
         return LatencyResult(samples=samples, idle_to=min(idle, loaded_from), loaded_from=loaded_from,
                              loaded_to=min(loaded_to, idle + duration), interval=interval, link=self.link,
-                             kernel=kernel, flows=ConcurrentResult(flows=results) if results else None,
-                             artifact_dir=self.lab.artifact_dir)
+                             kernel=kernel, flows=ConcurrentResult(flows=results, udp=udp) if results else None,
+                             udp=udp, artifact_dir=self.lab.artifact_dir)
 
     def requests(self, count=1, *, request_size=64, response_size, new_connection=False, interval=0.0, sndbuf=None,
                  rcvbuf=None, cc=None, timeout=None):
@@ -266,19 +271,21 @@ class Pair:
     def _run_bulk(self, flows, *, starve_receiver, capture, sample_interval, timeout):
         """Checks every option before anything starts, then runs the Bulk workload."""
         for flow in flows:
-            if flow.cc is not None:
+            if getattr(flow, "cc", None) is not None:
                 check_need(flow.cc)
         if not isinstance(starve_receiver, bool):
             raise TypeError(f"starve_receiver: expected True or False, got {starve_receiver!r}")
-        timeout = timeout or max(default_timeout(flow, self.link) for flow in flows)
+        timeout = timeout or max(_timeout_of(flow, self.link) for flow in flows)
         workload = Bulk(flows, starve_receiver=starve_receiver, socket_cc=self.socket_cc)
-        return self._measure(workload, flows, capture=capture, sample_interval=sample_interval, timeout=timeout,
-                             conditions={"starved_receiver": starve_receiver})
+        results = self._measure(workload, [f for f in flows if isinstance(f, Flow)], capture=capture,
+                                sample_interval=sample_interval, timeout=timeout,
+                                conditions={"starved_receiver": starve_receiver})
+        return results, udp_results(workload.udp_records, self.link)
 
     def _measure(self, workload, flows, *, capture, sample_interval, timeout, conditions=None):
         """Validate the measurement options, run the workload, keep its results in the lab."""
         for flow in flows:
-            if flow.cc is not None:
+            if getattr(flow, "cc", None) is not None:
                 check_need(flow.cc)
         if capture is True or capture in ("client", "router", "server"):
             check_need("tshark")
@@ -351,6 +358,20 @@ class Pair:
     def __repr__(self):
         return f"<Pair #{self.index} {self.link!r} client={self.client_host.describe()} " \
                f"server={self.server_host.describe()}>"
+
+
+def udp_results(records, link):
+    """UdpResults of a workload's (Cbr, sender record, sink record) triples."""
+    return [UdpResult(spec=stream, sent=sent["sent"], send_errors=sent["send_errors"], arrivals=sink["arrivals"],
+                      packet_size=stream.packet_size, started_at=sent["started_at"], ended_at=sent["ended_at"],
+                      link=link) for stream, sent, sink in records]
+
+
+def _timeout_of(flow, link):
+    """A flow's deadline; a CBR stream's is its span plus a minute."""
+    if isinstance(flow, Cbr):
+        return 60.0 + flow.start + flow.duration
+    return default_timeout(flow, link)
 
 
 def _kernel_release():

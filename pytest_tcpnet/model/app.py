@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from .specs import check_congestion_control
 from .units import format_size, format_time, parse_size, parse_time
 
-__all__ = ["Pace", "Pause", "Flow", "check_buffer_bytes", "check_positive_bytes"]
+__all__ = ["Pace", "Pause", "Flow", "Cbr", "check_buffer_bytes", "check_positive_bytes"]
 
 
 def _positive_number(field, value):
@@ -141,3 +141,52 @@ class Flow:
             if isinstance(pause, Pause) and self.nbytes is not None and pause.after >= self.nbytes:
                 raise ValueError(f"{name}: Pause(after={pause.after}) is not before the end of the "
                                  f"{self.nbytes}-byte transfer; pause after fewer bytes")
+
+
+#: UDP payload that fits one 1500-byte frame under IPv6 (1500 - 40 - 8).
+MAX_CBR_PACKET = 1452
+
+
+@dataclass(frozen=True)
+class Cbr:
+    """Unresponsive cross traffic: UDP datagrams at a constant bit rate, for `duration` seconds from `start`.
+
+    rate counts the UDP payload (packet_size bytes per datagram); each datagram carries its
+    sequence number and send time, so the receiver measures loss and one-way delay on the
+    lab's one clock. Runs beside TCP flows in Pair.concurrent and Pair.latency_under_load.
+    """
+
+    rate: "float | str"
+    duration: "float | str"
+    packet_size: int = 1200
+    start: float = 0.0
+    direction: str = "download"
+
+    def __post_init__(self):
+        from .units import parse_rate
+        rate = parse_rate(self.rate, "Cbr.rate")
+        if not math.isfinite(rate) or not 0 < rate <= 1e9:
+            raise ValueError(f"Cbr.rate: must be > 0 and at most 1 Gbit/s (a Python sender's reach), got {self.rate!r}")
+        object.__setattr__(self, "rate", float(rate))
+        duration = parse_time(self.duration, "Cbr.duration")
+        if not math.isfinite(duration) or not 0 < duration <= 3600:
+            raise ValueError(f"Cbr.duration: must be in (0, 3600] seconds, got {self.duration!r}")
+        object.__setattr__(self, "duration", float(duration))
+        size = self.packet_size
+        if isinstance(size, bool) or not isinstance(size, int) or not 16 <= size <= MAX_CBR_PACKET:
+            raise ValueError(f"Cbr.packet_size: UDP payload bytes in 16..{MAX_CBR_PACKET} (one frame), got {size!r}")
+        if rate / (8 * size) > 100_000:
+            raise ValueError(f"Cbr.rate: {rate / (8 * size):.0f} datagrams/s of {size} B is beyond a Python sender "
+                             "(at most 100000/s); use bigger packets")
+        start = parse_time(self.start, "Cbr.start")
+        if not math.isfinite(start) or not 0 <= start <= 3600:
+            raise ValueError(f"Cbr.start: must be in [0, 3600] seconds, got {self.start!r}")
+        object.__setattr__(self, "start", float(start))
+        if self.direction not in ("download", "upload"):
+            raise ValueError(f"Cbr.direction: must be 'download' (server -> client) or 'upload', got {self.direction!r}")
+
+    def describe(self):
+        """'UDP 5 Mbit/s (1200 B datagrams) for 8 s'."""
+        from .units import format_rate
+        return (f"UDP {format_rate(self.rate)} ({self.packet_size} B datagrams) for {format_time(self.duration)}"
+                + (f" from {format_time(self.start)}" if self.start else ""))

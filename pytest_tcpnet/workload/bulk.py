@@ -2,8 +2,9 @@
 
 import os
 
+from ..model.app import Cbr
 from .base import FlowOutcome, Workload
-from .flows import bulk_endpoint, cpu_hog
+from .flows import bulk_endpoint, cpu_hog, udp_cbr_sender, udp_sink
 
 __all__ = ["Bulk", "STARVED_READ_SIZE"]
 
@@ -11,19 +12,27 @@ STARVED_READ_SIZE = 16384
 
 
 class Bulk(Workload):
-    """One or more bulk flows (model.Flow) between a pair's endpoints; the server side listens."""
+    """One or more bulk flows (model.Flow) between a pair's endpoints; the server side listens.
+
+    model.Cbr entries run UDP streams beside them; their records land in `udp_records` (wait()
+    returns the TCP flows' outcomes only).
+    """
 
     kind = "bulk"
 
     def __init__(self, flows, *, starve_receiver=False, socket_cc=None, connect_timeout=30.0):
-        self.flows = list(flows)
+        self.flows = [flow for flow in flows if not isinstance(flow, Cbr)]
+        self.streams = [flow for flow in flows if isinstance(flow, Cbr)]
+        self.udp_records = []
+        self._udp = []
         self.starve_receiver = starve_receiver
         self.socket_cc = socket_cc or {}  # role -> cc the Host asked for but the namespace could not default to
         self.connect_timeout = connect_timeout
         self._running = []
 
     def describe(self):
-        return f"bulk x{len(self.flows)}" if len(self.flows) > 1 else "bulk"
+        udp = f" + UDP x{len(self.streams)}" if self.streams else ""
+        return (f"bulk x{len(self.flows)}" if len(self.flows) > 1 else "bulk") + udp
 
     def start(self, pair, deadline):
         starved_cpu = max(os.sched_getaffinity(0)) if self.starve_receiver else None
@@ -57,6 +66,16 @@ class Bulk(Workload):
                                       timeout=self.connect_timeout, **ends["client"]),
                                  f"bulk client #{index}", **placement.get("client", {}))
             self._running.append((flow, sender.role, server, client))
+        for index, stream in enumerate(self.streams):
+            sender, receiver = (pair.server, pair.client) if stream.direction == "download" else (pair.client, pair.server)
+            sink = self._spawn(receiver, udp_sink, dict(address=receiver.address,
+                                                        timeout=stream.start + stream.duration + self.connect_timeout),
+                               f"udp sink #{index}")
+            port = sink.receive(deadline, "listening")["port"]
+            source = self._spawn(sender, udp_cbr_sender, dict(address=receiver.address, port=port, rate=stream.rate,
+                                                              duration=stream.duration, packet_size=stream.packet_size,
+                                                              start_delay=stream.start), f"udp sender #{index}")
+            self._udp.append((stream, sink, source))
 
     def wait(self, deadline):
         outcomes = []
@@ -70,8 +89,12 @@ class Bulk(Workload):
             receiver_role = "client" if sender_role == "server" else "server"
             outcomes.append(FlowOutcome(sender=records[sender_role], receiver=records[receiver_role],
                                         sender_role=sender_role, spec=flow))
+        for stream, sink, source in self._udp:
+            sent = source.receive(deadline, "result")
+            self.udp_records.append((stream, sent, sink.receive(deadline, "result")))
         return outcomes
 
     def stop(self):
         self._stop_spawned()
         self._running.clear()
+        self._udp.clear()

@@ -15,7 +15,7 @@ from ..model.app import Pace, Pause
 from ..model.tcpinfo import read_tcp_info
 
 __all__ = ["bulk_endpoint", "http_server", "cpu_hog", "rtt_echo_server", "rtt_probe_client", "PROBE_BYTES",
-           "rr_server", "rr_client"]
+           "rr_server", "rr_client", "udp_sink", "udp_cbr_sender"]
 
 CHUNK = 1 << 20  # 1 MiB per send/recv: few syscalls, so Python is not the bottleneck
 CHECKPOINT_INTERVAL = 0.005  # receiver's (time, bytes) record: fine enough for 10 ms rate series
@@ -314,6 +314,65 @@ def rr_client(conn, *, address, port, count, request_size, response_size, new_co
     if sock is not None:
         sock.close()
     conn.send({"event": "result", "requests": records})
+
+
+_CBR_HEADER = struct.Struct("!Id")  # sequence number, send time (monotonic s); 0xFFFFFFFF: the end
+_CBR_END = 0xFFFFFFFF
+
+
+def udp_sink(conn, *, address, timeout=60.0):
+    """Receive a CBR stream on a UDP socket until its end marker (or `timeout` s of silence); reports
+    [(seq, sent_at, received_at)] and the datagrams' size."""
+    sock = socket.socket(_family(address), socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)  # a burst after a stall must not overflow here
+    sock.bind((address, 0))
+    conn.send({"event": "listening", "port": sock.getsockname()[1]})
+    sock.settimeout(timeout)
+    arrivals, size, buffer = [], 0, bytearray(65536)
+    while True:
+        try:
+            n = sock.recv_into(buffer)
+        except socket.timeout:
+            break
+        received_at = time.monotonic()
+        seq, sent_at = _CBR_HEADER.unpack_from(buffer)
+        if seq == _CBR_END:
+            break
+        arrivals.append((seq, sent_at, received_at))
+        size = n
+    sock.close()
+    conn.send({"event": "result", "arrivals": arrivals, "size": size})
+
+
+def udp_cbr_sender(conn, *, address, port, rate, duration, packet_size, start_delay=0.0):
+    """Send packet_size-byte datagrams at `rate` bit/s of payload for `duration` s, each stamped with its sequence
+    number and send time; on schedule (a late datagram goes at once, the next ones keep the schedule)."""
+    if start_delay:
+        time.sleep(start_delay)
+    # Unconnected: a connected UDP socket reports a late ICMP port-unreachable (the sink gone after the end
+    # marker) as ECONNREFUSED on the next send.
+    sock = socket.socket(_family(address), socket.SOCK_DGRAM)
+    target = (address, port)
+    payload = bytearray(_PAYLOAD[:packet_size])
+    gap = packet_size * 8 / rate
+    started = time.monotonic()
+    count = int(duration / gap)
+    sent = errors = 0
+    for seq in range(count):
+        _sleep_until(started + seq * gap)
+        _CBR_HEADER.pack_into(payload, 0, seq, time.monotonic())
+        try:
+            sock.sendto(payload, target)
+            sent += 1
+        except OSError:  # ENOBUFS: the local queue was full, the datagram never left
+            errors += 1
+    ended = time.monotonic()
+    for _ in range(3):  # the end marker, thrice: a lost marker would leave the sink waiting for its timeout
+        _CBR_HEADER.pack_into(payload, 0, _CBR_END, time.monotonic())
+        sock.sendto(payload[:_CBR_HEADER.size], target)
+        time.sleep(0.01)
+    sock.close()
+    conn.send({"event": "result", "sent": sent, "send_errors": errors, "started_at": started, "ended_at": ended})
 
 
 class _BytesHandler(http.server.BaseHTTPRequestHandler):
