@@ -18,10 +18,12 @@ from pyroute2.iproute.linux import get_arguments_processor
 from pyroute2.netlink import NLMSG_DONE, NLMSG_ERROR
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.nlsocket import NetlinkRequest
-from pyroute2.netlink.rtnl import RTM_GETLINK, RTM_GETQDISC, RTM_GETSTATS, RTM_NEWADDR, RTM_NEWLINK, RTM_NEWQDISC, RTM_NEWROUTE, RTM_NEWTCLASS, RTM_NEWTFILTER
+from pyroute2.netlink.rtnl import (RTM_GETLINK, RTM_GETQDISC, RTM_GETSTATS, RTM_NEWADDR, RTM_NEWLINK, RTM_NEWNEIGH,
+                                   RTM_NEWQDISC, RTM_NEWROUTE, RTM_NEWTCLASS, RTM_NEWTFILTER)
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.ifstatsmsg import ifstatsmsg
+from pyroute2.netlink.rtnl.ndmsg import ndmsg
 from pyroute2.netlink.rtnl.marshal import MarshalRtnl
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
@@ -34,6 +36,7 @@ _REQUESTS = {
     ("link", "set"): (ifinfmsg, RTM_NEWLINK, "req"),
     ("addr", "add"): (ifaddrmsg, RTM_NEWADDR, "create"),
     ("route", "add"): (rtmsg, RTM_NEWROUTE, "create"),
+    ("neigh", "add"): (ndmsg, RTM_NEWNEIGH, "create"),
     ("tc", "add"): (tcmsg, RTM_NEWQDISC, "create"),
     ("tc", "add-raw"): (None, RTM_NEWQDISC, "create"),  # raw_qdisc_request
     ("tc", "add-class"): (tcmsg, RTM_NEWTCLASS, "create"),
@@ -144,24 +147,29 @@ _NLMSGHDR = struct.Struct("=IHHII")
 _TCMSG = struct.Struct("=BBHiIII")  # struct tcmsg: family, pad, pad, ifindex, handle, parent, info
 _NLM_F_CREATE_EXCL_ACK_REQUEST = 0x400 | 0x200 | 0x4 | 0x1
 _TCA_KIND = 1
+_NLA_F_NESTED = 0x8000
 
 
-def raw_qdisc_request(seq, *, index, handle, parent, kind, options):
+def raw_qdisc_request(seq, *, index, handle, parent, kind, options, nested_flag=False):
     """An RTM_NEWQDISC (create, exclusive) of `kind` with TCA_OPTIONS = options bytes (nested attributes, or a
-    plain struct: the kernel tells them by kind), for qdiscs pyroute2 cannot encode; as `tc qdisc add` sends it."""
+    plain struct: the kernel tells them by kind; nested_flag sets NLA_F_NESTED on it, which qdiscs that parse
+    their options strictly require), for qdiscs pyroute2 cannot encode; as `tc qdisc add` sends it."""
     body = _TCMSG.pack(0, 0, 0, index, handle, parent, 0) + nlattr(_TCA_KIND, kind.encode() + b"\0")
-    body += nlattr(_TCA_OPTIONS, options)  # as iproute2's addattr_nest: no NLA_F_NESTED flag
+    body += nlattr(_TCA_OPTIONS | (_NLA_F_NESTED if nested_flag else 0), options)
     return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), RTM_NEWQDISC, _NLM_F_CREATE_EXCL_ACK_REQUEST, seq, 0) + body
 
 
-def veth_peer_linkinfo(peer_ifname, peer_netns_fd, peer_index):
+def veth_peer_linkinfo(peer_ifname, peer_netns_fd, peer_index, peer_mac=None):
     """IFLA_LINKINFO of a veth whose peer is created in another namespace with a chosen ifindex.
 
     IPRoute's `peer=` shortcut turns every key into an attribute and cannot set the peer's
     ifinfomsg header, where the kernel reads the index (the peer cannot be created up: the
     kernel opens it before its other end exists, ENOTCONN).
     """
-    peer = {"attrs": [("IFLA_IFNAME", peer_ifname), ("IFLA_NET_NS_FD", peer_netns_fd)], "index": peer_index}
+    attrs = [("IFLA_IFNAME", peer_ifname), ("IFLA_NET_NS_FD", peer_netns_fd)]
+    if peer_mac:
+        attrs.append(("IFLA_ADDRESS", peer_mac))
+    peer = {"attrs": attrs, "index": peer_index}
     return ("IFLA_LINKINFO", {"attrs": [("IFLA_INFO_KIND", "veth"),
                                         ("IFLA_INFO_DATA", {"attrs": [("VETH_INFO_PEER", peer)]})]})
 
