@@ -115,11 +115,12 @@ def test_every_queue_is_encoded_byte_for_byte_as_tc_sends_it(kwargs):
     are the same bytes."""
     import json
     import pathlib
-    from pytest_tcpnet.netlink.queues import _attrs
+    from pytest_tcpnet.netlink.queues import _attrs, options_flagged_nested
     golden = json.loads((pathlib.Path(__file__).parent / "data" / "tc_golden.json").read_text())["cases"]
     queue = Link(rate="10mbit", **kwargs).toward_client.queue
     kind, ours = queue_options(queue)
     theirs = bytes.fromhex(golden[kind]["options"])
+    assert options_flagged_nested(kind) == golden[kind]["nested_flag"]  # fq_pie refuses options without the flag
     if kind in ("pfifo", "bfifo"):
         assert ours == theirs  # a plain struct tc_fifo_qopt
     else:

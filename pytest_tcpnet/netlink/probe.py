@@ -50,7 +50,7 @@ def qdisc_supported(kind):
     "police" probes the police action (act_police) on a match-all filter under an htb root.
     """
     from ..model.queues import QUEUE_KINDS
-    from .queues import queue_options
+    from .queues import options_flagged_nested, queue_options
     from .rtnl import RtnlSocket
 
     def probe():
@@ -60,7 +60,7 @@ def qdisc_supported(kind):
             sock = RtnlSocket()
             try:
                 sock.batch([("tc", "add-raw", dict(index=1, handle=0x10000, parent=0xFFFFFFFF, kind=queue_kind,
-                                                   options=options))])
+                                                   options=options, nested_flag=options_flagged_nested(kind)))])
                 return True
             except NetlinkError:
                 return False

@@ -11,7 +11,7 @@ from ..errors import LabError
 from ..model import MTU_FRAME_BYTES
 from ..model.specs import distribution_table
 from .namespaces import with_iproute
-from .queues import queue_options, read_queue
+from .queues import options_flagged_nested, queue_options, read_queue
 from .rtnl import nlattr
 from .session import session_for
 from .topology import _index
@@ -163,7 +163,8 @@ def _child_handle(leaf):
 
 def _queue_request(index, handle, parent, queue):
     kind, options = queue_options(queue)
-    return ("tc", "add-raw", dict(index=index, handle=handle, parent=parent, kind=kind, options=options))
+    return ("tc", "add-raw", dict(index=index, handle=handle, parent=parent, kind=kind, options=options,
+                                  nested_flag=options_flagged_nested(kind)))
 
 
 def _class_requests(index, classid, leaf, way, rate_bps=None):

@@ -11,7 +11,7 @@ import struct
 from ..model.queues import CAKE_DIFFSERV_MODES, CAKE_FLOW_MODES, Queue
 from .rtnl import nlattr
 
-__all__ = ["queue_options", "read_queue", "decode_queue"]
+__all__ = ["queue_options", "options_flagged_nested", "read_queue", "decode_queue"]
 
 _U32 = struct.Struct("=I")
 _S32 = struct.Struct("=i")
@@ -46,6 +46,16 @@ _ATTRS = {
            "buckets": (8, lambda n: max(1, math.ceil(math.log2(n)))), "ce_threshold": (12, _us), "horizon": (14, _us)},
 }
 _CAKE_BASE_RATE64, _CAKE_OVERHEAD, _CAKE_TARGET, _CAKE_AUTORATE = 2, 6, 8, 9
+
+
+#: Kinds whose TCA_OPTIONS must carry NLA_F_NESTED: they parse it strictly (nla_parse_nested), as fq_pie
+#: (5.6) does; the older ones take it either way, and tc sends it only for these.
+_STRICTLY_NESTED = frozenset({"fq_pie"})
+
+
+def options_flagged_nested(kind):
+    """Whether `kind`'s TCA_OPTIONS goes with NLA_F_NESTED (as tc sends it)."""
+    return kind in _STRICTLY_NESTED
 
 
 def queue_options(queue):
