@@ -561,6 +561,10 @@ class RequestsResult:
     expected_s: list
     why: str
     server_tcp_info: list = field(default_factory=list)
+    #: The server's connections' smoothed RTT (mean of their final srtt) and the model's times at that RTT:
+    #: the window-per-round law alone, without the endpoints' own share of the RTT to explain.
+    observed_rtt_s: "float | None" = None
+    observed_expected_s: "list | None" = None
 
     @property
     def fct_s(self):
@@ -586,7 +590,9 @@ class RequestsResult:
                  "FCT: " + ", ".join(f"p{p} {format_time(_percentile(fct, p))}" for p in (0, 50, 95, 100))
                  + f"; model: first {format_time(self.expected_s[0])}"
                  + (f", then {format_time(self.expected_s[-1])}" if len(self.expected_s) > 1 else ""),
-                 f"model: {self.why}",
+                 f"model: {self.why}"
+                 + (f"; at the srtt the server saw ({format_time(self.observed_rtt_s)}): first "
+                    f"{format_time(self.observed_expected_s[0])}" if self.observed_expected_s else ""),
                  f"per request (measured / model): " + ", ".join(
                      f"{format_time(m)}/{format_time(e)}" for m, e in list(zip(fct, self.expected_s))[:8])
                  + (" ..." if len(fct) > 8 else ""),

@@ -218,9 +218,15 @@ class Pair:
         window = min(receive, in_flight)
         rate = link_goodput(way.rate_bps, mss) if way.rate_bps else None
         after_idle = sysctls["server"].get("net.ipv4.tcp_slow_start_after_idle", "1") != "0"
-        expected = request_response_times(count, response_size, rtt_s=self.link.rtt_s, window_bytes=window,
-                                          rate_bps=rate, new_connection=new_connection, interval_s=interval,
+        def times(rtt_s):
+            return request_response_times(count, response_size, rtt_s=rtt_s, window_bytes=window, rate_bps=rate,
+                                          new_connection=new_connection, interval_s=interval,
                                           slow_start_after_idle=after_idle, mss_bytes=mss)
+        expected = times(self.link.rtt_s)
+        # The RTT the server's connections saw (their final srtt): the path's plus the endpoints' own time (in the
+        # emulated VM ~1-1.5 ms per round trip), what a window-bound response really pays per round.
+        srtts = [info["rtt"] / 1e6 for info in workload.server_record["tcp_info"] if info.get("rtt")]
+        observed_rtt = max(self.link.rtt_s, sum(srtts) / len(srtts)) if srtts else None
         why = (f"window {format_size(window)} (receive {format_size(receive)}, in flight under the send buffer "
                f"{format_size(in_flight)}) per {format_time(self.link.rtt_s)} RTT"
                + (f", {format_rate(rate)} of payload on the link" if rate else "")
@@ -230,7 +236,8 @@ class Pair:
         return RequestsResult(records=workload.records, request_size=request_size, response_size=response_size,
                               new_connection=new_connection, interval=interval, link=self.link, kernel=kernel,
                               sysctls=sysctls, sndbuf_requested=sndbuf, rcvbuf_requested=rcvbuf, expected_s=expected,
-                              why=why, server_tcp_info=workload.server_record["tcp_info"])
+                              why=why, server_tcp_info=workload.server_record["tcp_info"], observed_rtt_s=observed_rtt,
+                              observed_expected_s=times(observed_rtt) if observed_rtt else None)
 
     def iperf3(self, *, duration, direction="download", cc=None, window=None, parallel=1, capture=False,
                sample_interval=None, timeout=None):
