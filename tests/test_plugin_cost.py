@@ -37,6 +37,7 @@ LIGHT_MODULES = {
     "pytest_tcpnet.privilege", "pytest_tcpnet.rootless",
     "pytest_tcpnet.model", "pytest_tcpnet.model.kernel", "pytest_tcpnet.model.specs", "pytest_tcpnet.model.app",
     "pytest_tcpnet.model.tcp", "pytest_tcpnet.model.units", "pytest_tcpnet.model.window", "pytest_tcpnet.model.predict",
+    "pytest_tcpnet.model.queues",
     "pytest_tcpnet.assertions", "pytest_tcpnet.assertions.throughput", "pytest_tcpnet.assertions.window",
     "pytest_tcpnet.assertions.events", "pytest_tcpnet.assertions.verdicts",
     "pytest_tcpnet.report", "pytest_tcpnet.report.artifacts", "pytest_tcpnet.report.merge",
