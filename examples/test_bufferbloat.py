@@ -44,7 +44,8 @@ def test_ecn_marks_replace_drops(tcpnet):
     result = pair.transfer(duration=5, cc="cubic", capture=True)
     figures = result.describe() + f"\nECE {result.events['ece']}, CWR {result.events['cwr']}"
     assert result.queue_ecn_marks > 0 and result.ce_marks > 0, figures
-    assert result.events["cwr"] > 0, figures
+    # One CWR per mark the sender reacted to (measured: 12 marks, 12 CWR; ce_marks 356, the segments ECE covered).
+    assert 0 < result.events["cwr"] <= result.queue_ecn_marks, figures
     assert result.retransmits <= 2, figures
 
 

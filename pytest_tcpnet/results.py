@@ -173,8 +173,13 @@ class TransferResult:
 
     @property
     def ce_marks(self):
-        """Segments the sender learnt were CE-marked on the way (TCP_INFO delivered_ce, from the receiver's ECE
-        echoes); 0 without ECN; None on a kernel that does not report it."""
+        """Segments acknowledged with ECE (TCP_INFO delivered_ce): the sender's view of congestion marks; 0 without
+        ECN, None on a kernel that does not report it.
+
+        Under classic ECN (RFC 3168) the receiver repeats ECE on every ACK until the sender's CWR,
+        so this counts every segment those ACKs cover, not the marks: 356 for 12 codel marks in
+        the VM (queue_ecn_marks and the capture's CWR events count marks); with DCTCP's per-packet
+        echo it tracks the marks themselves."""
         return self.sender_tcp_info.get("delivered_ce")
 
     @property
