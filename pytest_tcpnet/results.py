@@ -304,13 +304,7 @@ class TransferResult:
     def plot(self, directory=None):
         """Write the plots (needs matplotlib: pip install 'pytest-tcpnet[plots]'); return their paths."""
         from .analysis.plots import plot_result
-
-        directory = directory or self.artifact_dir
-        if directory is None:
-            raise ValueError("directory: this result has no artifact directory; pass one (e.g. tmp_path)")
-        paths = plot_result(self, directory)
-        self._artifacts.extend(p for p in paths if p not in self._artifacts)
-        return paths
+        return _plot_into(self, plot_result, directory)
 
     # -- router counters --------------------------------------------------------------------------
 
@@ -358,6 +352,16 @@ class TransferResult:
         if self.capture is not None:
             lines.append(f"capture: {self.capture.pcap}")
         return "\n".join(lines)
+
+
+def _plot_into(result, draw, directory):
+    """draw(result, directory) into directory or the result's artifact directory; the paths, kept as artifacts."""
+    directory = directory or result.artifact_dir
+    if directory is None:
+        raise ValueError("directory: this result has no artifact directory; pass one (e.g. tmp_path)")
+    paths = draw(result, directory)
+    result._artifacts.extend(p for p in paths if p not in result._artifacts)
+    return paths
 
 
 def jain_index(values):
@@ -536,13 +540,7 @@ class LatencyResult:
     def plot(self, directory=None):
         """RTT over time (idle and loaded spans shaded) and the CDFs of idle and loaded RTT; returns the paths."""
         from .analysis.plots import plot_latency
-
-        directory = directory or self.artifact_dir
-        if directory is None:
-            raise ValueError("directory: this result has no artifact directory; pass one (e.g. tmp_path)")
-        paths = plot_latency(self, directory)
-        self._artifacts.extend(p for p in paths if p not in self._artifacts)
-        return paths
+        return _plot_into(self, plot_latency, directory)
 
 
 @dataclass
