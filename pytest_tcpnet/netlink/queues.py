@@ -164,8 +164,10 @@ def _attrs(data, offset=0, end=None):
     return found
 
 
-# kind -> (xstats offset of its ECN mark counter (u32), of its drops-for-overlimit counter or None)
-_XSTATS_MARKS = {"fq_codel": 12, "codel": 24, "pie": 36, "fq_pie": 16, "red": 12}
+# kind -> [(xstats offset, struct)] of its mark counters, summed: the ECN marks of its AQM and, where it has one,
+# the marks above ce_threshold (a DCTCP-style step), which the kernel counts apart (pkt_sched.h's *_xstats).
+_XSTATS_MARKS = {"fq_codel": [(12, _U32), (28, _U32)], "codel": [(24, _U32), (32, _U32)], "pie": [(36, _U32)],
+                 "fq_pie": [(16, _U32)], "red": [(12, _U32)], "fq": [(80, _U64)]}
 
 
 def read_queue(msg):
@@ -179,8 +181,9 @@ def decode_queue(kind, options, xstats=b""):
     """{"settings": {...}, "ecn_marks": n or None} from a queue qdisc's TCA_OPTIONS and TCA_XSTATS payloads.
 
     Settings are what the kernel holds, in the Link's units: seconds, bytes, packets,
-    True/False; "limit" for every kind that has one. ECN marks come from the kind's xstats (None
-    where the kind keeps none this module reads: cake counts per tin).
+    True/False; "limit" for every kind that has one. ECN marks come from the kind's xstats, its
+    AQM's and its ce_threshold's together (None where the kind keeps none this module reads:
+    cake counts per tin; the FIFOs mark nothing).
     """
     settings = {}
     if kind in ("pfifo", "bfifo") and len(options) >= 4:
@@ -203,8 +206,9 @@ def decode_queue(kind, options, xstats=b""):
             value = _S32.unpack_from(raw)[0] if (kind, name) == ("cake", "overhead") else _U32.unpack_from(raw)[0]
             settings[name] = _decode(kind, name, value, encode)
     marks = None
-    if kind in _XSTATS_MARKS and len(xstats) >= _XSTATS_MARKS[kind] + 4:
-        marks = _U32.unpack_from(xstats, _XSTATS_MARKS[kind])[0]
+    counters = _XSTATS_MARKS.get(kind, [])
+    if counters and all(len(xstats) >= offset + layout.size for offset, layout in counters):
+        marks = sum(layout.unpack_from(xstats, offset)[0] for offset, layout in counters)
     return {"settings": settings, "ecn_marks": marks}
 
 
