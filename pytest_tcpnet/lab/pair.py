@@ -178,7 +178,7 @@ class Pair:
         """
         from .. import netlink
         from ..measure.run import TCP_SYSCTLS
-        from ..model import Conditions, request_response_times
+        from ..model import Conditions, check_congestion_control, request_response_times
         from ..model.app import check_buffer_bytes
         from ..model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6, link_goodput, sustained_window
         from ..model.units import parse_time
@@ -197,7 +197,7 @@ class Pair:
         sndbuf = None if sndbuf is None else check_buffer_bytes("sndbuf", sndbuf)
         rcvbuf = None if rcvbuf is None else check_buffer_bytes("rcvbuf", rcvbuf)
         if cc is not None:
-            Flow(nbytes=1, cc=cc)  # the same validation as a flow's cc
+            check_congestion_control("cc", cc)
             check_need(cc)
         cc = cc or self.socket_cc.get("server")
         flow = Flow(nbytes=count * (request_size + response_size))
