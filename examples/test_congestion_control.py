@@ -42,13 +42,16 @@ def test_cubic_stays_near_the_mathis_bound(tcpnet):
     Mathis: 1448 B x 8 / 0.1 s x 1.22 / sqrt(0.01) = 1.41 Mbit/s, a steady-state bound. The
     whole average of a short run is dominated by slow start (a 4 s iperf3 run averaged 6.4
     Mbit/s, 4.5x the bound; a 1.5 MB bulk transfer 2.07 Mbit/s, 1.5x), so this judges iperf3's
-    intervals after the first 3 s of an 8 s run. Asserted: their mean between 0.3x and 4x the
+    receiver's per-second goodput after the first 3 s of an 8 s run. Asserted: its mean between 0.3x and 4x the
     bound (cubic grows faster than Reno between losses), and under a tenth of the link.
     """
     result = tcpnet.pair(link=LOSSY_LFN).iperf3(duration=8, cc="cubic")
-    steady = [row["bps"] for row in result.details["intervals"] if row["t"] > 3.0]
+    # What the receiver's kernel took in per second (sampled), not iperf3's sender intervals: those count bytes
+    # written into the send buffer, which an autotuned buffer absorbs by the megabyte while the path is slow
+    # (a VM run beside a CPU hog read 12.3 Mbit/s, 8.7x the bound, with an interval of 0 among them).
+    steady = [bps for t, bps in result.rate_series(1.0, source="socket") if t > 3.0]
     bound = model.mathis_throughput(1448, 0.100, 0.01)
     mean = sum(steady) / len(steady)
-    assert 0.3 * bound <= mean <= 4 * bound, (mean, bound, result.details["intervals"])
+    assert 0.3 * bound <= mean <= 4 * bound, (mean, bound, steady, result.details["intervals"])
     assert mean < 0.1 * LOSSY_LFN.rate_bps
     assert result.retransmits > 0
