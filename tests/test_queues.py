@@ -176,10 +176,10 @@ def test_a_byte_limited_fifo_bounds_the_latency_a_bulk_flow_adds(tcpnet, tmp_pat
     full_fifo = 200 * 1514 * 8 / 10e6
     full_bfifo = 30 * 1024 * 8 / 10e6
     # cubic fills the FIFO until it drops, then backs off by 30%: the queue swings between ~0.7 and 1.0 of its
-    # limit once slow start is over. Measured on the host: p95 0.81-0.95 of the limit (pfifo), 0.9-1.1 (bfifo:
-    # the probe also waits for the packet on the wire and its own ACK clocking).
-    assert 0.6 * full_fifo <= deep.induced_latency_s(95, after=1.0) <= 1.1 * full_fifo, figures
-    assert short.induced_latency_s(95, after=1.0) <= 1.6 * full_bfifo + 0.002, figures
+    # limit once slow start is over. Measured on the host beside a fresh-clone CI run, 3 runs: p95 0.85-0.86 of
+    # the limit (pfifo), 0.99 (bfifo); the probe waits behind the queue plus the packet on the wire.
+    assert 0.7 * full_fifo <= deep.induced_latency_s(95, after=1.0) <= 1.1 * full_fifo, figures
+    assert short.induced_latency_s(95, after=1.0) <= 1.3 * full_bfifo + 0.002, figures
     for result in (deep, short):
         assert result.flows.total_bps >= 0.9 * 9.56e6, figures
     (plot,) = deep.plot(tmp_path)  # RTT over time beside the idle and loaded CDFs
