@@ -134,6 +134,7 @@ BLOCKED_ON_SNDBUF = {"notsent_bytes": 0, "wmem_queued": 46_000, "sndbuf": 32768,
     ({"wmem_queued": 8_000}, "app"),  # nothing unsent and room in the buffer: the application is not writing
     ({"notsent_bytes": 65_536, "snd_wnd": 24 * 1448}, "rwnd"),  # data waits, the peer's window is full
     ({"notsent_bytes": 65_536, "snd_wnd": 2_920, "unacked": 2}, "rwnd"),  # a 4 KB receiver: no room for a segment
+    ({"notsent_bytes": 65_536, "snd_wnd": 4_096, "unacked": 0}, "rwnd"),  # ... just acked: room for 2, cwnd far bigger
     ({"notsent_bytes": 65_536, "snd_cwnd": 24}, "cwnd"),  # data waits, cwnd is full
     ({"notsent_bytes": 65_536}, "cwnd"),  # data waits with room in both windows: pacing, the path
     ({"snd_cwnd": 24}, "cwnd"),  # the buffer is full but so is cwnd

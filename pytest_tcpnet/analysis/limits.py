@@ -3,7 +3,8 @@
 Each sample of the sender's socket says what held it back at that instant:
   - "app":    the application gave the kernel nothing more to send (nothing unsent, send buffer
               not full): a paced writer, a stop-and-wait protocol waiting for its own reply;
-  - "rwnd":   data waits and the peer's window has no room for another segment;
+  - "rwnd":   data waits and the peer's window has no room for another segment (or, smaller than cwnd,
+              room for fewer than three);
   - "cwnd":   data waits and the congestion window is full, or both windows have room but the
               data still waits (pacing, the path): the congestion control and the network;
   - "sndbuf": everything written is in flight, the send buffer is full and both windows have
@@ -33,6 +34,9 @@ SAMPLE_FIELDS = ("unacked", "snd_cwnd", "snd_wnd", "snd_mss", "notsent_bytes", "
 #: 16 KB SO_SNDBUF at 20 ms in the 6.1 VM sat at 0.73 for most samples, asleep: 0.75 called those "app".
 FULL_SEND_BUFFER = 2 / 3
 
+#: A peer's window with room for fewer segments than this, while data waits, is as good as full.
+_NEARLY_FULL = 3
+
 #: Fewer classified samples than this and the verdict falls back to the chrono counters.
 MIN_SAMPLES = 3
 
@@ -50,7 +54,12 @@ def classify_sample(sample):
     if not waiting and not full:
         return "app"
     window = sample.get("snd_wnd")
-    if window is not None and unacked * mss + mss > window:
+    # Data waits, the peer's window is the smaller of the two and has room for under three segments: it binds,
+    # even at an instant when an ACK has just opened that room (a 4 KB window against a cwnd of 226 on an
+    # undelayed path opens and fills faster than a sample can tell; it read "cwnd" half the time beside a CPU
+    # hog in fresh-clone CI run ci33).
+    if window is not None and (unacked * mss + mss > window
+                               or (waiting and window < cwnd * mss and window - unacked * mss < _NEARLY_FULL * mss)):
         return "rwnd"
     if unacked >= cwnd or waiting:
         return "cwnd"
