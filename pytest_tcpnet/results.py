@@ -478,11 +478,16 @@ def _percentile(values, p):
 class LatencyResult:
     """A latency probe's RTTs idle and beside load (Pair.latency_under_load): the queue a path adds under load.
 
-    samples: [(seconds since the probe started, rtt_s)]; loaded_from/loaded_to: the span (same
-    clock) in which the flows moved data; flows: their ConcurrentResult (None without flows).
+    samples: [(seconds since the probe started, rtt_s)], the path's RTT as ping sees it (kernel receive
+    timestamps, the echo server's hold time taken out); app_samples: the same exchanges timed by the
+    application, which adds both ends' wake-ups; stamped: False where the kernel gave no timestamps
+    (samples are then the application's); loaded_from/loaded_to: the span (same clock) in which the
+    flows moved data; flows: their ConcurrentResult (None without flows).
     """
 
     samples: list
+    app_samples: list
+    stamped: bool
     idle_to: float
     loaded_from: float
     loaded_to: float
@@ -520,8 +525,11 @@ class LatencyResult:
 
     def describe(self):
         """Idle and loaded RTTs, the load, the link."""
-        lines = [f"latency probe (TCP request/response every {format_time(self.interval)}): "
-                 f"{len(self.idle_samples)} idle samples, median {format_time(self.idle_rtt_s)}"]
+        app_idle = _percentile([rtt for t, rtt in self.app_samples if t < self.idle_to], 50)
+        lines = [f"latency probe (TCP request/response every {format_time(self.interval)}"
+                 + ("" if self.stamped else ", no kernel timestamps: application times") + "): "
+                 f"{len(self.idle_samples)} idle samples, median {format_time(self.idle_rtt_s)}"
+                 + (f" (the application saw {format_time(app_idle)}: the endpoints' wake-ups)" if self.stamped else "")]
         loaded = self.loaded_samples()
         if loaded:
             lines.append("under load: " + ", ".join(f"p{p} {format_time(_percentile(loaded, p))}" for p in (50, 95, 99))

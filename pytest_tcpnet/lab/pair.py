@@ -122,7 +122,9 @@ class Pair:
         """The RTT a small request/response sees on this path, idle and then beside bulk flows (bufferbloat).
 
         A probe sends a 64-byte request on its own TCP_NODELAY connection every probe_interval s
-        (closed loop: a late answer delays the next one) and times each answer: alone for `idle`
+        (closed loop: a late answer delays the next one) and times each answer as ping would (the kernel's
+        receive time of the answer, less the time the echo server held the request; the application's
+        own times are kept beside them): alone for `idle`
         seconds, then for `duration` seconds beside the flows (default: one download of that
         duration; each Flow's own start counts from the end of the idle phase). Returns a
         LatencyResult: idle_rtt_s, loaded_rtt_s(p), induced_latency_s(p), the probe's samples and
@@ -152,7 +154,8 @@ class Pair:
         udp = udp_results(workload.bulk.udp_records, self.link) if workload.bulk is not None else []
         record = workload.probe_record
         origin = record["started_at"]
-        samples = [(t - origin, rtt) for t, rtt in record["samples"]]
+        samples = [(t - origin, rtt) for t, rtt, _ in record["samples"]]
+        app_samples = [(t - origin, app_rtt) for t, _, app_rtt in record["samples"]]
         spans = [(r.first_byte_at, r.receiver["last_byte_at"]) for r in results]
         spans += [(u.started_at, u.ended_at) for u in udp]
         if spans:
@@ -161,7 +164,8 @@ class Pair:
         else:
             loaded_from = loaded_to = idle + duration
         kernel = results[0].kernel if results else _kernel_release()
-        return LatencyResult(samples=samples, idle_to=min(idle, loaded_from), loaded_from=loaded_from,
+        return LatencyResult(samples=samples, app_samples=app_samples, stamped=record["stamped"],
+                             idle_to=min(idle, loaded_from), loaded_from=loaded_from,
                              loaded_to=min(loaded_to, idle + duration), interval=interval, link=self.link,
                              kernel=kernel, flows=ConcurrentResult(flows=results, udp=udp) if results else None,
                              udp=udp, artifact_dir=self.lab.artifact_dir)

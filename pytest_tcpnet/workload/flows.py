@@ -198,8 +198,41 @@ def _read_exactly(sock, view):
     return True
 
 
+# Linux's SO_TIMESTAMPNS (asm-generic/socket.h; the stdlib does not name it): recvmsg then carries, for TCP too,
+# the kernel's CLOCK_REALTIME receive time of the data read, as a struct timespec.
+_SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("@ll")
+_HOLD = struct.Struct("<q")  # the echo server's hold time (ns) in the first bytes of its answer
+
+
+def _read_stamped(sock, view):
+    """Fill view from sock; the kernel's receive time (ns, CLOCK_REALTIME) of the last byte, 0 if unstamped,
+    or None at EOF."""
+    got, stamp = 0, 0
+    while got < len(view):
+        n, ancillary, _, _ = sock.recvmsg_into([view[got:]], socket.CMSG_SPACE(_TIMESPEC.size))
+        if not n:
+            return None
+        got += n
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+                seconds, nanoseconds = _TIMESPEC.unpack_from(data)
+                stamp = seconds * 1_000_000_000 + nanoseconds
+    return stamp
+
+
+def _ask_for_stamps(sock):
+    """Kernel receive timestamps on sock; False where the kernel refuses them."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        return True
+    except OSError:
+        return False
+
+
 def rtt_echo_server(conn, *, address, timeout=60.0):
-    """The far end of a latency probe: answers each PROBE_BYTES request at once, until EOF."""
+    """The far end of a latency probe: answers each PROBE_BYTES request at once, until EOF, writing into each
+    answer how long the request waited here (kernel receive to reply), so the probe can take that out."""
     listener = socket.socket(_family(address), socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((address, 0))
@@ -210,9 +243,12 @@ def rtt_echo_server(conn, *, address, timeout=60.0):
     listener.close()
     sock.settimeout(None)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    view = memoryview(bytearray(PROBE_BYTES))
+    _ask_for_stamps(sock)
+    buffer = bytearray(PROBE_BYTES)
+    view = memoryview(buffer)
     answered = 0
-    while _read_exactly(sock, view):
+    while (received_at := _read_stamped(sock, view)) is not None:
+        _HOLD.pack_into(buffer, 0, time.time_ns() - received_at if received_at else 0)
         sock.sendall(view)
         answered += 1
     sock.close()
@@ -221,29 +257,39 @@ def rtt_echo_server(conn, *, address, timeout=60.0):
 
 def rtt_probe_client(conn, *, address, port, interval, duration, timeout=60.0):
     """A latency probe: every `interval` s (or as soon as the previous answer came, when later) send a request on
-    one TCP_NODELAY connection and time its answer; reports [(sent_at, rtt_s)] on the monotonic clock."""
+    one TCP_NODELAY connection and time its answer; reports [(sent_at, network_rtt_s, app_rtt_s)], sent_at on the
+    monotonic clock. The network RTT is ping's: from the send to the kernel's receive time of the answer, less
+    the time the echo server held the request (both ends' wake-ups are the machine's, not the path's: a few
+    milliseconds in an emulated VM beside a busy CPU); without kernel timestamps it is the application's."""
     sock = socket.socket(_family(address), socket.SOCK_STREAM)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    stamped = _ask_for_stamps(sock)
     sock.settimeout(timeout)
     sock.connect((address, port))
     conn.send({"event": "connected", "local": sock.getsockname()[:2], "remote": sock.getpeername()[:2],
                "at": time.monotonic()})
-    request, view = _PAYLOAD[:PROBE_BYTES], memoryview(bytearray(PROBE_BYTES))
+    request, buffer = _PAYLOAD[:PROBE_BYTES], bytearray(PROBE_BYTES)
+    view = memoryview(buffer)
     started = time.monotonic()
     samples, next_at, end_at = [], started, started + duration
     while next_at < end_at:
         _sleep_until(next_at)
-        sent_at = time.monotonic()
+        sent_at, sent_ns = time.monotonic(), time.time_ns()
         sock.sendall(request)
-        if not _read_exactly(sock, view):
+        received_ns = _read_stamped(sock, view)
+        if received_ns is None:
             break
         answered_at = time.monotonic()
-        samples.append((sent_at, answered_at - sent_at))
+        app_rtt = answered_at - sent_at
+        (held_ns,) = _HOLD.unpack_from(buffer)
+        network_rtt = (received_ns - sent_ns - held_ns) / 1e9 if received_ns and stamped else app_rtt
+        # A realtime clock step between the two readings would show as an absurd value: keep the application's.
+        samples.append((sent_at, network_rtt if 0 < network_rtt <= app_rtt else app_rtt, app_rtt))
         # Closed loop, as flent's request/response tests: a late answer delays the next request, never stacks them.
         next_at = max(next_at + interval, answered_at)
     sock.shutdown(socket.SHUT_WR)
     sock.close()
-    conn.send({"event": "result", "samples": samples, "started_at": started})
+    conn.send({"event": "result", "samples": samples, "started_at": started, "stamped": stamped})
 
 
 def _send_all(sock, nbytes, write_size=CHUNK):
