@@ -103,22 +103,24 @@ def test_bad_topologies_are_refused_before_anything_is_created(call, message):
 def test_three_cubic_flows_share_a_30mbit_dumbbell_bottleneck_fairly_and_fill_it(tcpnet):
     # Queue: 60 packets. The default 1000 (400 ms at 30 Mbit/s) is the whole RTT on the host, and
     # there one flow can hold most of it (DESIGN pitfall 8; a pair's two flows measured Jain 0.67 on it).
-    # Judged on seconds 1-4, a majority of up to 3 trials: 5 quiet runs gave Jain 0.969-0.999 and
-    # 1.000-1.001 of the payload rate (queues of 30 and 150 packets: Jain 0.913-0.998, 0.957-1.000);
-    # beside another xdist worker's tests one run's whole-flow Jain was 0.925 (12.7, 10.1, 6.1 Mbit/s).
+    # Judged on seconds 2-8 of 8 s flows, a majority of up to 3 trials. Seconds 1-4 of 4 s flows gave Jain
+    # 0.969-0.999 in 5 quiet runs (queues of 30 and 150 packets: 0.913-0.998, 0.957-1.000), but 0.855-0.994
+    # beside a CPU hog in fresh-clone CI run ci34 (two of three trials under 0.9): three seconds of cubic
+    # sawtooth through a FIFO are too few to average the flows' phases out. Seconds 2-8, 4 runs each: quiet
+    # 0.968-1.000, beside a CPU hog 0.960-0.997 (seconds 1-4 of the same flows: 0.944-0.994); sum 0.999-1.001.
     bell = tcpnet.dumbbell(3, bottleneck=Link(rate="30mbit", limit=60), clients=Host(cc="cubic"))
     payload = model.link_goodput(30e6)
 
     def fair_and_full(result):
-        steady = result.rates_between(1.0, 4.0)
+        steady = result.rates_between(2.0, 8.0)
         return jain_index(steady) >= 0.9 and 0.85 * payload <= sum(steady) <= 1.03 * payload
 
-    passed, results, verdicts = judge_trials(lambda: bell.concurrent([Flow(duration=4.0, cc="cubic")] * 3),
+    passed, results, verdicts = judge_trials(lambda: bell.concurrent([Flow(duration=8.0, cc="cubic")] * 3),
                                              fair_and_full, trials=3)
-    report = "\n".join(f"trial {i + 1} ({'ok' if ok else 'failed'}): steady (1-4 s) "
-                       f"{[round(r / 1e6, 2) for r in result.rates_between(1.0, 4.0)]} Mbit/s, "
-                       f"sum {sum(result.rates_between(1.0, 4.0)) / payload:.3f} of the payload rate, "
-                       f"Jain {jain_index(result.rates_between(1.0, 4.0)):.3f}\n{result.describe()}"
+    report = "\n".join(f"trial {i + 1} ({'ok' if ok else 'failed'}): steady (2-8 s) "
+                       f"{[round(r / 1e6, 2) for r in result.rates_between(2.0, 8.0)]} Mbit/s, "
+                       f"sum {sum(result.rates_between(2.0, 8.0)) / payload:.3f} of the payload rate, "
+                       f"Jain {jain_index(result.rates_between(2.0, 8.0)):.3f}\n{result.describe()}"
                        for i, (result, ok) in enumerate(zip(results, verdicts)))
     assert passed, report
     # Each flow's result names its own path and pair, as a pair's transfer's does.
