@@ -9,6 +9,7 @@ from pytest_tcpnet import Host, Link, assert_throughput_within, model  # noqa: F
 from pytest_tcpnet import Flow, Pace, Pause
 from pytest_tcpnet import assert_no_window_full, assert_window_full
 from pytest_tcpnet import assert_limited_by
+from pytest_tcpnet import Schedule, assert_follows_schedule
 
 
 @pytest.mark.tcpnet_needs("netem")                 # delay needs sch_netem (or --tcpnet-vm)
@@ -48,6 +49,13 @@ def test_each_pair_gets_its_access_rate(tcpnet):
 def test_one_destination_slowed(tcpnet):             # source 001's per-destination tc, as a star
     star = tcpnet.star(servers=2, links=[Link(rate="5mbit"), None])
     assert star.pairs[0].transfer(1_000_000).throughput_bps < 5e6 < star.pairs[1].transfer(5_000_000).throughput_bps
+
+
+def test_the_flow_follows_a_rate_drop_and_recovery(tcpnet):
+    link = Link(rate=Schedule([(0, "40mbit"), (2, "10mbit"), (4, "40mbit")]))   # or Schedule.from_mahimahi(path)
+    result = tcpnet.pair(link).transfer(duration=6, cc="cubic")
+    assert_follows_schedule(result, rel=0.12)           # each phase, after settling, against the model's rate
+    assert [phase.link.rate_bps for phase in result.phases] == [40e6, 10e6, 40e6]
 
 
 @pytest.mark.tcpnet_needs("iperf3", "curl")

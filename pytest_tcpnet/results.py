@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from .model import Host, Link, format_rate, format_size, format_time
 
 __all__ = ["TransferResult", "ConcurrentResult", "LatencyResult", "RequestsResult", "UdpResult", "WindowProbe",
-           "jain_index"]
+           "Phase", "jain_index"]
 
 _TC_H_ROOT = 0xFFFFFFFF
 #: What a sender's samples say it had written, with notsent_bytes (sent at least once, less resends).
@@ -48,6 +48,10 @@ class TransferResult:
     #: The application's own bound, as its test declared it (observe(app_window=...)): bytes it keeps
     #: outstanding per application round trip, e.g. a stop-and-wait protocol's chunk.
     app_window_bytes: "int | None" = None
+    #: A changing link (Schedule): the steps applied while the flow ran (lab.changes.LinkChanges) and the
+    #: monotonic time of the schedule's t=0.
+    link_changes: list = field(default_factory=list, repr=False)
+    schedule_origin: "float | None" = field(default=None, repr=False)
     _artifacts: list = field(default_factory=list, repr=False)
 
     # -- goodput ---------------------------------------------------------------------------------
@@ -322,6 +326,45 @@ class TransferResult:
         return {end: c["rx_dropped"] + c["tx_dropped"] for end, c in self.interfaces.items()
                 if c["rx_dropped"] + c["tx_dropped"]}
 
+    def goodput_between(self, start_s, end_s):
+        """Goodput (bit/s) the receiving application saw between two times: seconds on the schedule's clock for a
+        changing link (result.phases' clock), else since the first data byte."""
+        if not 0 <= start_s < end_s:
+            raise ValueError(f"start_s/end_s: need 0 <= start_s < end_s, got {start_s!r}, {end_s!r}")
+        origin = self.schedule_origin if self.schedule_origin is not None else self.first_byte_at
+        points = self._cumulative_bytes()
+        return (_bytes_at(points, origin + end_s) - _bytes_at(points, origin + start_s)) * 8 / (end_s - start_s)
+
+    @property
+    def phases(self):
+        """One Phase per step of a changing link the flow lived through (empty for a link that never changes): its
+        span on the schedule's clock (from when the kernel acknowledged the change), the link in force, the
+        goodput, the sender's mean sampled RTT and its retransmissions in it."""
+        if not self.link.changing or self.schedule_origin is None:
+            return []
+        origin = self.schedule_origin
+        first, last = self.first_byte_at - origin, self.receiver.get("last_byte_at", self.first_byte_at) - origin
+        applied = {}
+        for step in self.link_changes:
+            applied[step["at"]] = max(applied.get(step["at"], 0.0), step["applied_at"])
+        starts = [0.0] + [applied.get(at, at) for at in self.link.change_times]
+        rtts = [(t + self.first_byte_at - origin, v / 1e6) for t, v in self.series("rtt")]
+        retrans = [(t + self.first_byte_at - origin, v) for t, v in self.series("total_retrans")]
+        phases = []
+        for number, (at, start) in enumerate(zip([0.0] + self.link.change_times, starts)):
+            end = starts[number + 1] if number + 1 < len(starts) else last
+            start, end = max(start, first), min(end, last)
+            if end <= start:
+                continue
+            inside = [v for t, v in rtts if start <= t < end]
+            before = [v for t, v in retrans if t < start]
+            upto = [v for t, v in retrans if t < end]
+            phases.append(Phase(number=number, scheduled_at=at, start_s=start, end_s=end, link=self.link.at(at),
+                                goodput_bps=self.goodput_between(start, end),
+                                rtt_s=sum(inside) / len(inside) if inside else None,
+                                retransmits=(upto[-1] - (before[-1] if before else 0)) if upto else None))
+        return phases
+
     def describe(self):
         """The conditions, one per line, for failure reports."""
         app = [f"reader {self.reader.describe()}" if self.reader else "",
@@ -351,7 +394,30 @@ class TransferResult:
                          + ("" if marks is None else f"; queue CE marks: {marks}, sender delivered_ce: {self.ce_marks}"))
         if self.capture is not None:
             lines.append(f"capture: {self.capture.pcap}")
+        lines += [phase.describe() for phase in self.phases]
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One step of a changing link as a flow lived it; times in seconds on the schedule's clock (t=0 when the
+    measurement started), the start when the kernel acknowledged the step."""
+
+    number: int
+    scheduled_at: float
+    start_s: float
+    end_s: float
+    link: Link
+    goodput_bps: float
+    rtt_s: "float | None"
+    retransmits: "int | None"
+
+    def describe(self):
+        return (f"phase {self.number} ({format_time(self.start_s)}-{format_time(self.end_s)}, scheduled at "
+                f"{format_time(self.scheduled_at)}): {format_rate(self.goodput_bps)}"
+                + (f", srtt {format_time(self.rtt_s)}" if self.rtt_s is not None else "")
+                + (f", {self.retransmits} retransmitted" if self.retransmits is not None else "")
+                + f"; link {self.link.describe()}")
 
 
 def _plot_into(result, draw, directory):

@@ -12,6 +12,7 @@ from ..errors import MissingCapability
 from .series import acked_rate_series, capture_windows, ewma, suggest_interval, time_sequence
 
 __all__ = ["PlotsUnavailable", "plot_time_sequence", "plot_windows", "plot_throughput", "plot_result", "plot_latency",
+           "plot_schedule",
            "conditions_title", "draw", "draw_elsewhere"]
 
 
@@ -81,9 +82,9 @@ def _draw_time_sequence(path, *, segments, retransmissions, acks, window_edge, z
     return _save(fig, path, "time-sequence graph: " + title)
 
 
-def _finish_over_time(fig, ax, path, ylabel, title):
+def _finish_over_time(fig, ax, path, ylabel, title, xlabel="time since first data byte (s)"):
     """Label a quantity-over-time plot (zero-based y axis, legend at the top right) and save it."""
-    ax.set_xlabel("time since first data byte (s)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
@@ -162,8 +163,32 @@ def plot_latency(result, directory):
                                    "loaded_from": result.loaded_from, "loaded_to": result.loaded_to, "title": title})]
 
 
+def plot_schedule(rate, phases, path, *, title=""):
+    """Draw the rate series [(t_s, bit/s)] against a changing link's phases [{start, end, expected_bps,
+    judged_from, failed, label}]: each phase shaded (red where it failed), its expected rate as a step."""
+    return draw("schedule", path, {"rate": rate, "phases": phases, "title": title})
+
+
+def _draw_schedule(path, *, rate, phases, title):
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 5))
+    for number, phase in enumerate(phases):
+        ax.axvspan(phase["start"], phase["end"], color="tab:red" if phase["failed"] else "tab:grey",
+                   alpha=0.12 if phase["failed"] else 0.05 + 0.05 * (number % 2))
+        if phase["judged_from"] is not None and phase["judged_from"] < phase["end"]:
+            ax.axvline(phase["judged_from"], color="tab:grey", linestyle=":", linewidth=0.8)
+        ax.hlines(phase["expected_bps"] / 1e6, phase["start"], phase["end"], color="tab:red", linestyle="--",
+                  linewidth=1.2, label="model, per phase" if number == 0 else None)
+        ax.text(phase["start"], phase["expected_bps"] / 1e6, f" {phase['label']}", fontsize=7, va="bottom")
+    if rate:
+        ax.step([t for t, _ in rate], [v / 1e6 for _, v in rate], where="pre", color="tab:blue", linewidth=1,
+                label="goodput")
+    return _finish_over_time(fig, ax, path, "throughput (Mbit/s)", "goodput against the link's schedule: " + title,
+                             xlabel="time since the schedule's start (s)")
+
+
 _DRAWERS = {"time_sequence": _draw_time_sequence, "windows": _draw_windows, "throughput": _draw_throughput,
-            "latency": _draw_latency}
+            "latency": _draw_latency, "schedule": _draw_schedule}
 # Who draws: this process's matplotlib, unless a --tcpnet-vm guest handed drawing to the host
 # (vm/hostcall.py: under software emulation a plot costs seconds of FreeType, on the host milliseconds).
 _elsewhere = None

@@ -143,6 +143,10 @@ class World:
             match = [dict(base, **{field: port}) for base in (match or families) for port in way.ports
                      for field in ("sport", "dport")]
         if match is not None:
+            if way.changes:
+                raise ValueError(f"shape: a link that changes while a flow runs (a Schedule) is shaped on a whole "
+                                 f"interface; {end.key} shapes chosen traffic (a star's per-server link, or ports=), "
+                                 "which cannot change in place yet")
             for one in match:
                 netlink.u32_keys(one)  # a bad match is refused now, before anything exists
         rules = self._shaping[end]
@@ -289,6 +293,32 @@ class World:
         for namespace, ifnames in by_namespace.items():
             stats.update(netlink.qdisc_stats_of(namespace, ifnames))
         return stats
+
+    def changing_ends(self):
+        """[(end, way)] of the ends whose way changes while a flow runs (a Schedule on their link)."""
+        return [(end, rules[0][1]) for end, rules in self._shaping.items()
+                if rules[0][0] is None and rules[0][1].changes]
+
+    def prepare_change(self, changes):
+        """Encode change(changes)'s messages now, so they go out on time later."""
+        for namespace, group in self._by_namespace(changes).items():
+            netlink.prepare_change(namespace, [(end.ifname, way, frame) for end, way, frame in group])
+
+    @staticmethod
+    def _by_namespace(changes):
+        by_namespace = collections.defaultdict(list)
+        for end, way, frame_way in changes:
+            by_namespace[end.node.namespace].append((end, way, frame_way))
+        return by_namespace
+
+    def change(self, changes):
+        """Change ends' qdiscs in place: changes = [(end, way, frame_way)], each end (built for frame_way, a changing
+        way) to `way`, one of its phases; one message per router. {end key: (acked_at, settings read back)}."""
+        done = {}
+        for namespace, group in self._by_namespace(changes).items():
+            acked_at, settings = netlink.change_egress(namespace, [(end.ifname, way, frame) for end, way, frame in group])
+            done.update({end.key: (acked_at, settings[end.ifname]) for end, _, _ in group})
+        return done
 
     @property
     def shaped_ends(self):

@@ -81,7 +81,7 @@ class Observation:
     """
 
     def __init__(self, pair, *, capture=False, sample_interval=None, hold_s=None, connections=True,
-                 app_window_bytes=None, take_slot=True):
+                 app_window_bytes=None, take_slot=True, link_changes=True):
         if capture not in (False, True, "client", "router", "server"):
             raise ValueError(f"capture: must be True, False or a node role 'client', 'router', 'server', "
                              f"got {capture!r}")
@@ -106,6 +106,10 @@ class Observation:
         self.shared = None
         self._stack = None
         self._sampler = None
+        self.link_changes = link_changes  # False: another observation of the same world applies them
+        self._changes = None
+        self.applied_changes = []
+        self.schedule_origin = None
 
     def __enter__(self):
         pair = self.pair
@@ -129,6 +133,8 @@ class Observation:
                 stack.callback(self._stop_sampler)
             if self.capture:
                 self._start_captures(stack)
+            if self.link_changes:
+                self._start_changes(stack)
         except BaseException:
             stack.close()
             raise
@@ -147,6 +153,19 @@ class Observation:
             capture.start()
             stack.callback(self._stop_capture, role, capture)
 
+    def _start_changes(self, stack):
+        from ..lab.changes import LinkChanges
+
+        changes = LinkChanges(self.pair.world)
+        if changes:
+            # Last in, so first out: the link stops changing before the sampler's and captures' last reads.
+            self._changes = changes.start()
+            self.schedule_origin = changes.origin
+            stack.callback(self._stop_changes)
+
+    def _stop_changes(self):
+        self.applied_changes = self._changes.stop()
+
     def _stop_capture(self, role, capture):
         self.captures[role] = capture.stop()
 
@@ -161,7 +180,8 @@ class Observation:
         if exc_type is not None:
             return False
         self._counters.stop()
-        self.shared = self._counters.conditions()
+        self.shared = dict(self._counters.conditions(), link_changes=self.applied_changes,
+                           schedule_origin=self.schedule_origin)
         if self.connections:
             self.flows = connection_results(self.samples, self.captures, self.shared,
                                             artifact_dir=self.pair.lab.artifact_dir,

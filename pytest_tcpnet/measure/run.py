@@ -4,6 +4,7 @@ import contextlib
 import time
 
 from ..results import TransferResult
+from ..lab.changes import LinkChanges
 from .observe import TCP_SYSCTLS, Observation, first_value, last_tcp_info, sampled_values
 from .slots import measurement_slot, slot_wait_s
 
@@ -36,19 +37,29 @@ def run_workloads(jobs, *, timeout, sample_interval=None, capture=False, artifac
         for pair, workload in jobs:
             interval = 0 if sample_interval is False or not workload.sampled else sample_interval
             observation = Observation(pair, capture=capture, sample_interval=interval, hold_s=timeout,
-                                      connections=False, take_slot=False)
+                                      connections=False, take_slot=False, link_changes=False)
             stack.enter_context(observation)
             observations.append(observation)
         deadline = time.monotonic() + timeout  # from the slot on
         outcomes = []
+        # A world's links change once for all of its pairs (a dumbbell's bottleneck is every pair's).
+        changes = list({id(pair.world): LinkChanges(pair.world) for pair, _ in jobs}.values())
         try:
             for pair, workload in jobs:
                 workload.start(pair, deadline)
+            # t=0 of a changing link: the workloads are connected and about to move data (not the slot, nor
+            # the programs' start-up: a phase of 2 s must be 2 s of the flow's life).
+            for change in changes:
+                change.start()
             for _, workload in jobs:
                 outcomes.append(workload.wait(deadline))
         finally:
+            applied = {id(change.world): (change.stop(), change.origin) for change in changes}
             for _, workload in jobs:
                 workload.stop()
+    for observation in observations:
+        steps, origin = applied[id(observation.pair.world)]
+        observation.shared.update(link_changes=steps, schedule_origin=origin if steps or origin else None)
     return [_results(observation, workload, pair_outcomes, artifact_dir, conditions)
             for observation, (_, workload), pair_outcomes in zip(observations, jobs, outcomes)]
 

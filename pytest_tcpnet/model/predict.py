@@ -137,6 +137,31 @@ class Prediction:
     loaded_rtt_s: "float | None" = None
 
 
+def phase_predictions(result, *, observed=False, steady=False):
+    """[(phase, Prediction)] of a flow across a changing link: each phase (result.phases) predicted with the link
+    then in force; slow start counted in the first phase only (none with steady=True)."""
+    import dataclasses
+
+    predictions = []
+    for phase in result.phases:
+        conditions = Conditions.from_result(dataclasses.replace(result, link=phase.link), observed=observed)
+        if phase.number or steady:
+            conditions = dataclasses.replace(conditions, nbytes=None)
+        predictions.append((phase, expected_throughput(conditions)))
+    return predictions
+
+
+def _over_phases(result, observed):
+    """A flow across a changing link: each phase's prediction weighted by the time the flow spent in it."""
+    predictions = phase_predictions(result, observed=observed)
+    spans = [phase.end_s - phase.start_s for phase, _ in predictions]
+    bps = sum(p.bps * span for (_, p), span in zip(predictions, spans)) / sum(spans)
+    why = "; ".join(f"phase {phase.number} ({format_time(span)}): {format_rate(p.bps)}, {p.bound}"
+                    for (phase, p), span in zip(predictions, spans))
+    return Prediction(bps, "schedule", f"the link changes: each phase's bound for its time ({why})",
+                      {f"phase {phase.number}": p.bps for phase, p in predictions})
+
+
 def expected_throughput(conditions_or_result, *, observed=False):
     """Predict goodput: min of link rate (header overhead), receive window / RTT, send buffer / RTT, loss bound.
 
@@ -147,6 +172,8 @@ def expected_throughput(conditions_or_result, *, observed=False):
     """
     conditions = conditions_or_result
     if not isinstance(conditions, Conditions):
+        if getattr(conditions_or_result, "phases", None):
+            return _over_phases(conditions_or_result, observed)
         conditions = Conditions.from_result(conditions_or_result, observed=observed)
     c = conditions
     bounds, reasons = {}, {}

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from .queues import Queue, check_queue
+from .schedule import SCHEDULABLE_FIELDS, Schedule
 from .units import format_rate, format_size, format_time, parse_fraction, parse_rate, parse_size, parse_time
 
 __all__ = ["OneWay", "Link", "Host", "KNOWN_CONGESTION_CONTROLS", "HOST_GLOBAL_SYSCTLS", "MTU_FRAME_BYTES",
@@ -76,6 +77,13 @@ class OneWay:
     #: a shaper.
     police_bps: "float | None" = None
     police_burst_bytes: "int | None" = None
+    #: A changing link (model.Schedule): ((t_s, OneWay), ...), what this direction becomes at each later time.
+    changes: tuple = ()
+
+    @property
+    def phases(self):
+        """((t_s, OneWay), ...) from t=0: this direction as it starts, then each change."""
+        return ((0.0, dataclasses.replace(self, changes=())),) + self.changes
 
     @property
     def needs_netem(self):
@@ -403,6 +411,10 @@ class Link:
                  reorder_correlation=None, duplicate_correlation=None, corrupt_correlation=None, gap=None,
                  distribution=None, slot=None, ports=None, queue=None, ecn=None, queue_options=None, police=None,
                  burst=None, to_client=None, to_server=None):
+        given = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
+        if _has_schedule(given):
+            self._init_changing(given)
+            return
         if rtt is not None and delay is not None:
             raise ValueError("rtt/delay: give either rtt (split evenly per direction) or delay (one-way), not both")
         one_way_delay = None
@@ -433,6 +445,63 @@ class Link:
                                             for way in (toward_client, toward_server))
         object.__setattr__(self, "toward_client", toward_client)
         object.__setattr__(self, "toward_server", toward_server)
+
+    def _init_changing(self, given):
+        """A Link whose fields hold Schedules: one plain Link per step time; each direction starts as the first and
+        carries the later ones as its changes."""
+        steps = set()
+        for name, value in _fields_of(given):
+            if isinstance(value, Schedule):
+                if name.rsplit(".", 1)[-1] not in SCHEDULABLE_FIELDS:
+                    raise ValueError(f"{name}: cannot change while a flow runs (netem and htb change "
+                                     f"{', '.join(SCHEDULABLE_FIELDS)} in place); give it one value")
+                steps.update(value.times)
+        phases = []
+        for at in sorted(steps):
+            try:
+                phases.append((at, Link(**_values_at(given, at))))
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"{exc} (in the schedule's step at {format_time(at)})") from None
+        self._take_phases(phases)
+        object.__setattr__(self, "_kwargs", {k: v for k, v in given.items() if v is not None})
+
+    def _take_phases(self, phases):
+        """Become the first of [(t, plain Link)], each direction carrying the later ones where it changes."""
+        start = phases[0][1]
+        for direction in ("toward_client", "toward_server"):
+            changes, before = [], getattr(start, direction)
+            for at, link in phases[1:]:
+                way = getattr(link, direction)
+                if way != before:
+                    changes.append((at, way))
+                before = way
+            object.__setattr__(self, direction, dataclasses.replace(getattr(start, direction), changes=tuple(changes)))
+
+    @classmethod
+    def _of_ways(cls, toward_client, toward_server, kwargs):
+        """A Link holding these two OneWays as they are (kwargs: what repr shows)."""
+        link = object.__new__(cls)
+        object.__setattr__(link, "toward_client", toward_client)
+        object.__setattr__(link, "toward_server", toward_server)
+        object.__setattr__(link, "_kwargs", kwargs)
+        return link
+
+    @property
+    def changing(self):
+        """True when a field holds a Schedule."""
+        return bool(self.toward_client.changes or self.toward_server.changes)
+
+    def at(self, t):
+        """The plain Link in force t seconds after the start (the link itself when it never changes)."""
+        if not self.changing:
+            return self
+        return Link._of_ways(_way_at(self.toward_client, t), _way_at(self.toward_server, t),
+                             {"at": t, "of": self._kwargs})
+
+    @property
+    def change_times(self):
+        """The times (s) at which either direction changes."""
+        return sorted({at for way in (self.toward_client, self.toward_server) for at, _ in way.changes})
 
     @staticmethod
     def _merge(name, common, override):
@@ -525,6 +594,13 @@ class Link:
             raise TypeError(f"links: expected one or more Link(...), got {links!r}")
         if len(links) == 1:
             return links[0]
+        if any(link.changing for link in links):
+            # One plain series link per time any of them changes.
+            times = sorted({0.0, *(at for link in links for at in link.change_times)})
+            series = cls.__new__(cls)
+            series._take_phases([(at, cls.in_series(*(link.at(at) for link in links))) for at in times])
+            object.__setattr__(series, "_kwargs", {"in_series": [link._kwargs for link in links]})
+            return series
         if any(link.ports for link in links):
             raise ValueError("ports: a link scoped to TCP ports cannot be one of several on a path (the model would "
                              "need the flow's ports); scope the bottleneck or the access link, not both in series")
@@ -532,11 +608,45 @@ class Link:
                    to_server=_way_in_series([link.toward_server for link in links]))
 
     def describe(self):
-        """One line per direction, as a failure report shows it."""
+        """One line per direction, as a failure report shows it (a changing link: as it starts, then its changes)."""
+        if self.changing:
+            plain = Link._of_ways(self.toward_client.phases[0][1], self.toward_server.phases[0][1], {})
+            return plain.describe() + "; then " + "; ".join(
+                f"at {format_time(at)}: {self.at(at).describe()}" for at in self.change_times)
         if self.toward_client == self.toward_server:
             return f"both ways: {self.toward_client.describe()} (RTT {format_time(self.rtt_s)})"
         return (f"to client: {self.toward_client.describe()}; to server: {self.toward_server.describe()} "
                 f"(RTT {format_time(self.rtt_s)})")
+
+
+def _fields_of(given):
+    """(name, value) of a Link's arguments, the per-direction dicts' entries named 'to_client.rate' etc."""
+    for name, value in given.items():
+        if name in ("to_client", "to_server") and isinstance(value, dict):
+            yield from ((f"{name}.{key}", inner) for key, inner in value.items())
+        else:
+            yield name, value
+
+
+def _has_schedule(given):
+    return any(isinstance(value, Schedule) for _, value in _fields_of(given))
+
+
+def _values_at(given, at):
+    """A Link's arguments with each Schedule replaced by its value at time `at`."""
+    def value(v):
+        return v.value_at(at) if isinstance(v, Schedule) else v
+    return {name: ({k: value(v) for k, v in given_value.items()} if isinstance(given_value, dict) else value(given_value))
+            for name, given_value in given.items() if given_value is not None}
+
+
+def _way_at(way, t):
+    """The OneWay in force t seconds in."""
+    current = way.phases[0][1]
+    for at, changed in way.changes:
+        if at <= t:
+            current = changed
+    return current
 
 
 _SERIES_ONLY_ONE = ("jitter_correlation", "loss_correlation", "reorder_correlation", "duplicate_correlation",

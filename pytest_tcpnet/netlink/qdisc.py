@@ -16,7 +16,7 @@ from .rtnl import nlattr
 from .session import session_for
 from .topology import _index
 
-__all__ = ["shape_egress", "shape_egress_classes", "qdisc_stats", "qdisc_stats_of", "htb_burst_bytes", "u32_keys",
+__all__ = ["shape_egress", "change_egress", "prepare_change", "shape_egress_classes", "qdisc_stats", "qdisc_stats_of", "htb_burst_bytes", "u32_keys",
            "UNLIMITED_CLASS_BPS"]
 
 _ROOT = 0x10000        # 1:
@@ -29,7 +29,8 @@ def htb_burst_bytes(rate_bps):
     return max(2 * MTU_FRAME_BYTES, math.ceil(rate_bps / 8 * 1e-3))
 
 
-def _netem_kwargs(way):
+def _netem_kwargs(way, *, every_field=False):
+    """pyroute2's netem arguments for a way; every_field: also the zero ones pyroute2 would leave out (a change)."""
     # pyroute2 takes delays in microseconds and probabilities in percent.
     kwargs = {"delay": round(way.delay_s * 1e6), "limit": way.netem_limit_packets()}
     if way.jitter_s:
@@ -64,6 +65,16 @@ def _netem_kwargs(way):
         slot = way.slot
         extra.append((_TCA_NETEM_SLOT, _SLOT.pack(round(slot.min_delay * 1e9), round(slot.max_delay * 1e9),
                                                   slot.packets or 0, slot.bytes or 0, 0, 0)))
+    if every_field:
+        # netem's change keeps the correlations, reorder and corrupt it is not sent (sch_netem.c: netem_change
+        # reads each only if present), and pyroute2 sends none of them at zero: a step from 1% corrupt to none
+        # would leave 1%. Zeros go explicitly.
+        if not any(kwargs.get(name) for name in ("delay_corr", "loss_corr", "dup_corr")):
+            extra.append((_TCA_NETEM_CORR, bytes(12)))
+        if not kwargs.get("prob_reorder"):
+            extra.append((_TCA_NETEM_REORDER, bytes(8)))
+        if not kwargs.get("prob_corrupt"):
+            extra.append((_TCA_NETEM_CORRUPT, bytes(8)))
     if extra:
         kwargs["options_extra"] = tuple(extra)
     return kwargs
@@ -75,7 +86,10 @@ def _u32(fraction):
 
 
 # include/uapi/linux/pkt_sched.h
+_TCA_NETEM_CORR = 1
 _TCA_NETEM_DELAY_DIST = 2
+_TCA_NETEM_REORDER = 3
+_TCA_NETEM_CORRUPT = 4
 _TCA_NETEM_LOSS = 5
 _TCA_NETEM_SLOT = 12
 _NETEM_LOSS_GE = 2
@@ -99,9 +113,16 @@ def _read_distribution(path):
     return struct.pack(f"={len(values)}h", *values)
 
 
+def _frame(way):
+    """(rated, netem): the tree a way needs, every phase of a changing one included (each change then only changes
+    what is there: an htb class whose rate steps, a netem whose parameters step)."""
+    phases = [phase for _, phase in way.phases]
+    return any(p.rate_bps is not None for p in phases), any(p.needs_netem for p in phases)
+
+
 def shape_egress(namespace, ifname, way):
     """Install the qdiscs for one direction (a model.OneWay) on an interface; unimpaired adds nothing."""
-    if way.is_unimpaired:
+    if all(phase.is_unimpaired for _, phase in way.phases):
         return []
     session = session_for(namespace)
     index = session and session.known_index(ifname)
@@ -131,8 +152,9 @@ def _install(ipr, ifname, way):
 
 def _requests(index, way):
     """([("tc", command, kwargs)], descriptions) of the qdisc tree for one direction on interface `index`."""
-    if way.rate_bps is None and way.police_bps is None:
-        if not way.needs_netem:
+    rated, netem = _frame(way)
+    if not rated and way.police_bps is None:
+        if not netem:
             return [], []
         kwargs = _netem_kwargs(way)
         return [("tc", "add", dict(kind="netem", index=index, handle=_LEAF, **kwargs))], [_describe_netem(kwargs, way)]
@@ -177,7 +199,7 @@ def _class_requests(index, classid, leaf, way, rate_bps=None):
                                          rate=f"{rate}bit", ceil=f"{rate}bit", burst=burst, cburst=burst,
                                          quantum=min(200000, max(MTU_FRAME_BYTES, burst))))]
     installed = [f"htb rate {rate}bit burst {burst}b"] if way.rate_bps else []
-    if way.needs_netem:
+    if _frame(way)[1]:
         kwargs = _netem_kwargs(way)
         requests.append(("tc", "add", dict(kind="netem", index=index, handle=leaf, parent=classid, **kwargs)))
         installed.append(_describe_netem(kwargs, way))
@@ -194,6 +216,87 @@ def _class_requests(index, classid, leaf, way, rate_bps=None):
                                            limit=way.queue_limit_packets())))
         installed.append(f"pfifo limit {way.queue_limit_packets()}")
     return requests, installed
+
+
+def prepare_change(namespace, changes):
+    """Compile change_egress(namespace, changes)'s message ahead of its time."""
+    from .rtnl import precompile
+
+    session = session_for(namespace)
+    requests = []
+    for ifname, way, frame_way in changes:
+        index = session and session.known_index(ifname)
+        if index:
+            requests += _change_requests(index, way, frame_way)
+    precompile(requests)
+
+
+def change_egress(namespace, changes):
+    """Change qdiscs shape_egress installed, in place: changes = [(ifname, way, frame_way)], each interface's tree
+    (built for frame_way, a changing OneWay) to `way`, one of its phases. One netlink message for all of them
+    (htb class, then netem or the pfifo leaf, per interface), then the settings read back.
+
+    Returns (acked_at, {ifname: settings}): the monotonic time the kernel's acks arrived (it applies a change
+    before acking it) and {"rate_bps", "delay_s", "jitter_s", "loss", "limit", ...} as the kernel then held them.
+    """
+    import time
+
+    session = session_for(namespace)
+    requests, indexes = [], {}
+    for ifname, way, frame_way in changes:
+        index = indexes[ifname] = session and session.known_index(ifname)
+        if not index:
+            raise LabError(f"changing {ifname} in {namespace} needs an interface the lab created")
+        requests += _change_requests(index, way, frame_way)
+    session.batch(f"changing {', '.join(f'{ifname} to {way.describe()}' for ifname, way, _ in changes)}", requests)
+    acked_at = time.monotonic()
+    # One dump per message: the kernel serves a socket one dump at a time (EBUSY otherwise).
+    (qdiscs,) = session.query(f"reading qdiscs back in {namespace}", [("tc", "dump", {})])
+    settings = {}
+    for ifname, index in indexes.items():
+        (classes,) = session.query(f"reading {ifname}'s classes back", [("tc", "dump-class", {"index": index})])
+        held = settings[ifname] = {}
+        for msg in classes:
+            if msg["index"] == index and msg["handle"] == _RATE_CLASS:
+                held["rate_bps"] = _htb_rate_bps(msg)
+        for stats in _stats([msg for msg in qdiscs if msg["index"] == index]):
+            if stats["kind"] == "netem":
+                held.update({k: v for k, v in stats["settings"].items() if v is not None})
+            elif stats["kind"] == "pfifo" and stats["handle"] == _LEAF:
+                held["limit"] = stats["settings"].get("limit")
+    return acked_at, settings
+
+
+def _change_requests(index, way, frame_way):
+    """The in-place change of one interface's tree (built for frame_way) to `way`: what `tc class change` and
+    `tc qdisc change` would send, netem with every field (a step must not leave another's old value)."""
+    rated, netem = _frame(frame_way)
+    requests, parent = [], None
+    if rated or frame_way.police_bps:
+        rate = int(way.rate_bps or UNLIMITED_CLASS_BPS)
+        burst = htb_burst_bytes(rate)
+        requests.append(("tc", "change-class", dict(kind="htb", index=index, handle=_RATE_CLASS, parent=_ROOT,
+                                                    rate=f"{rate}bit", ceil=f"{rate}bit", burst=burst, cburst=burst,
+                                                    quantum=min(200000, max(MTU_FRAME_BYTES, burst)))))
+        parent = _RATE_CLASS
+    if netem:
+        where = {} if parent is None else {"parent": parent}
+        requests.append(("tc", "change", dict(kind="netem", index=index, handle=_LEAF, **where,
+                                              **_netem_kwargs(way, every_field=True))))
+    elif way.queue is None:
+        requests.append(("tc", "change", dict(kind="pfifo", index=index, handle=_LEAF, parent=parent,
+                                              limit=way.queue_limit_packets())))
+    return requests
+
+
+def _htb_rate_bps(msg):
+    """An htb class's rate in bit/s (RATE64 where the 32-bit field cannot hold it)."""
+    options = msg.get_attr("TCA_OPTIONS")
+    rate64 = options and options.get_attr("TCA_HTB_RATE64")
+    parms = options and options.get_attr("TCA_HTB_PARMS")
+    if rate64:
+        return rate64 * 8
+    return parms["rate"] * 8 if parms else None
 
 
 def _describe_netem(kwargs, way):
@@ -337,7 +440,9 @@ def _netem_settings(options):
     if options is None:
         return {}
     settings = {"limit": options.get("limit"), "loss": _percent(options.get("loss", 0)), "gap": options.get("gap"),
-                "duplicate": _percent(options.get("duplicate", 0))}
+                "duplicate": _percent(options.get("duplicate", 0)),
+                # The kernel reports delay and jitter in psched ticks of 64 ns (PSCHED_SHIFT), capped at 2^32 - 1.
+                "delay_s": options.get("delay", 0) * 64 / 1e9, "jitter_s": options.get("jitter", 0) * 64 / 1e9}
     for attr, fields in (("TCA_NETEM_CORR", {"delay_corr": "jitter_correlation", "loss_corr": "loss_correlation",
                                              "dup_corr": "duplicate_correlation"}),
                          ("TCA_NETEM_REORDER", {"prob_reorder": "reorder", "corr_reorder": "reorder_correlation"}),

@@ -78,6 +78,11 @@ def flow_row(result, *, test="", flow=0, outcome=None):
         "rtt_s": _number(_attr(transfer, "rtt_s")),
         "emulator_drops": _attr(transfer, "emulator_drops"),
         "advertised_window": probe.window_bytes if probe else None,
+        # A changing link (Schedule): each phase's figures and each step as the kernel took it.
+        "phases": [{"number": p.number, "scheduled_at": p.scheduled_at, "start_s": p.start_s, "end_s": p.end_s,
+                    "link": p.link.describe(), "goodput_bps": _number(p.goodput_bps), "rtt_s": _number(p.rtt_s),
+                    "retransmissions": p.retransmits} for p in (_attr(transfer, "phases") or [])],
+        "link_changes": list(getattr(transfer, "link_changes", None) or []),
         "offloads": getattr(transfer, "offloads", None) or {},
         "artifacts": [str(p) for p in (_attr(transfer, "artifacts") or [])],
     }
