@@ -96,7 +96,7 @@ def test_a_changing_link_on_a_star_s_classified_links_is_refused_before_anything
 
 
 @pytest.mark.tcpnet_needs("cubic")
-def test_a_rate_that_steps_down_and_back_is_followed_phase_by_phase(tcpnet):
+def test_a_rate_that_steps_down_and_back_is_followed_phase_by_phase(tcpnet, tmp_path):
     """40 -> 10 -> 40 Mbit/s at 2 s and 4 s under a 6 s cubic flow on the host: each step lands within 5 ms of its
     time (both directions in one message, the class's rate read back), and from 0.5 s after each step the 0.25 s
     rate samples average within 12% of the phase's payload rate (measured 1.00x in each phase: 38.3, 9.6, 38.3
@@ -117,6 +117,9 @@ def test_a_rate_that_steps_down_and_back_is_followed_phase_by_phase(tcpnet):
         assert steady, figures
         assert sum(steady) / len(steady) == pytest.approx(payload, rel=0.12), figures
         assert phase.goodput_bps <= 1.03 * payload, figures
+    # The throughput plot shades the phases, each with its own model rate.
+    (plot,) = [path for path in result.plot(tmp_path) if path.name.endswith("-throughput.png")]
+    assert plot.stat().st_size > 10_000
     # Put back as it started once the flow is over: the next transfer's first phase is 40 Mbit/s again.
     again = tcpnet.pair(Link(rate=STEPS))
     assert again.transfer(duration=1, cc="cubic").phases[0].link.rate_bps == 40e6

@@ -107,15 +107,23 @@ def _draw_windows(path, *, lines, title):
 
 
 def plot_throughput(rate, path, *, smoothed=None, predicted_bps=None, predicted_label="model", interval=None,
-                    title=""):
-    """Draw per-interval throughput [(t_s, bit/s)], its EWMA and the model's prediction, in Mbit/s."""
+                    title="", phases=None):
+    """Draw per-interval throughput [(t_s, bit/s)], its EWMA and the model's prediction, in Mbit/s; phases: a
+    changing link's [{start, end, label, expected_bps}] (same clock), shaded, each with its own prediction."""
     return draw("throughput", path, {"rate": rate, "smoothed": smoothed, "predicted_bps": predicted_bps,
-                                     "predicted_label": predicted_label, "interval": interval, "title": title})
+                                     "predicted_label": predicted_label, "interval": interval, "title": title,
+                                     "phases": phases or []})
 
 
-def _draw_throughput(path, *, rate, smoothed, predicted_bps, predicted_label, interval, title):
+def _draw_throughput(path, *, rate, smoothed, predicted_bps, predicted_label, interval, title, phases=()):
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 5))
+    for number, phase in enumerate(phases):
+        ax.axvspan(phase["start"], phase["end"], color="tab:grey", alpha=0.05 + 0.06 * (number % 2))
+        ax.text(phase["start"], 0, f" {phase['label']}", fontsize=7, va="bottom")
+        if phase.get("expected_bps"):
+            ax.hlines(phase["expected_bps"] / 1e6, phase["start"], phase["end"], color="tab:red", linestyle="--",
+                      linewidth=1, label="model, per phase" if number == 0 else None)
     if rate:
         width = interval or (rate[1][0] - rate[0][0] if len(rate) > 1 else 0)
         label = f"per {width * 1000:g} ms interval" if width else "per interval"
@@ -260,11 +268,28 @@ def plot_result(result, directory):
     rate = _call(result, "rate_series", interval=interval) or (acked_rate_series(packets, interval) if packets else [])
     if rate:
         smoothed = _call(result, "ewma_series") or ewma(rate)
-        prediction = _prediction(result)
+        phases = _phases(result)
+        # A changing link: each phase's own prediction instead of their time-weighted mean.
+        prediction = (None, None) if phases else _prediction(result)
         paths.append(plot_throughput(rate, directory / f"{stem}-throughput.png", smoothed=smoothed,
                                      predicted_bps=prediction[0], predicted_label=prediction[1], interval=interval,
-                                     title=title))
+                                     title=title, phases=phases))
     return paths
+
+
+def _phases(result):
+    """A changing link's phases on the plots' clock (since the first data byte), with the model's rate for each."""
+    if not getattr(result, "phases", None):
+        return []
+    offset = result.first_byte_at - result.schedule_origin
+    try:
+        from ..model.predict import phase_predictions
+        predicted = {phase.number: prediction.bps for phase, prediction in phase_predictions(result, steady=True)}
+    except Exception:  # the plot is still worth drawing without the model
+        predicted = {}
+    return [{"start": max(0.0, phase.start_s - offset), "end": phase.end_s - offset,
+             "label": f"phase {phase.number}: {phase.link.describe()}", "expected_bps": predicted.get(phase.number)}
+            for phase in result.phases]
 
 
 def _call(result, name, **kwargs):
