@@ -35,6 +35,15 @@ def add_report_options(group):
     group.addoption(
         "--tcpnet-results-label", dest="tcpnet_results_label", metavar="LABEL", default=None,
         help="a label stored with every row of --tcpnet-results (e.g. 'vm-6.1'), for `merge --by label`")
+    group.addoption(
+        "--tcpnet-baseline", dest="tcpnet_baseline", metavar="PATH", default=None,
+        help="a baseline of measured flows: save runs into it, or compare this run with it "
+             "(--tcpnet-baseline-mode; docs/reports.md)")
+    group.addoption(
+        "--tcpnet-baseline-mode", dest="tcpnet_baseline_mode", choices=("compare", "save"), default="compare",
+        help="save: append this run's flows to the baseline (save 5 runs or more: the spread between them is "
+             "the tolerance); compare (default): fail a test whose throughput moved outside the saved runs' "
+             "99.9%% prediction interval, keyed by test id, flow number and kernel")
 
 
 class ReportPlugin:
@@ -54,6 +63,8 @@ class ReportPlugin:
         self.flows = []
         self.kept = []
         self.writer = None
+        self.baseline = self.baseline_writer = None
+        self._open_baseline(config)
         path = config.getoption("tcpnet_results")
         if path and not self.is_worker:
             try:
@@ -61,6 +72,23 @@ class ReportPlugin:
                                             label=config.getoption("tcpnet_results_label"))
             except (OSError, ValueError) as exc:
                 raise pytest.UsageError(f"--tcpnet-results={path}: {exc}") from None
+
+    def _open_baseline(self, config):
+        """--tcpnet-baseline: load it to compare (every process), or append to it (the controller)."""
+        from .report import ResultsWriter
+        from .report.baseline import load_baseline
+        path = config.getoption("tcpnet_baseline")
+        if not path:
+            return
+        path = config.invocation_params.dir / path
+        try:
+            if config.getoption("tcpnet_baseline_mode") == "compare":
+                self.baseline = load_baseline(path)
+            elif not self.is_worker:
+                self.baseline_writer = ResultsWriter(path, label=config.getoption("tcpnet_results_label"),
+                                                     append=True)
+        except (OSError, ValueError) as exc:
+            raise pytest.UsageError(f"--tcpnet-baseline={path}: {exc}") from None
 
     def start_test(self, item):
         """A fresh artifact directory for the test; None (and a warning naming where) if it cannot be made.
@@ -100,6 +128,8 @@ class ReportPlugin:
         if report.when == "call" and report.failed and lab is not None and lab.artifact_dir is not None \
                 and self.artifacts.should_keep(True):
             self._explain_failure(item, report, lab)
+        if report.when == "call" and report.passed and lab is not None and self.baseline is not None:
+            self._compare_with_baseline(item, report, lab)
         if report.when == "teardown":  # extra report attributes travel to the xdist controller with the report
             if item.stash.get(_flows_key, None):
                 report.tcpnet_flows = item.stash[_flows_key]
@@ -122,6 +152,18 @@ class ReportPlugin:
                              mime_type="image/svg+xml" if p.suffix == ".svg" else f"image/{p.suffix[1:]}",
                              extension=p.suffix[1:]) for p in images]
 
+    def _compare_with_baseline(self, item, report, lab):
+        """Fail a passing test whose flows' throughput moved outside the baseline's spread, with the table."""
+        from .report import flow_rows
+        from .report.baseline import baseline_table
+        judgements = self.baseline.judge(flow_rows(lab.results, test=item.nodeid))
+        moved = [j for j in judgements if j.verdict == "moved"]
+        if moved:
+            report.outcome = "failed"
+            report.longrepr = "\n".join(
+                [f"tcpnet baseline {self.baseline.path}: {len(moved)} flow(s) moved beyond the saved runs' spread",
+                 *(f"  {j.describe()}" for j in moved), "", baseline_table(judgements)])
+
     def pytest_runtest_logreport(self, report):
         if self.is_worker or report.when != "teardown":
             return
@@ -131,8 +173,9 @@ class ReportPlugin:
         if not rows:
             return
         self.flows.extend(rows)
-        if self.writer is not None:
-            self.writer.write(rows)
+        for writer in (self.writer, self.baseline_writer):
+            if writer is not None:
+                writer.write(rows)
 
     def pytest_terminal_summary(self, terminalreporter):
         from .report import summary_table
@@ -142,14 +185,32 @@ class ReportPlugin:
             terminalreporter.write_line(summary_table(rows))
         if self.writer is not None:
             terminalreporter.write_line(f"tcpnet: {self.writer.count} flow(s) written to {self.writer.path}")
+        self._summarize_baseline(terminalreporter)
         if self.kept:
             terminalreporter.write_line(f"tcpnet: artifacts kept (--tcpnet-keep={self.artifacts.keep}):")
             for path in sorted(self.kept):
                 terminalreporter.write_line(f"  {path}")
 
+    def _summarize_baseline(self, terminalreporter):
+        from .report import read_rows
+        from .report.baseline import baseline_table, Baseline
+        if self.baseline_writer is not None:
+            self.baseline_writer.close()
+            runs = Baseline(read_rows([self.baseline_writer.path])).runs
+            terminalreporter.write_line(f"tcpnet baseline: {self.baseline_writer.count} flow(s) appended to "
+                                        f"{self.baseline_writer.path}, which now holds {runs} run(s)")
+        if self.baseline is None or not self.flows:
+            return
+        judgements = self.baseline.judge(self.flows)
+        counts = {v: sum(j.verdict == v for j in judgements) for v in ("moved", "held", "not judged")}
+        terminalreporter.write_sep("=", f"tcpnet baseline {self.baseline.path} ({self.baseline.runs} saved runs): "
+                                        + ", ".join(f"{n} {v}" for v, n in counts.items() if n))
+        terminalreporter.write_line(baseline_table(judgements))
+
     def pytest_unconfigure(self, config):
-        if self.writer is not None:
-            self.writer.close()
+        for writer in (self.writer, self.baseline_writer):
+            if writer is not None:
+                writer.close()
 
 
 class HostGuard:

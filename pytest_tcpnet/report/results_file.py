@@ -4,6 +4,7 @@ import datetime
 import json
 import os
 import platform
+import uuid
 from pathlib import Path
 
 
@@ -12,16 +13,17 @@ class ResultsWriter:
 
     Each line is written with a single write() and flushed, so a crashed session keeps every
     flow reported before the crash. ``run`` (host, start time, label) is added to every row so
-    merged files stay traceable.
+    merged files stay traceable; its ``id`` tells the runs of a baseline apart. ``append`` adds to
+    an existing file (a baseline saved over several runs) instead of replacing it.
     """
 
-    def __init__(self, path, *, label=None):
+    def __init__(self, path, *, label=None, append=False):
         self.path = Path(path)
         if self.path.parent and not self.path.parent.is_dir():
             raise ValueError(f"--tcpnet-results: directory {self.path.parent} does not exist")
         self.run = {"host": platform.node(), "started": datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec="seconds"), "label": label}
-        self._file = open(self.path, "w", encoding="utf-8")
+            timespec="seconds"), "label": label, "id": uuid.uuid4().hex[:12]}
+        self._file = open(self.path, "a" if append else "w", encoding="utf-8")
         self.count = 0
 
     def write(self, rows):

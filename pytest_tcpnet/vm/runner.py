@@ -119,6 +119,18 @@ def _cache_dir(config) -> "str | None":
     return os.path.join(str(config.rootpath), chosen)
 
 
+def _check_baseline(config) -> None:
+    """A baseline to compare with must be readable and valid before any VM boots."""
+    path = config.getoption("tcpnet_baseline", default=None)
+    if not path or config.getoption("tcpnet_baseline_mode", default="compare") != "compare":
+        return
+    from ..report.baseline import load_baseline
+    try:
+        load_baseline(os.path.join(str(config.invocation_params.dir), path))
+    except (OSError, ValueError) as exc:
+        raise VMUsageError(f"--tcpnet-baseline={path}: {exc}") from None
+
+
 def plan_from_config(config) -> Plan:
     """Resolve the options of a pytest ``config`` into a checked ``Plan`` (no VM started)."""
     vng, qemu = find_tools()
@@ -127,6 +139,7 @@ def plan_from_config(config) -> Plan:
     accel = config.getoption("tcpnet_vm_accel")
     if accel not in ACCEL_CHOICES:
         raise VMUsageError(f"--tcpnet-vm-accel must be one of {', '.join(ACCEL_CHOICES)}, not {accel!r}")
+    _check_baseline(config)
     memory = str(config.getoption("tcpnet_vm_memory"))
     if not _MEMORY.match(memory):
         raise VMUsageError(f"--tcpnet-vm-memory must look like 2G or 1536M, not {memory!r}")
@@ -145,7 +158,8 @@ def plan_from_config(config) -> Plan:
         report_files=[
             f for f in (config.getoption("report_log", default=None),
                         config.getoption("htmlpath", default=None),
-                        config.getoption("tcpnet_results", default=None)) if f
+                        config.getoption("tcpnet_results", default=None),
+                        config.getoption("tcpnet_baseline", default=None)) if f
         ],
     )
     for d in wanted:
