@@ -15,6 +15,7 @@ flows' (flows whose runs happen to agree to the bit would otherwise fail on any 
 import math
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .merge import flow_key
 from .results_file import read_rows
@@ -154,6 +155,8 @@ class Baseline:
 
 def load_baseline(path):
     """The Baseline saved at path; ValueError naming the problem (missing, empty, corrupt, another schema)."""
+    if not Path(path).is_file():
+        raise ValueError(f"baseline {path} does not exist: save one first (--tcpnet-baseline-mode=save)")
     rows = read_rows([path])
     if not rows:
         raise ValueError(f"baseline {path} holds no flows: save one first (--tcpnet-baseline-mode=save)")
