@@ -75,11 +75,11 @@ class ReportPlugin:
 
     def _open_baseline(self, config):
         """--tcpnet-baseline: load it to compare (every process), or append to it (the controller)."""
-        from .report import ResultsWriter
-        from .report.baseline import load_baseline
         path = config.getoption("tcpnet_baseline")
         if not path:
             return
+        from .report import ResultsWriter
+        from .report.baseline import load_baseline
         path = config.invocation_params.dir / path
         try:
             if config.getoption("tcpnet_baseline_mode") == "compare":
@@ -192,6 +192,8 @@ class ReportPlugin:
                 terminalreporter.write_line(f"  {path}")
 
     def _summarize_baseline(self, terminalreporter):
+        if self.baseline_writer is None and self.baseline is None:
+            return
         from .report import read_rows
         from .report.baseline import baseline_table, Baseline
         if self.baseline_writer is not None:
