@@ -54,10 +54,11 @@ def test_send_window_small_writes_keep_the_buffer_in_flight():
     assert model.send_window(16384, kernel="6.18", sysctls=BIG_CAPS, chunk_bytes=4096) == 32768
 
 
-def test_send_window_large_writes_overshoot_by_kernel():
+def test_send_window_large_writes_overshoot_by_the_whole_write_on_every_kernel():
     # 6.1: the whole write (measured 710 KB queued for 1 MB writes); 6.18: < two ~64 KB skbs (126 KB).
     assert model.send_window(16384, kernel="6.1", sysctls=BIG_CAPS, chunk_bytes=1 << 20) == 32768 + (1 << 20)
-    assert model.send_window(16384, kernel="6.18", sysctls=BIG_CAPS, chunk_bytes=1 << 20) == 32768 + 2 * (65536 - 1448)
+    # 6.18 too: its smaller figure (55-126 KB) was measured on an undelayed path, where 6.1 and 6.12 keep as little.
+    assert model.send_window(16384, kernel="6.18", sysctls=BIG_CAPS, chunk_bytes=1 << 20) == 32768 + (1 << 20)
     assert model.send_window(None, kernel="6.1", sysctls={"net.ipv4.tcp_wmem": "4096 16384 65536"}) == 65536
 
 

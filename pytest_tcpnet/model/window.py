@@ -9,13 +9,18 @@ from .kernel import KernelVersion
 from .tcp import effective_socket_buffer
 from .units import parse_size
 
-__all__ = ["LEARNED_SCALING_RATIO", "DEFAULT_ADV_WIN_SCALE", "HOST_SIZE_GOAL", "receive_space",
+__all__ = ["LEARNED_SCALING_RATIO", "INITIAL_SCALING_RATIO_6_6", "DEFAULT_ADV_WIN_SCALE", "receive_space",
            "advertised_window", "send_window", "sysctl_triple"]
 
 #: scaling_ratio (6.6+) once data has arrived: skb->len / skb->truesize of received segments,
 #: in 1/256 units. A 1448-byte segment on a 1500-MTU veth lands in a ~2.3 KB skb: measured on
 #: 6.18 as window / rcvbuf = 0.594 .. 0.630 for SO_RCVBUF 32 KB .. 256 KB, so 0.61.
 LEARNED_SCALING_RATIO = 0.61
+
+#: scaling_ratio's first guess before 6.10 (TCP_DEFAULT_SCALING_RATIO, ~1200 payload bytes per page of
+#: truesize): where 6.6-6.9 kept it for a socket whose SO_RCVBUF was set. Not measured here (no such kernel at
+#: hand): the 2024 report of windows halved against the old rule's 50%.
+INITIAL_SCALING_RATIO_6_6 = 0.25
 
 #: The unit the window is rounded down to: the receiver's MSS estimate as measured on a 1500-MTU
 #: veth with timestamps (6.1: 1460, 6.18: 1448).
@@ -24,11 +29,6 @@ WINDOW_SEGMENT_NEW = 1448
 
 #: tcp_adv_win_scale's default since Linux 3.x (half the buffer is kept for overhead).
 DEFAULT_ADV_WIN_SCALE = 1
-
-#: The largest skb tcp_sendmsg fills (size_goal: GSO max size minus headers, ~64 KB) before it
-#: checks the send buffer again; one such skb can overshoot SO_SNDBUF (see send_window).
-HOST_SIZE_GOAL = 65536 - 1448
-
 
 def sysctl_triple(sysctls, name):
     """(min, default, max) of tcp_rmem/tcp_wmem from a {name: "a b c"} dict, or None when absent."""
@@ -75,7 +75,9 @@ def advertised_window(so_rcvbuf=None, *, kernel, sysctls=None, scaling_ratio=Non
     version = kernel if isinstance(kernel, KernelVersion) else KernelVersion.parse(str(kernel))
     space = receive_space(so_rcvbuf, sysctls=sysctls)
     if version.uses_scaling_ratio:
-        ratio = LEARNED_SCALING_RATIO if scaling_ratio is None else scaling_ratio
+        learned = INITIAL_SCALING_RATIO_6_6 if version.clamps_set_buffers_at_the_initial_ratio and so_rcvbuf \
+            else LEARNED_SCALING_RATIO
+        ratio = learned if scaling_ratio is None else scaling_ratio
         if not 0 < ratio <= 1:
             raise ValueError(f"scaling_ratio: must be in (0, 1], got {ratio!r}")
         window = int(space * ratio)
@@ -93,23 +95,22 @@ def send_window(so_sndbuf=None, *, kernel, sysctls=None, chunk_bytes=None):
 
     The kernel charges queued skbs (sent-but-unacked and unsent) to sk_wmem_queued and lets
     tcp_sendmsg start a new skb only while sk_wmem_queued < sk_sndbuf; the check runs at
-    skb boundaries, not per byte, so one write() can overshoot the buffer. Measured with
-    SO_SNDBUF 16 KB (32 KB effective), 100 Mbit/s, 20 ms: writes no larger than the buffer
-    keep ~the buffer in flight (16 KB writes: 24 segments, 832 kB/s; C11's law). Larger
-    writes overshoot: on 6.1 by the whole write (64 KB writes: wmem_queued up to 115 KB;
-    256 KB: 329 KB; 1 MB: 710 KB, 474 segments unacked, 5.1 MB/s), on 6.18 by less than
-    two ~64 KB skbs (1 MB writes: 55-126 KB in flight over 12 runs; the skb started just
-    under the limit plus the unsent tail being topped up, as we read it). The 6.18 rule is taken from 6.6
-    on (the release between 6.1 and 6.18 where it changed was not measured). A locked SO_SNDBUF is never
+    skb boundaries, not per byte, so one write() can overshoot the buffer by up to the whole
+    write. Measured with SO_SNDBUF 16 KB (32 KB effective), 100 Mbit/s: writes no larger than
+    the buffer keep ~the buffer in flight (16 KB writes at 20 ms: 24 segments, 832 kB/s; C11's
+    law). 1 MB writes at 20 ms keep 380-690 KB in flight on 6.1 and 447-584 KB on 6.12; on an
+    undelayed path 55-130 KB on 6.1, 6.12 and 6.18 alike, because there the path's own window,
+    not the buffer, is what runs out. (Until both kernels were measured side by side the
+    undelayed 6.18 figure was read as a kernel change.) A locked SO_SNDBUF is never
     expanded (tcp_sndbuf_expand skips SOCK_SNDBUF_LOCK). Without SO_SNDBUF: tcp_wmem[2].
     """
     if so_sndbuf is None:
         wmem = sysctl_triple(sysctls, "net.ipv4.tcp_wmem") or (4096, 16384, 4194304)
         return wmem[2]
-    version = kernel if isinstance(kernel, KernelVersion) else KernelVersion.parse(str(kernel))
+    if not isinstance(kernel, KernelVersion):
+        KernelVersion.parse(str(kernel))  # the rule is the same on every kernel measured; a bad release still errs
     request = int(parse_size(so_sndbuf, "so_sndbuf"))
     buffer = effective_socket_buffer(request, _cap(sysctls, "net.core.wmem_max", 212992), kind="snd")
     if chunk_bytes is None or chunk_bytes <= buffer:
         return buffer
-    overshoot = chunk_bytes if not version.uses_scaling_ratio else min(chunk_bytes, 2 * HOST_SIZE_GOAL)
-    return buffer + overshoot
+    return buffer + chunk_bytes
