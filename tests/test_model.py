@@ -116,6 +116,22 @@ def test_kernel_version(release, expected, scaling):
     assert version.uses_scaling_ratio is scaling
 
 
+@pytest.mark.parametrize("release, rule, window", [
+    ("6.1.0-56-amd64", "1/2^tcp_adv_win_scale, kernel < 6.6", 64240),  # measured 64240 (docs/model.md)
+    ("6.6.0", "the 2024 halving", 32768 // 1448 * 1448),  # a quarter of the doubled request: the report's halving
+    ("6.9.12", "the 2024 halving", 32768 // 1448 * 1448),
+    ("6.12.95+deb12-amd64", "kernel >= 6.10", 79640),  # measured 76.9 KB (-3.4%)
+    ("6.18.44-fc", "kernel >= 6.10", 79640),  # measured 77836-81500
+])
+def test_each_release_names_its_window_rule_and_a_64_kb_so_rcvbuf_gets_its_window(release, rule, window):
+    """The 2024 case (source 002): SO_RCVBUF 64 KB under 6.1, 6.6-6.9 and 6.10+ rules."""
+    version = KernelVersion.parse(release)
+    assert rule in version.window_rule
+    assert model.advertised_window(65536, kernel=version) == window
+    # An autotuned receiver is not clamped at the first guess on 6.6-6.9: only a set SO_RCVBUF locks it.
+    assert model.advertised_window(None, kernel="6.7.0") == model.advertised_window(None, kernel="6.12.0")
+
+
 @pytest.mark.parametrize("call", [
     lambda: model.bdp(0, 0.1), lambda: model.bdp(1e6, -1), lambda: model.window_limited_throughput(1000, 0),
     lambda: model.mathis_throughput(1448, 0.1, 0), lambda: model.mathis_throughput(1448, 0.1, 1.5),

@@ -278,8 +278,9 @@ def sustained_window(c):
 
 def _window_source(c):
     version = KernelVersion.parse(c.kernel)
-    rule = ("scaling_ratio, kernel >= 6.6" if version.uses_scaling_ratio else
-            f"tcp_adv_win_scale {c.receiver_sysctls.get('net.ipv4.tcp_adv_win_scale', 1)}, kernel < 6.6")
+    rule = version.window_rule
+    if not version.uses_scaling_ratio:
+        rule += f" (tcp_adv_win_scale {c.receiver_sysctls.get('net.ipv4.tcp_adv_win_scale', 1)})"
     if c.so_rcvbuf:
         return f"SO_RCVBUF {format_size(c.so_rcvbuf)} doubled, {rule}"
     return f"tcp_rmem {c.receiver_sysctls.get('net.ipv4.tcp_rmem', 'default')}, {rule}"
