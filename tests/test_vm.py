@@ -163,6 +163,34 @@ def test_default_kernel_says_what_is_missing(tmp_path):
     assert "apt-get install linux-image-amd64" in msg and "--tcpnet-kernel" in msg
 
 
+def _with_netem(mods, *releases):
+    for rel in releases:
+        (mods / rel / "modules.dep").write_text(f"kernel/net/sched/sch_netem.ko.xz: \n")
+
+
+def test_several_kernels_or_all_of_them_are_resolved_before_any_boot(tmp_path):
+    boot, mods = _fake_boot(tmp_path, images=["6.1.0-56-amd64", "6.12.95+deb12-amd64", "6.18.4"],
+                            modules=["6.1.0-56-amd64", "6.12.95+deb12-amd64", "6.18.4"])
+    _with_netem(tmp_path / "modules", "6.1.0-56-amd64", "6.12.95+deb12-amd64")  # 6.18.4: no sch_netem
+    both = kernel.resolve_kernels(["6.12.95+deb12-amd64", "6.1.0-56-amd64"], boot, mods)
+    assert [k.release for k in both] == ["6.12.95+deb12-amd64", "6.1.0-56-amd64"]  # in the order given
+    every = kernel.resolve_kernels(["all"], boot, mods)
+    assert [k.release for k in every] == ["6.1.0-56-amd64", "6.12.95+deb12-amd64"]  # oldest first, netem only
+    assert [k.release for k in kernel.resolve_kernels(["6.18.4"], boot, mods)] == ["6.18.4"]  # one: as before
+    with pytest.raises(VMUsageError, match="6.1.0-56-amd64 given twice"):
+        kernel.resolve_kernels(["6.1.0-56-amd64", f"{boot}/vmlinuz-6.1.0-56-amd64"], boot, mods)
+    with pytest.raises(VMUsageError, match="kernel 6.18.4 has no sch_netem"):
+        kernel.resolve_kernels(["6.1.0-56-amd64", "6.18.4"], boot, mods)
+    with pytest.raises(VMUsageError, match="releases in .*: .*6.1.0-56-amd64"):
+        kernel.resolve_kernels(["6.1.0-56-amd64", "5.10.0-1"], boot, mods)
+    with pytest.raises(VMUsageError, match="give it alone"):
+        kernel.resolve_kernels(["all", "6.1.0-56-amd64"], boot, mods)
+    (tmp_path / "bare").mkdir()
+    bare, bare_mods = _fake_boot(tmp_path / "bare", images=["6.18.4"], modules=["6.18.4"])
+    with pytest.raises(VMUsageError, match="no kernel in .* has its modules .* and sch_netem"):
+        kernel.resolve_kernels(["all"], bare, bare_mods)
+
+
 def test_resolve_kernel_errors(tmp_path):
     boot, mods = _fake_boot(tmp_path, images=["6.1.0-1"], modules=[])
     with pytest.raises(VMUsageError, match="does not exist"):
@@ -296,7 +324,7 @@ def test_add_options_defaults_and_env(monkeypatch):
     g = _Group()
     vm.add_options(g)
     ns = g.parser.parse_args(["--tcpnet-vm", "--tcpnet-kernel", "6.1.0-56-amd64"])
-    assert (ns.tcpnet_vm, ns.tcpnet_vm_kernel) == (True, "6.1.0-56-amd64")
+    assert (ns.tcpnet_vm, ns.tcpnet_vm_kernel) == (True, ["6.1.0-56-amd64"])
     assert (ns.tcpnet_vm_accel, ns.tcpnet_vm_boot_timeout) == ("tcg", 300.0)
 
 
@@ -958,3 +986,10 @@ def test_a_bad_emulator_nice_is_refused(monkeypatch):
     assert runner.emulator_nice() == 0
     monkeypatch.delenv("TCPNET_VM_NICE")
     assert runner.emulator_nice() == runner.EMULATOR_NICE == -10
+
+
+def test_each_kernel_s_session_keeps_its_own_report_files():
+    args = ["-m", "x", "--junitxml=test-results/vm.xml", "--report-log", "log.jsonl", "--junit-xml", "a", "examples"]
+    assert runner.per_kernel_reports(args, "6.12.95+deb12-amd64") == [
+        "-m", "x", "--junitxml=test-results/vm-6.12.95+deb12-amd64.xml", "--report-log=log-6.12.95+deb12-amd64.jsonl",
+        "--junit-xml=a-6.12.95+deb12-amd64", "examples"]

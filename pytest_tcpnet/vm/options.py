@@ -43,13 +43,15 @@ def add_options(group) -> None:
     )
     group.addoption(
         "--tcpnet-kernel",
-        action="store",
+        action="append",
         default=None,
         dest="tcpnet_vm_kernel",
-        metavar="PATH|RELEASE",
+        metavar="PATH|RELEASE|all",
         help="kernel for --tcpnet-vm: a vmlinuz path or a release such as "
         "6.1.0-56-amd64 (looked up as /boot/vmlinuz-RELEASE). Default: the newest "
-        "kernel in /boot with modules in /lib/modules that is not the running one.",
+        "kernel in /boot with modules in /lib/modules that is not the running one. Give it "
+        "several times (or 'all': every installed kernel with sch_netem) to run the session "
+        "under each in turn and end with one table of every flow per kernel.",
     )
     group.addoption(
         "--tcpnet-vm-accel",

@@ -20,7 +20,7 @@ from .accel import choose_accel
 from .args import artifact_dirs, check_shareable, guest_environment, share_dirs, strip_vm_args
 from . import fastboot, hostcall
 from .errors import EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED, VMError, VMUsageError
-from .kernel import Kernel, has_module, resolve_kernel
+from .kernel import Kernel, has_module, resolve_kernel, resolve_kernels
 from .launch import LaunchResult, launch
 from .lock import VMLock
 from .options import ACCEL_CHOICES
@@ -131,10 +131,13 @@ def _check_baseline(config) -> None:
         raise VMUsageError(f"--tcpnet-baseline={path}: {exc}") from None
 
 
-def plan_from_config(config) -> Plan:
-    """Resolve the options of a pytest ``config`` into a checked ``Plan`` (no VM started)."""
+def plan_from_config(config, kernel: "Kernel | None" = None) -> Plan:
+    """Resolve the options of a pytest ``config`` into a checked ``Plan`` (no VM started) for ``kernel`` (default:
+    the one ``--tcpnet-kernel`` names)."""
     vng, qemu = find_tools()
-    kernel = resolve_kernel(config.getoption("tcpnet_vm_kernel"))
+    if kernel is None:
+        spec = config.getoption("tcpnet_vm_kernel")
+        kernel = resolve_kernel(spec[-1] if isinstance(spec, list) and spec else spec or None)
     check_shareable(kernel.path, "the kernel image")
     accel = config.getoption("tcpnet_vm_accel")
     if accel not in ACCEL_CHOICES:
@@ -509,10 +512,86 @@ def _hostcall_server(workdir: str) -> "hostcall.Server | None":
         return None
 
 
-def run_config_in_vm(config) -> int:
-    """Entry point for ``maybe_run_in_vm``: plan, boot, run; errors become exit codes."""
+#: Report files each kernel's session writes whole (and would overwrite): one per kernel, named after it.
+PER_KERNEL_REPORTS = ("--junitxml", "--junit-xml", "--report-log", "--html")
+
+
+def per_kernel_reports(args: list, release: str) -> list:
+    """args with each report file (JUnit XML, report log, HTML) renamed NAME-RELEASE.EXT, so kernels keep theirs."""
+    out, i = [], 0
+    while i < len(args):
+        name, eq, value = args[i].partition("=")
+        if name in PER_KERNEL_REPORTS and (eq or i + 1 < len(args)):
+            if not eq:
+                value, i = args[i + 1], i + 1
+            stem, ext = os.path.splitext(value)
+            out.append(f"{name}={stem}-{release}{ext}")
+        else:
+            out.append(args[i])
+        i += 1
+    return out
+
+
+def _results_path(config) -> "str | None":
+    path = config.getoption("tcpnet_results", default=None)
+    return os.path.join(str(config.invocation_params.dir), path) if path else None
+
+
+def run_kernels(config, kernels: list) -> int:
+    """The session under each kernel in turn (one VM at a time), then one table of every flow per kernel.
+
+    Every plan is made, and so checked, before the first boot. Each guest writes its flows to a
+    results file of its own in a shared directory; they are merged into the table and, when the
+    user asked for ``--tcpnet-results=PATH``, into PATH. The exit code is the first failing
+    session's, 0 when every kernel's session passed.
+    """
+    from ..report import compare, comparison_table, read_rows
+    collect = check_shareable(tempfile.mkdtemp(prefix="tcpnet-kernels-"), "the runner's temporary directory")
+    codes = []
     try:
-        return run_plan(plan_from_config(config))
+        plans = []
+        for kernel in kernels:
+            plan = plan_from_config(config, kernel)
+            args = per_kernel_reports(strip_vm_args(plan.pytest_args, flags=(), valued=("--tcpnet-results",)),
+                                      kernel.release)
+            args.append(f"--tcpnet-results={os.path.join(collect, kernel.release + '.jsonl')}")
+            plans.append(replace(plan, pytest_args=args, shares=plan.shares + [collect]))
+        for number, plan in enumerate(plans, 1):
+            sys.stdout.write(f"\n{'=' * 20} tcpnet-vm: kernel {plan.kernel.release} ({number} of {len(plans)}) "
+                             f"{'=' * 20}\n")
+            sys.stdout.flush()
+            codes.append(run_plan(plan))
+            if codes[-1] == EXIT_INTERRUPTED:
+                break
+        files = [os.path.join(collect, p.kernel.release + ".jsonl") for p in plans]
+        rows = read_rows([f for f in files if os.path.exists(f)])
+        sys.stdout.write(f"\n{'=' * 20} tcpnet-vm: {len(rows)} flow(s) under {len(plans)} kernels {'=' * 20}\n")
+        if rows:
+            sys.stdout.write(comparison_table(compare(rows, by="kernel")) + "\n")
+        for plan, code in zip(plans, codes):
+            sys.stdout.write(f"kernel {plan.kernel.release}: pytest exited with {code}\n")
+        sys.stdout.flush()
+        wanted = _results_path(config)
+        if wanted:
+            with open(wanted, "w", encoding="utf-8") as out:
+                for f in files:
+                    if os.path.exists(f):
+                        with open(f, encoding="utf-8") as part:
+                            out.write(part.read())
+            say(f"{len(rows)} flow(s) of all kernels written to {wanted}")
+    finally:
+        shutil.rmtree(collect, ignore_errors=True)
+    return next((code for code in codes if code), 0)
+
+
+def run_config_in_vm(config) -> int:
+    """Entry point for ``maybe_run_in_vm``: plan, boot, run (under each kernel asked for); errors become exit
+    codes."""
+    try:
+        kernels = resolve_kernels(config.getoption("tcpnet_vm_kernel"))
+        if len(kernels) > 1:
+            return run_kernels(config, kernels)
+        return run_plan(plan_from_config(config, kernels[0]))
     except VMError as err:
         say(f"error: {err}")
         return err.exit_code
