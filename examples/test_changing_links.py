@@ -61,16 +61,19 @@ def test_bbr_takes_a_doubled_rate_within_two_seconds(tcpnet):
 
 def test_a_lossy_spell_costs_its_phase_and_the_flow_recovers(tcpnet):
     """5% loss from 2 s to 4 s on a 20 Mbit/s, 20 ms path (100-packet queue), a 6 s cubic download: asserts the
-    lossy phase carries under half of what the phase before it did and retransmits more than each of the others
-    (measured in the 6.1 VM: 18.4, 5.5 and 12.8 Mbit/s; 9, 41 and 1 retransmissions), and the flow grows back
-    afterwards (the last phase above the lossy one)."""
+    lossy phase carries under half of what the phase before it did, retransmits what 5% of its segments cost (0.5-2x:
+    measured 0.87x and 1.04x, 41 and 44 resent; ~42 events spread about 15% by chance alone), more than the phase
+    after it, and the flow grows back afterwards (the last phase above the lossy one). The first phase is not
+    compared: its slow start overflows the 100-packet queue, 9 resent once and 53 another time (6.1 VM)."""
     link = Link(rate="20mbit", rtt="20ms", limit=100, loss=Schedule([(0, 0), (2, "5%"), (4, 0)]))
     result = tcpnet.pair(link, server=Host(cc="cubic")).transfer(duration=6, cc="cubic")
     figures = result.describe()
     clean, lossy, after = result.phases
     assert lossy.link.toward_client.loss == 0.05 and after.link.toward_client.loss == 0, figures
     assert lossy.goodput_bps < 0.5 * clean.goodput_bps, figures
-    assert lossy.retransmits > max(clean.retransmits, after.retransmits), figures
+    segments = lossy.goodput_bps * (lossy.end_s - lossy.start_s) / 8 / 1448
+    assert 0.5 * 0.05 * segments <= lossy.retransmits <= 2 * 0.05 * segments, (segments, figures)
+    assert lossy.retransmits > after.retransmits, figures
     assert after.goodput_bps > lossy.goodput_bps, figures
 
 
