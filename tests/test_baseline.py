@@ -7,13 +7,14 @@ import pytest
 
 import pytest_tcpnet
 from pytest_tcpnet.report.__main__ import main
-from pytest_tcpnet.report.baseline import MIN_RUNS, Baseline, load_baseline, t_quantile
+from pytest_tcpnet.report.baseline import MIN_RUNS, TIMING_FLOOR_S, Baseline, load_baseline, t_quantile
 
 pytest_plugins = ["pytester"]
 
 
-def _row(test="t.py::test_a", flow=0, bps=10e6, run="r1", kernel="6.1.0", rcvbuf=None, outcome="passed"):
-    return {"schema": 1, "test": test, "flow": flow, "kernel": kernel, "measured_bps": bps, "outcome": outcome,
+def _row(test="t.py::test_a", flow=0, bps=10e6, run="r1", kernel="6.1.0", rcvbuf=None, outcome="passed",
+         duration=None):
+    return {"schema": 1, "duration_s": duration, "test": test, "flow": flow, "kernel": kernel, "measured_bps": bps, "outcome": outcome,
             "direction": "download", "link": {"describe": "20 Mbit/s"}, "cc": "cubic",
             "buffers": {"sndbuf_requested": None, "rcvbuf_requested": rcvbuf}, "run": {"id": run}}
 
@@ -52,6 +53,20 @@ def test_a_flow_is_credited_with_no_less_spread_than_the_baseline_s_typical_flow
     assert baseline.typical_spread == pytest.approx(0.1)
     judged, = baseline.judge([_row(bps=10.1e6)])
     assert judged.verdict == "held" and judged.tolerance > 0.1
+
+
+def test_no_flow_is_judged_finer_than_its_clock():
+    """Runs that agree to 0.03% (as five back-to-back saves did) give a ~0.1% interval; a busy session's unchanged
+    run read 0.6% slower. The floor: TIMING_FLOOR_S of the flow's duration, 1.25% of a 2 s flow."""
+    baseline = Baseline(_saved([19.124e6, 19.130e6, 19.127e6, 19.126e6, 19.129e6], duration=2.0))
+    held, = baseline.judge([_row(bps=19.01e6, duration=2.0)])
+    assert held.verdict == "held" and held.tolerance == pytest.approx(TIMING_FLOOR_S / 2.0)
+    assert "timing floor: 25 ms of a 2 s flow" in held.describe()
+    moved, = baseline.judge([_row(bps=18.8e6, duration=2.0)])
+    assert moved.verdict == "moved" and "1.7% slower" in moved.describe()
+    # A long flow's floor is below its runs' own spread: the prediction interval decides.
+    wide = Baseline(_saved([9.9e6, 10.0e6, 10.1e6, 10.0e6, 9.9e6], duration=30.0)).judge([_row(bps=9.5e6)])[0]
+    assert wide.tolerance == pytest.approx(0.0791, abs=0.001) and "prediction interval" in wide.describe()
 
 
 def test_flows_that_cannot_be_judged_say_why():
@@ -128,8 +143,9 @@ def project(pytester, monkeypatch):
 @pytest.mark.tcpnet_needs("privilege")
 def test_a_slower_run_fails_against_saved_runs_and_an_unchanged_one_passes(project, monkeypatch):
     """Five saved runs of a link-bound upload, then an unchanged run that holds and a paced writer that fails with
-    the table. Measured: saved runs 19.124-19.130 Mbit/s (sd 0.013%), tolerance ±0.1%; unchanged runs 19.12-19.13
-    (5 of 5 held quiet, 5 of 5 beside a CPU hog); the paced writer 10.63 Mbit/s, 44.4% slower."""
+    the table. Measured: saved runs 19.124-19.130 Mbit/s (sd 0.013%, interval ±0.1%, so the 1.7% timing floor of a
+    1.5 s flow judges); unchanged runs 19.12-19.13 (5 of 5 held quiet, 5 of 5 beside a CPU hog) and once 19.01
+    (0.6% slower) in a busy two-worker session; the paced writer 10.63 Mbit/s, 44.4% slower."""
     for run in range(5):
         saved = project.runpytest("-p", "no:cacheprovider", "--tcpnet-baseline=base.jsonl",
                                   "--tcpnet-baseline-mode=save")
