@@ -304,6 +304,25 @@ class World:
         for namespace, group in self._by_namespace(changes).items():
             netlink.prepare_change(namespace, [(end.ifname, way, frame) for end, way, frame in group])
 
+    def timed_change(self, changes, first_seq):
+        """change(changes) as messages for another process to send at its time: [(fd, bytes, [seq, ...])], one per
+        router, sequence numbers from first_seq on."""
+        messages = []
+        for namespace, group in self._by_namespace(changes).items():
+            fd, data, seqs = netlink.timed_change(namespace, [(end.ifname, way, frame) for end, way, frame in group],
+                                                  first_seq)
+            messages.append((fd, data, seqs))
+            first_seq = seqs[-1] + 1
+        return messages
+
+    def read_back(self, changes):
+        """{end key: settings} the kernel holds now for the ends of changes (after a timed change)."""
+        done = {}
+        for namespace, group in self._by_namespace(changes).items():
+            settings = netlink.read_back_egress(namespace, [end.ifname for end, _, _ in group])
+            done.update({end.key: settings[end.ifname] for end, _, _ in group})
+        return done
+
     @staticmethod
     def _by_namespace(changes):
         by_namespace = collections.defaultdict(list)

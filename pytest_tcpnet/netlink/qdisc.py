@@ -17,7 +17,7 @@ from .rtnl import nlattr
 from .session import session_for
 from .topology import _index
 
-__all__ = ["shape_egress", "change_egress", "prepare_change", "shape_egress_classes", "qdisc_stats", "qdisc_stats_of", "htb_burst_bytes", "u32_keys",
+__all__ = ["shape_egress", "change_egress", "prepare_change", "timed_change", "read_back_egress", "shape_egress_classes", "qdisc_stats", "qdisc_stats_of", "htb_burst_bytes", "u32_keys",
            "UNLIMITED_CLASS_BPS"]
 
 _ROOT = 0x10000        # 1:
@@ -233,13 +233,40 @@ def prepare_change(namespace, changes):
     """Compile change_egress(namespace, changes)'s message ahead of its time."""
     from .rtnl import precompile
 
+    precompile(_changes_requests(namespace, changes)[0])
+
+
+def timed_change(namespace, changes, first_seq):
+    """change_egress's message for another process to send at its time: (fd, bytes, [seq, ...]).
+
+    fd is a NETLINK_ROUTE socket of the namespace kept for timed changes (the session's own socket
+    answers its own queries: a second reader would take their answers).
+    """
+    from .rtnl import compile_batch
+
+    requests, _ = _changes_requests(namespace, changes)
+    sock = session_for(namespace).resource("timed change socket", _route_socket)
+    data, seqs = compile_batch(requests, first_seq)
+    return sock.fileno(), data, seqs
+
+
+def _route_socket():
+    import socket
+
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE)
+    sock.bind((0, 0))
+    return sock
+
+
+def _changes_requests(namespace, changes):
     session = session_for(namespace)
-    requests = []
+    requests, indexes = [], {}
     for ifname, way, frame_way in changes:
-        index = session and session.known_index(ifname)
-        if index:
-            requests += _change_requests(index, way, frame_way)
-    precompile(requests)
+        index = indexes[ifname] = session and session.known_index(ifname)
+        if not index:
+            raise LabError(f"changing {ifname} in {namespace} needs an interface the lab created")
+        requests += _change_requests(index, way, frame_way)
+    return requests, indexes
 
 
 def change_egress(namespace, changes):
@@ -252,15 +279,16 @@ def change_egress(namespace, changes):
     """
     import time
 
+    requests, indexes = _changes_requests(namespace, changes)
+    session_for(namespace).batch(f"changing {', '.join(f'{ifname} to {way.describe()}' for ifname, way, _ in changes)}",
+                                 requests)
+    return time.monotonic(), read_back_egress(namespace, indexes)
+
+
+def read_back_egress(namespace, ifnames):
+    """{ifname: {"rate_bps", "delay_s", "jitter_s", "loss", "limit", ...}} as the kernel holds them now."""
     session = session_for(namespace)
-    requests, indexes = [], {}
-    for ifname, way, frame_way in changes:
-        index = indexes[ifname] = session and session.known_index(ifname)
-        if not index:
-            raise LabError(f"changing {ifname} in {namespace} needs an interface the lab created")
-        requests += _change_requests(index, way, frame_way)
-    session.batch(f"changing {', '.join(f'{ifname} to {way.describe()}' for ifname, way, _ in changes)}", requests)
-    acked_at = time.monotonic()
+    indexes = {ifname: session.known_index(ifname) for ifname in ifnames}
     # One dump per message: the kernel serves a socket one dump at a time (EBUSY otherwise).
     (qdiscs,) = session.query(f"reading qdiscs back in {namespace}", [("tc", "dump", {})])
     settings = {}
@@ -275,7 +303,7 @@ def change_egress(namespace, changes):
                 held.update({k: v for k, v in stats["settings"].items() if v is not None})
             elif stats["kind"] == "pfifo" and stats["handle"] == _LEAF:
                 held["limit"] = stats["settings"].get("limit")
-    return acked_at, settings
+    return settings
 
 
 def _change_requests(index, way, frame_way):

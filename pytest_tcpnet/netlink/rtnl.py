@@ -92,6 +92,15 @@ def precompile(requests):
         _compiled_request(mode, command, 0, kwargs)
 
 
+def compile_batch(requests, first_seq):
+    """[(mode, command, kwargs)] as one message with sequence numbers from first_seq: (bytes, [seq, ...])."""
+    data, seqs = bytearray(), []
+    for seq, (mode, command, kwargs) in enumerate(requests, first_seq):
+        data += _compiled_request(mode, command, seq, kwargs)
+        seqs.append(seq)
+    return bytes(data), seqs
+
+
 def compile_request(mode, command, seq, **kwargs):
     """The encoded bytes of one request, as IPRoute.<mode>(command, **kwargs) would send it (tc takes kind=...).
 
