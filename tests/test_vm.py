@@ -10,7 +10,10 @@ loads the VM wiring from tests/vm_fixtures/tcpnet_vm_shim.py instead of plugin.p
 from __future__ import annotations
 
 import argparse
+import bz2
+import gzip
 import json
+import lzma
 import os
 import shlex
 import shutil
@@ -397,15 +400,20 @@ def _bzimage(payload: bytes, setup_sects: int = 1) -> bytes:
 PVH_NOTE = (b"Xen", 18, b"\x00\x10\x00\x01")
 
 
-@pytest.mark.parametrize("compress", ["xz", "gzip", "bzip2"])
-def test_vmlinux_is_extracted_once_into_the_cache(tmp_path, compress):
-    import bz2
-    import gzip
-    import lzma
+def _zstd(data: bytes) -> bytes:
+    """A zstd frame as Debian's 6.12 kernel and its modules are packed (no content size in the header)."""
+    zstandard = pytest.importorskip("zstandard", reason="the vm extra's zstandard decompresses 6.12's kernel")
+    return zstandard.ZstdCompressor(write_content_size=False).compress(data)
 
+
+COMPRESSORS = {"xz": lambda d: lzma.compress(d, lzma.FORMAT_XZ), "gzip": gzip.compress, "bzip2": bz2.compress,
+               "zstd": _zstd}
+
+
+@pytest.mark.parametrize("compress", ["xz", "gzip", "bzip2", "zstd"])
+def test_vmlinux_is_extracted_once_into_the_cache(tmp_path, compress):
     elf = _elf_with_notes([(b"Linux", 6, b"x" * 5), PVH_NOTE])
-    packed = {"xz": lambda d: lzma.compress(d, lzma.FORMAT_XZ), "gzip": gzip.compress,
-              "bzip2": bz2.compress}[compress](elf)
+    packed = COMPRESSORS[compress](elf)
     image = tmp_path / "vmlinuz-9.9"
     image.write_bytes(_bzimage(packed))
     cache = tmp_path / "cache"
@@ -468,6 +476,15 @@ def test_module_order_puts_dependencies_first(tmp_path):
     (tmp_path / "modules.builtin").write_text("")
     with pytest.raises(fastboot.Unavailable, match="virtio_console is neither built into"):
         fastboot.module_order(str(tmp_path))
+
+
+@pytest.mark.parametrize("suffix, compress", [("", None), (".xz", "xz"), (".gz", "gzip"), (".zst", "zstd")])
+def test_compressed_modules_go_into_the_initramfs_decompressed(tmp_path, suffix, compress):
+    """busybox's insmod takes plain .ko: 6.1's modules are plain, 6.12's xz, other distributions' gz or zst."""
+    module = b"\x7fELF" + os.urandom(4096)
+    path = tmp_path / f"sch_netem.ko{suffix}"
+    path.write_bytes(COMPRESSORS[compress](module) if compress else module)
+    assert fastboot._read_module(str(path)) == module
 
 
 def _cpio_names(data: bytes) -> dict:
@@ -993,3 +1010,62 @@ def test_each_kernel_s_session_keeps_its_own_report_files():
     assert runner.per_kernel_reports(args, "6.12.95+deb12-amd64") == [
         "-m", "x", "--junitxml=test-results/vm-6.12.95+deb12-amd64.xml", "--report-log=log-6.12.95+deb12-amd64.jsonl",
         "--junit-xml=a-6.12.95+deb12-amd64", "examples"]
+
+
+def test_several_kernels_run_in_turn_and_end_with_one_table_and_the_first_failing_code(tmp_path, monkeypatch,
+                                                                                        capsys):
+    """run_kernels without a boot: each kernel's session (a stand-in for run_plan that writes the flows a real
+    guest's results file holds) gets its own report names and results file; one merged table, every kernel's
+    exit code, the user's --tcpnet-results with both kernels' flows, and the first failing code returned."""
+    from pytest_tcpnet import Host, Link
+    from pytest_tcpnet.report import flow_rows
+    from pytest_tcpnet.workload.fake import fake_result
+
+    kernels = [kernel.Kernel(f"/boot/vmlinuz-{r}", r, f"/lib/modules/{r}")
+               for r in ("6.1.0-56-amd64", "6.12.117+deb12-amd64")]
+    user_args = ["--junitxml=test-results/vm.xml", "--tcpnet-results=mine.jsonl", "-m", "needs_netem", "examples"]
+    monkeypatch.setattr(runner, "plan_from_config",
+                        lambda config, k: _plan(tmp_path, kernel=k, pytest_args=list(user_args)))
+    seen = []
+
+    def session(plan):
+        seen.append(plan)
+        results = next(a.partition("=")[2] for a in plan.pytest_args if a.startswith("--tcpnet-results="))
+        assert os.path.dirname(results) in plan.shares  # the guest can write it
+        bps = {"6.1.0-56-amd64": 4.82e6, "6.12.117+deb12-amd64": 5.77e6}[plan.kernel.release]
+        result = fake_result(nbytes=int(bps * 2 / 8), duration_s=2.0, kernel=plan.kernel.release,
+                             link=Link(rate="50mbit", rtt="100ms"), client=Host(), workload="bulk")
+        with open(results, "w", encoding="utf-8") as out:
+            out.writelines(json.dumps(row) + "\n" for row in flow_rows([result], test="t.py::t", outcome="passed"))
+        return 0 if plan.kernel.release.startswith("6.1.") else 1
+
+    monkeypatch.setattr(runner, "run_plan", session)
+    config = _Config(tcpnet_results="merged.jsonl")
+    config.invocation_params = argparse.Namespace(dir=tmp_path)
+    assert runner.run_kernels(config, kernels) == 1
+    assert [p.kernel.release for p in seen] == ["6.1.0-56-amd64", "6.12.117+deb12-amd64"]
+    assert "--junitxml=test-results/vm-6.12.117+deb12-amd64.xml" in seen[1].pytest_args
+    assert "--tcpnet-results=mine.jsonl" not in seen[0].pytest_args
+    out = capsys.readouterr().out
+    assert "kernel 6.1.0-56-amd64 (1 of 2)" in out and out.index("(1 of 2)") < out.index("(2 of 2)")
+    table = out[out.index("2 flow(s) under 2 kernels"):]
+    assert "6.1.0-56-amd64: cc" in table and "6.12.117+deb12-amd64 / 6.1.0-56-amd64" in table
+    assert "4.82 Mbit/s" in table and "5.77 Mbit/s" in table and "1.20" in table
+    assert "kernel 6.1.0-56-amd64: pytest exited with 0" in out
+    assert "kernel 6.12.117+deb12-amd64: pytest exited with 1" in out
+    merged = [json.loads(line) for line in (tmp_path / "merged.jsonl").read_text().splitlines()]
+    assert [row["kernel"] for row in merged] == ["6.1.0-56-amd64", "6.12.117+deb12-amd64"]
+    assert not any(os.path.exists(os.path.dirname(a.partition("=")[2])) for p in seen for a in p.pytest_args
+                   if a.startswith("--tcpnet-results="))  # the collecting directory is gone
+
+
+def test_an_interrupted_kernel_stops_the_run_before_the_next_boots(tmp_path, monkeypatch, capsys):
+    kernels = [kernel.Kernel(f"/boot/vmlinuz-{r}", r, f"/lib/modules/{r}") for r in ("6.1.0-56-amd64", "6.12.1")]
+    monkeypatch.setattr(runner, "plan_from_config", lambda config, k: _plan(tmp_path, kernel=k, pytest_args=[]))
+    booted = []
+    monkeypatch.setattr(runner, "run_plan", lambda plan: booted.append(plan.kernel.release) or runner.EXIT_INTERRUPTED)
+    config = _Config()
+    config.invocation_params = argparse.Namespace(dir=tmp_path)
+    assert runner.run_kernels(config, kernels) == runner.EXIT_INTERRUPTED
+    assert booted == ["6.1.0-56-amd64"]
+    assert "kernel 6.1.0-56-amd64: pytest exited with 2" in capsys.readouterr().out
