@@ -28,11 +28,12 @@ def test_mem_max_caps_the_request(tcpnet):
 def test_setting_the_buffer_turns_autotuning_off(tcpnet):
     """With SO_RCVBUF set the buffer stays put for the whole flow; without it, autotuning grows it."""
     pair = tcpnet.pair()
-    # 1 ms samples: unshaped, 20 MB can take less than the default 10 ms interval, leaving no sample of the
-    # receiver (a rootless CI session beside a CPU hog: an empty series).
-    fixed = pair.transfer(20_000_000, rcvbuf=65536, sample_interval=0.001)
-    assert {v for _, v in fixed.series("rcvbuf", side="receiver")} == {2 * 65536}
-    auto = pair.transfer(20_000_000, sample_interval=0.001)
+    # Flows of 0.3 s, not of a size: an unshaped 20 MB transfer ends in ~33 ms at 4.8 Gbit/s, its sender and
+    # receiver taking both cores, and a sampler thread can wait that long for a CPU (fresh-clone CI run ci44's
+    # host session: no sample of the receiver at all, even at 1 ms; before it, a rootless run at 10 ms).
+    fixed = pair.transfer(duration=0.3, rcvbuf=65536, sample_interval=0.005)
+    assert {v for _, v in fixed.series("rcvbuf", side="receiver")} == {2 * 65536}, fixed.describe()
+    auto = pair.transfer(duration=0.3, sample_interval=0.005)
     sizes = [v for _, v in auto.series("rcvbuf", side="receiver")]
     # Against the size at connect (tcp_rmem's default): on a fast path autotuning has often grown
     # the buffer before the first sample.
