@@ -5,6 +5,8 @@ bufferbloat.net measured 150-250 ms of added latency under load through a deep F
 this host); each queue sits after netem's delay line, so a packet's delay and its queueing add up.
 """
 
+import statistics
+
 import pytest
 
 from pytest_tcpnet import Flow, Host, Link
@@ -35,19 +37,40 @@ def test_a_deep_fifo_bloats_the_rtt_and_fq_codel_does_not(tcpnet, queue):
     assert result.flows.total_bps >= 0.85 * PAYLOAD_10MBIT, figures
 
 
-@pytest.mark.tcpnet_needs("codel")
-def test_ecn_marks_replace_drops(tcpnet):
-    """Measures a 5 s cubic download through codel with ECN at 10 Mbit/s and 20 ms, both hosts asking for ECN
-    (net.ipv4.tcp_ecn=1); asserts the queue marked packets, the sender learnt of them (TCP_INFO delivered_ce)
-    and retransmitted at most 2 segments: the marks did what drops would have."""
+@pytest.mark.parametrize("queue", ["fq_codel", pytest.param("codel", marks=pytest.mark.tcpnet_needs("codel"))])
+def test_ecn_marks_replace_drops(tcpnet, queue):
+    """Measures a 5 s cubic download through fq_codel (and codel) with ECN at 10 Mbit/s and 20 ms, both hosts asking
+    for ECN (net.ipv4.tcp_ecn=1); asserts the queue marked packets, the sender learnt of them (TCP_INFO
+    delivered_ce) and retransmitted at most 2 segments: the marks did what drops would have."""
     ecn = Host(sysctls={"net.ipv4.tcp_ecn": 1}, cc="cubic")
-    pair = tcpnet.pair(Link(rate="10mbit", rtt="20ms", queue="codel", ecn=True), client=ecn, server=ecn)
+    pair = tcpnet.pair(Link(rate="10mbit", rtt="20ms", queue=queue, ecn=True), client=ecn, server=ecn)
     result = pair.transfer(duration=5, cc="cubic", capture=True)
     figures = result.describe() + f"\nECE {result.events['ece']}, CWR {result.events['cwr']}"
     assert result.queue_ecn_marks > 0 and result.ce_marks > 0, figures
-    # One CWR per mark the sender reacted to (measured: 12 marks, 12 CWR; ce_marks 356, the segments ECE covered).
+    # One CWR per mark the sender reacted to (measured: codel 12 marks, 12 CWR; fq_codel 11 and 11; ce_marks
+    # 356 and 297, the segments ECE covered).
     assert 0 < result.events["cwr"] <= result.queue_ecn_marks, figures
     assert result.retransmits <= 2, figures
+
+
+@pytest.mark.tcpnet_needs("dctcp")
+def test_dctcp_holds_the_queue_at_its_marking_threshold(tcpnet):
+    """DCTCP (RFC 8257) behind a queue that marks above a shallow threshold, as a data centre switch does: fq_codel
+    with ce_threshold 1 ms at 10 Mbit/s, 20 ms. A 5 s dctcp download beside the same through cubic with ECN;
+    asserts dctcp fills the link (>= 85% of the payload rate), is marked (queue marks and delivered_ce > 0),
+    retransmits at most 2 segments, and keeps its smoothed RTT within a few ms of the path's: its median srtt
+    less the base is under a third of cubic's (cubic halves at a mark and refills fq_codel's 5 ms target)."""
+    link = Link(rate="10mbit", rtt="20ms", queue="fq_codel", ecn=True, queue_options={"ce_threshold": "1ms"})
+    ecn = {"net.ipv4.tcp_ecn": 1}
+    results = {cc: tcpnet.pair(link, client=Host(sysctls=ecn), server=Host(sysctls=ecn, cc=cc)).transfer(
+        duration=5, cc=cc) for cc in ("dctcp", "cubic")}
+    figures = "\n".join(f"{cc}: {r.describe()}" for cc, r in results.items())
+    dctcp = results["dctcp"]
+    assert dctcp.throughput_bps >= 0.85 * PAYLOAD_10MBIT, figures
+    assert dctcp.queue_ecn_marks > 0 and dctcp.ce_marks > 0 and dctcp.retransmits <= 2, figures
+    rtts = {cc: [us / 1e6 for _, us in r.series("rtt")] for cc, r in results.items()}
+    queued = {cc: statistics.median(rtt[len(rtt) // 5:]) - 0.020 for cc, rtt in rtts.items()}  # after slow start
+    assert queued["dctcp"] < queued["cubic"] / 3, (queued, figures)
 
 
 @pytest.mark.tcpnet_needs("police")

@@ -59,6 +59,22 @@ def test_bbr_takes_a_doubled_rate_within_two_seconds(tcpnet):
         assert [phase.number for phase, _, _ in judged] == [0, 1, 2], figures
 
 
+def test_a_window_bound_flow_follows_its_model_but_cannot_fill_the_faster_phase(tcpnet):
+    """10 -> 40 -> 10 Mbit/s at 20 ms, the receiver's SO_RCVBUF 64 KB: its window (6.1: 64240 B, 6.12: 76.9 KB)
+    carries about 25-31 Mbit/s per 20 ms, so it fills the 10 Mbit/s phases and not the 40 Mbit/s one. Judged
+    against the model, which knows the window, it follows every phase; judged against the link, it fails naming
+    phase 1 alone, with the expected and measured figures."""
+    link = Link(rtt="20ms", rate=Schedule([(0, "10mbit"), (2, "40mbit"), (4, "10mbit")]))
+    result = tcpnet.pair(link, server=Host(cc="cubic")).transfer(duration=6, rcvbuf=65536, cc="cubic")
+    judged = assert_follows_schedule(result, rel=0.25)
+    assert [phase.number for phase, _, _ in judged] == [0, 1, 2], result.describe()
+    with pytest.raises(AssertionError) as failure:
+        assert_follows_schedule(result, rel=0.15, against="link")
+    text = str(failure.value)
+    assert text.startswith("1 of 3 phases outside ±15% of the link rate: phase 1 (both ways: 40 Mbit/s"), text
+    assert "38.26 Mbit/s" in text and "OUTSIDE" in text, text
+
+
 def test_a_lossy_spell_costs_its_phase_and_the_flow_recovers(tcpnet):
     """5% loss from 2 s to 4 s on a 20 Mbit/s, 20 ms path (100-packet queue), a 6 s cubic download: asserts the
     lossy phase carries under half of what the phase before it did, retransmits what 5% of its segments cost (0.5-2x:
