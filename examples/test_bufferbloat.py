@@ -54,23 +54,27 @@ def test_ecn_marks_replace_drops(tcpnet, queue):
 
 
 @pytest.mark.tcpnet_needs("dctcp")
-def test_dctcp_holds_the_queue_at_its_marking_threshold(tcpnet):
-    """DCTCP (RFC 8257) behind a queue that marks above a shallow threshold, as a data centre switch does: fq_codel
-    with ce_threshold 1 ms at 10 Mbit/s, 20 ms. A 5 s dctcp download beside the same through cubic with ECN;
-    asserts dctcp fills the link (>= 85% of the payload rate), is marked (queue marks and delivered_ce > 0),
-    retransmits at most 2 segments, and keeps its smoothed RTT within a few ms of the path's: its median srtt
-    less the base is under a third of cubic's (cubic halves at a mark and refills fq_codel's 5 ms target)."""
-    link = Link(rate="10mbit", rtt="20ms", queue="fq_codel", ecn=True, queue_options={"ce_threshold": "1ms"})
+def test_dctcp_fills_a_link_that_marks_above_a_shallow_threshold(tcpnet):
+    """DCTCP (RFC 8257) behind a queue that marks every ECN-capable packet above a shallow threshold, as a data
+    centre switch does: fq_codel with ce_threshold 4 ms (about 3 packets; RFC 8257's K > BDP/7 is 2.4 packets
+    here) at 10 Mbit/s, 20 ms. A 5 s dctcp download and the same through cubic with classic ECN; asserts dctcp is
+    marked (queue marks and delivered_ce > 0) yet fills the link (>= 85% of the payload rate: measured
+    0.96-1.00, 2 runs on each of 6.1 and 6.12), retransmits at most 2 segments, keeps its median queueing delay
+    (srtt less the path's 20 ms, after slow start) under 10 ms (measured 4.0-4.1 ms), and carries more than
+    cubic, which halves its window at each mark (measured cubic at 0.82-0.88x of dctcp's rate, < 0.95 asserted). With a 1 ms threshold, under one packet's
+    time at 10 Mbit/s, dctcp carried 5.2-5.4 Mbit/s: the threshold must leave room for a few packets."""
+    link = Link(rate="10mbit", rtt="20ms", queue="fq_codel", ecn=True, queue_options={"ce_threshold": "4ms"})
     ecn = {"net.ipv4.tcp_ecn": 1}
     results = {cc: tcpnet.pair(link, client=Host(sysctls=ecn), server=Host(sysctls=ecn, cc=cc)).transfer(
         duration=5, cc=cc) for cc in ("dctcp", "cubic")}
     figures = "\n".join(f"{cc}: {r.describe()}" for cc, r in results.items())
-    dctcp = results["dctcp"]
-    assert dctcp.throughput_bps >= 0.85 * PAYLOAD_10MBIT, figures
+    dctcp, cubic = results["dctcp"], results["cubic"]
     assert dctcp.queue_ecn_marks > 0 and dctcp.ce_marks > 0 and dctcp.retransmits <= 2, figures
-    rtts = {cc: [us / 1e6 for _, us in r.series("rtt")] for cc, r in results.items()}
-    queued = {cc: statistics.median(rtt[len(rtt) // 5:]) - 0.020 for cc, rtt in rtts.items()}  # after slow start
-    assert queued["dctcp"] < queued["cubic"] / 3, (queued, figures)
+    assert dctcp.throughput_bps >= 0.85 * PAYLOAD_10MBIT, figures
+    rtt = [us / 1e6 for _, us in dctcp.series("rtt")]
+    queued = statistics.median(rtt[len(rtt) // 5:]) - 0.020  # after slow start
+    assert queued < 0.010, (queued, figures)
+    assert cubic.throughput_bps < 0.95 * dctcp.throughput_bps, figures
 
 
 @pytest.mark.tcpnet_needs("police")

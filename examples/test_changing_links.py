@@ -62,8 +62,10 @@ def test_bbr_takes_a_doubled_rate_within_two_seconds(tcpnet):
 def test_a_window_bound_flow_follows_its_model_but_cannot_fill_the_faster_phase(tcpnet):
     """10 -> 40 -> 10 Mbit/s at 20 ms, the receiver's SO_RCVBUF 64 KB: its window (6.1: 64240 B, 6.12: 76.9 KB)
     carries about 25-31 Mbit/s per 20 ms, so it fills the 10 Mbit/s phases and not the 40 Mbit/s one. Judged
-    against the model, which knows the window, it follows every phase; judged against the link, it fails naming
-    phase 1 alone, with the expected and measured figures."""
+    against the model, which knows the window, it follows every phase within 25% (measured 1.00x in the 10 Mbit/s
+    phases; 0.876x on 6.1 and 0.899x on 6.12 in the 40 Mbit/s one, where the guest's 1-5 ms per round trip weigh
+    on a window-bound flow, as in C1); judged against the link, it fails naming phase 1 alone, with the expected
+    and measured figures (21.1 and 27.1 Mbit/s against 38.26)."""
     link = Link(rtt="20ms", rate=Schedule([(0, "10mbit"), (2, "40mbit"), (4, "10mbit")]))
     result = tcpnet.pair(link, server=Host(cc="cubic")).transfer(duration=6, rcvbuf=65536, cc="cubic")
     judged = assert_follows_schedule(result, rel=0.25)
