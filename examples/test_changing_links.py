@@ -96,18 +96,22 @@ def test_a_lossy_spell_costs_its_phase_and_the_flow_recovers(tcpnet):
 
 
 def test_each_step_carries_netem_s_whole_parameter_set(tcpnet):
-    """A step that raises the delay and drops corrupt and jitter to zero, with 1% loss throughout: netem's change
-    keeps what it is not sent (sch_netem's netem_change), so the zeros go explicitly; asserts the kernel then holds
-    delay 30 ms one way, loss 1%, corrupt 0, jitter 0."""
+    """A step that raises the delay, drops corrupt, jitter and duplicate to zero, starts reordering and deepens the
+    queue, with 1% loss throughout: netem's change keeps what it is not sent (sch_netem's netem_change), so the
+    zeros go explicitly; asserts the kernel then holds delay 30 ms one way, loss 1%, corrupt, jitter and
+    duplicate 0, reorder 5%, and the limit the new phase needs (its delay line plus the 300-packet queue)."""
     link = Link(rtt=Schedule([(0, "20ms"), (1, "60ms")]), loss="1%", corrupt=Schedule([(0, "1%"), (1, 0)]),
-                jitter=Schedule([(0, "5ms"), (1, 0)]))
+                jitter=Schedule([(0, "5ms"), (1, 0)]), duplicate=Schedule([(0, "1%"), (1, 0)]),
+                reorder=Schedule([(0, 0), (1, "5%")]), limit=Schedule([(0, 100), (1, 300)]))
     result = tcpnet.pair(link).transfer(duration=2)
     figures = result.describe() + "\n" + "\n".join(map(str, result.link_changes))
     assert len(result.link_changes) == 2, figures  # both directions, one message
+    limit = link.at(1).toward_client.netem_limit_packets()
     for step in result.link_changes:
         held = step["settings"]
         assert held["delay_s"] == pytest.approx(0.030, abs=1e-6) and held["loss"] == pytest.approx(1.0), figures
-        assert held["corrupt"] == 0 and held["jitter_s"] == 0, figures
+        assert held["corrupt"] == 0 and held["jitter_s"] == 0 and held["duplicate"] == 0, figures
+        assert held["reorder"] == pytest.approx(5.0) and held["limit"] == limit, (limit, figures)
 
 
 @pytest.mark.tcpnet_needs("bbr")
