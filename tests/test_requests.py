@@ -36,6 +36,8 @@ def test_a_window_bounds_a_large_response_to_window_per_rtt():
     (dict(count=True, response_size=1000), ["count"]),
     (dict(response_size=0), ["response_size"]),
     (dict(response_size=1000, request_size="big"), ["request_size"]),
+    (dict(response_size=1000, request_size=0), ["request_size"]),
+    (dict(response_size=1000, request_size=-64), ["request_size"]),
     (dict(response_size=1000, interval=-1), ["interval", "[0, 3600]"]),
     (dict(response_size=1000, sndbuf=-5), ["sndbuf"]),
     (dict(response_size=1000, cc="warp"), ["cc", "unknown congestion control"]),
