@@ -7,7 +7,7 @@ segment or two when the client's rmem is tiny, hardly ever when only the server'
 
 import pytest
 
-from pytest_tcpnet import Capture, Host, Link, assert_no_window_full, assert_window_full
+from pytest_tcpnet import Capture, Host, Link, assert_faster, assert_no_window_full, assert_window_full
 
 TINY_RMEM = {"net.ipv4.tcp_rmem": "4096 4096 4096"}
 TINY_WMEM = {"net.ipv4.tcp_wmem": "4096 4096 4096"}
@@ -16,12 +16,15 @@ TUNED_RMEM = {"net.ipv4.tcp_rmem": "4096 1048576 6291456"}
 
 
 def test_client_rmem_hurts_more_than_server_wmem(tcpnet):
+    """Measured on 6.18: 0.32 vs 4.7 Gbit/s (15x) quiet. "Several times" is the claim: ask for 3x, over interleaved
+    trials (assert_faster: two, more while unclear). Both flows are unshaped, so each is as fast as the CPU lets
+    it be: beside a CPU hog and another test session one pair of them read 0.39 vs 1.1 Gbit/s (2.9x; fresh-clone
+    CI run ci45), the tiny send buffer's sender waiting for a CPU at every wake-up. Beside two hogs single trials
+    read 2.6-14.1x and the interleaved verdict passed 3 of 3 (after 3, 6 and 4 trials)."""
     tiny_rmem = tcpnet.pair(client=Host(sysctls=TINY_RMEM))
     tiny_wmem = tcpnet.pair(server=Host(sysctls=TINY_WMEM))
-    rmem_limited = tiny_rmem.transfer(nbytes=20_000_000)
-    wmem_limited = tiny_wmem.transfer(nbytes=50_000_000)
-    # Measured on 6.18: 0.32 vs 4.7 Gbit/s. "Several times" is the claim: ask for 3x.
-    assert wmem_limited.throughput_bps > 3 * rmem_limited.throughput_bps
+    assert_faster(lambda: tiny_wmem.transfer(nbytes=50_000_000), lambda: tiny_rmem.transfer(nbytes=20_000_000),
+                  factor=3, label_a="server wmem 4096", label_b="client rmem 4096")
 
 
 def _window_full_at_sender(tcpnet, client, server, nbytes=100_000):

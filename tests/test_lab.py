@@ -126,19 +126,6 @@ def test_upload_is_shaped_by_the_other_direction(tcpnet):
     assert 0.80 * 20e6 <= up.throughput_bps <= 1.05 * 20e6, up.describe()
 
 
-def test_c3_small_client_rmem_hurts_far_more_than_small_server_wmem(tcpnet):
-    """C3: receive space frees one RTT later at the sender; send space frees at memory speed."""
-    small_rmem = tcpnet.pair(client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"}))
-    small_wmem = tcpnet.pair(server=Host(sysctls={"net.ipv4.tcp_wmem": "4096 4096 4096"}))
-    r = small_rmem.transfer(nbytes=20_000_000)
-    w = small_wmem.transfer(nbytes=100_000_000)
-    # Measured on 6.18 (2 cores): 0.32 vs 4.7 Gbit/s (15x); DESIGN.md: 0.32 vs 3.6 (11x).
-    # "Several times" = at least 3x, far under what we see even on a busy machine.
-    assert w.throughput_bps > 3 * r.throughput_bps, f"{r.describe()}\n---\n{w.describe()}"
-    assert r.sysctls["client"]["net.ipv4.tcp_rmem"] == "4096 4096 4096"
-    assert w.sysctls["server"]["net.ipv4.tcp_wmem"] == "4096 4096 4096"
-
-
 def test_result_records_conditions(tcpnet):
     link = Link(rate="100mbit")
     result = tcpnet.pair(link=link, server=Host(cc="reno")).transfer(nbytes=1_000_000, sndbuf=65536, rcvbuf="64kb")
