@@ -161,6 +161,21 @@ def test_the_timer_process_sends_each_step_and_is_gone_after(tcpnet):
     assert unstarted.stop() == [] and not _alive(pid)
 
 
+@pytest.mark.tcpnet_needs("cubic")
+def test_a_timer_slow_to_start_does_not_make_t0_late(tcpnet, tmp_path, monkeypatch):
+    """The timer is waited for before any data moves: beside a CPU hog the emulated guest's timer took ~1.9 s to
+    start while the flow already ran (fresh-clone CI run ci46), so t=0 came that late and a step at 2 s landed
+    3.9 s into the flow. Here a timer that takes 1.5 s to start: the flow's first byte still comes at t=0."""
+    slow = tmp_path / "slow_timer.py"
+    slow.write_text("import runpy, sys, time\ntime.sleep(1.5)\n"
+                    f"sys.argv[0] = {link_changes._TIMER!r}\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
+    monkeypatch.setattr(link_changes, "_TIMER", str(slow))
+    result = tcpnet.pair(Link(rate=Schedule([(0, "40mbit"), (1, "10mbit")]))).transfer(duration=2, cc="cubic")
+    figures = result.describe() + "\n" + "\n".join(map(str, result.link_changes))
+    assert abs(result.first_byte_at - result.schedule_origin) < 0.1, figures
+    assert [round(phase.end_s - phase.start_s) for phase in result.phases] == [1, 1], figures
+
+
 def test_the_timer_process_dies_with_the_process_that_started_it():
     """A test process killed outright (SIGKILL, a crash) takes its timer with it: no step is sent into a world
     being swept, and no socket of it keeps a namespace alive."""

@@ -42,7 +42,7 @@ class LinkChanges:
             messages = world.timed_change(changes, seq)
             self._messages.append(messages)
             seq = messages[-1][2][-1] + 1
-        # Started now, so its start-up overlaps the workloads' (tens of ms here, more in an emulated guest).
+        # Started now, so its start-up overlaps the workloads' set-up (tens of ms here, more in an emulated guest).
         self._timer = subprocess.Popen([sys.executable, "-I", "-S", _TIMER, str(os.getpid())],
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                        pass_fds=sorted({fd for step in self._messages for fd, _, _ in step}))
@@ -50,15 +50,26 @@ class LinkChanges:
     def __bool__(self):
         return bool(self.plan)
 
-    def start(self):
-        """t=0 now; the steps follow from the timer process (none for a world whose links never change)."""
-        if not self.plan:
+    def wait_ready(self):
+        """Wait until the timer process can send; call it before any data moves, so that t=0 is not late.
+
+        Beside a CPU hog the emulated guest's timer took ~1.9 s to start (fresh-clone CI run ci46); with the
+        workloads already sending, t=0 came that late and a 20 -> 80 ms RTT step landed 3.9 s into the flow.
+        """
+        if not self.plan or self.timer_priority is not None:
             return self
         ready = self._timer.stdout.readline()
         if not ready:
             self._kill()
             raise LabError(f"the link timer process exited before it started (status {self._timer.wait()})")
         self.timer_priority = json.loads(ready)["ready"]
+        return self
+
+    def start(self):
+        """t=0 now; the steps follow from the timer process (none for a world whose links never change)."""
+        if not self.plan:
+            return self
+        self.wait_ready()
         self.origin = time.monotonic()
         plan = [{"at": self.origin + at, "messages": [[fd, data.hex(), seqs] for fd, data, seqs in messages]}
                 for (at, _), messages in zip(self.plan, self._messages)]

@@ -45,6 +45,8 @@ def run_workloads(jobs, *, timeout, sample_interval=None, capture=False, artifac
         # A world's links change once for all of its pairs (a dumbbell's bottleneck is every pair's).
         changes = list({id(pair.world): LinkChanges(pair.world) for pair, _ in jobs}.values())
         try:
+            for change in changes:  # before any data moves: a timer slow to start must not make t=0 late
+                change.wait_ready()
             for pair, workload in jobs:
                 workload.start(pair, deadline)
             # t=0 of a changing link: the workloads are connected and about to move data (not the slot, nor
