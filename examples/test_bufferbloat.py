@@ -41,7 +41,8 @@ def test_a_deep_fifo_bloats_the_rtt_and_fq_codel_does_not(tcpnet, queue):
 def test_ecn_marks_replace_drops(tcpnet, queue):
     """Measures a 5 s cubic download through fq_codel (and codel) with ECN at 10 Mbit/s and 20 ms, both hosts asking
     for ECN (net.ipv4.tcp_ecn=1); asserts the queue marked packets, the sender learnt of them (TCP_INFO
-    delivered_ce) and retransmitted at most 2 segments: the marks did what drops would have."""
+    delivered_ce), nothing was dropped and at most 2 segments were resent for a loss (DSACKed resends are no
+    loss): the marks did what drops would have."""
     ecn = Host(sysctls={"net.ipv4.tcp_ecn": 1}, cc="cubic")
     pair = tcpnet.pair(Link(rate="10mbit", rtt="20ms", queue=queue, ecn=True), client=ecn, server=ecn)
     result = pair.transfer(duration=5, cc="cubic", capture=True)
@@ -50,7 +51,11 @@ def test_ecn_marks_replace_drops(tcpnet, queue):
     # One CWR per mark the sender reacted to (measured: codel 12 marks, 12 CWR; fq_codel 11 and 11; ce_marks
     # 356 and 297, the segments ECE covered).
     assert 0 < result.events["cwr"] <= result.queue_ecn_marks, figures
-    assert result.retransmits <= 2, figures
+    # Nothing was dropped, and what was resent was no loss: beside a CPU hog the emulated guest's late timers
+    # resent 3 segments the receiver already had (all 3 DSACKed; fresh-clone CI run ci46), so the resends that
+    # count are those the receiver did not report as duplicates (measured 0-1 in every run).
+    assert result.emulator_drops == 0, figures
+    assert result.retransmits - (result.sender_tcp_info.get("dsack_dups") or 0) <= 2, figures
 
 
 @pytest.mark.tcpnet_needs("dctcp")
@@ -59,17 +64,19 @@ def test_dctcp_fills_a_link_that_marks_above_a_shallow_threshold(tcpnet):
     centre switch does: fq_codel with ce_threshold 4 ms (about 3 packets; RFC 8257's K > BDP/7 is 2.4 packets
     here) at 10 Mbit/s, 20 ms. A 5 s dctcp download and the same through cubic with classic ECN; asserts dctcp is
     marked (queue marks and delivered_ce > 0) yet fills the link (>= 85% of the payload rate: measured
-    0.96-1.00, 2 runs on each of 6.1 and 6.12), retransmits at most 2 segments, keeps its median queueing delay
-    (srtt less the path's 20 ms, after slow start) under 10 ms (measured 4.0-4.1 ms), and carries more than
-    cubic, which halves its window at each mark (measured cubic at 0.82-0.88x of dctcp's rate, < 0.95 asserted). With a 1 ms threshold, under one packet's
-    time at 10 Mbit/s, dctcp carried 5.2-5.4 Mbit/s: the threshold must leave room for a few packets."""
+    0.96-1.00, 2 runs on each of 6.1 and 6.12), resends at most 2 segments for a loss, keeps its median
+    queueing delay (srtt less the path's 20 ms, after slow start) under 10 ms (measured 4.0-4.1 ms), and
+    carries more than cubic, which halves its window at each mark (measured cubic at 0.82-0.88x of dctcp's
+    rate; < 0.95x asserted). With a 1 ms threshold, under one packet's time at 10 Mbit/s, dctcp carried
+    5.2-5.4 Mbit/s: the threshold must leave room for a few packets."""
     link = Link(rate="10mbit", rtt="20ms", queue="fq_codel", ecn=True, queue_options={"ce_threshold": "4ms"})
     ecn = {"net.ipv4.tcp_ecn": 1}
     results = {cc: tcpnet.pair(link, client=Host(sysctls=ecn), server=Host(sysctls=ecn, cc=cc)).transfer(
         duration=5, cc=cc) for cc in ("dctcp", "cubic")}
     figures = "\n".join(f"{cc}: {r.describe()}" for cc, r in results.items())
     dctcp, cubic = results["dctcp"], results["cubic"]
-    assert dctcp.queue_ecn_marks > 0 and dctcp.ce_marks > 0 and dctcp.retransmits <= 2, figures
+    resent_for_loss = dctcp.retransmits - (dctcp.sender_tcp_info.get("dsack_dups") or 0)  # as in the ECN test
+    assert dctcp.queue_ecn_marks > 0 and dctcp.ce_marks > 0 and resent_for_loss <= 2, figures
     assert dctcp.throughput_bps >= 0.85 * PAYLOAD_10MBIT, figures
     rtt = [us / 1e6 for _, us in dctcp.series("rtt")]
     queued = statistics.median(rtt[len(rtt) // 5:]) - 0.020  # after slow start
