@@ -27,7 +27,11 @@ def test_bulk_flow_measures_goodput_series_and_conditions(tcpnet):
     rates = [bps for _, bps in result.rate_series(0.2)]
     assert len(rates) >= 7 and all(0.8 * 50e6 < bps < 1.05 * 50e6 for bps in rates[1:-1]), rates
     cwnd = result.series("snd_cwnd")
-    assert len(cwnd) > 50 and cwnd[0][0] < 0.05, cwnd[:3]  # sampled from the start, every ~10 ms
+    # Sampled from the start to the end. How often is the sampler's CPU budget's call (a quarter of a CPU for all
+    # its threads): 10 ms apart where a sample is cheap, 36 ms on a slower machine (46 samples over 1.67 s in
+    # fresh-clone CI run ci47), so the count is not judged to the 10 ms.
+    assert len(cwnd) >= 20 and cwnd[0][0] < 0.05, cwnd[:3]
+    assert cwnd[-1][0] >= 0.9 * result.duration_s, (cwnd[-3:], result.duration_s)
     acked = [v for _, v in result.series("bytes_acked")]
     assert acked == sorted(acked) and acked[-1] >= 9_000_000
     received = [v for _, v in result.series("bytes_received", side="receiver")]
