@@ -18,8 +18,10 @@ def test_a_large_response_through_a_small_send_buffer_takes_rtt_bound_time(tcpne
     (64 KB charged, writes of 32 KB) on a 1 Gbit/s path of 1 and 5 ms RTT. Asserts: the completion time is at
     least the model's at the configured RTT (a lower bound: the endpoints add their own time to each round);
     at 5 ms from 0.95x to 2x the model at the RTT the server's connection saw (its srtt: the sender's own
-    wake-up to refill its buffer each round is not in it, and beside a CPU hog it grows); and 5 ms takes at least
-    2x as long as 1 ms (the 5 ms case runs a 1 ms exchange of its own). Measured in the 6.1 VM: at 1 ms 0.436,
+    wake-up to refill its buffer each round is not in it, and beside a CPU hog it grows). The two RTTs are not
+    compared with each other: the 1 ms case is CPU-bound in the emulated guest (5 ms took 3.1x as long as 1 ms on
+    an earlier machine, 1.37x on a slower one, quiet: 1.33 s, 78 Mbit/s, against 1.82 s; fresh-clone CI run
+    ci48), so each is judged against its own model. Measured in the 6.1 VM: at 1 ms 0.436,
     0.441, 0.439 s quiet (srtt model 0.35-0.37 s: ~0.8 of the charged buffer is payload in flight, a truesize
     law the model lacks) and 0.65-0.71 s beside a CPU hog (the guest then cannot move 240 Mbit/s: CPU, not
     window; so 1 ms is not judged against the srtt model); at 5 ms 1.35 s quiet (within 15%), 1.52 s and 2.58 s
@@ -32,9 +34,6 @@ def test_a_large_response_through_a_small_send_buffer_takes_rtt_bound_time(tcpne
     assert result.fct_s[0] >= 0.95 * result.expected_s[0], figures
     if rtt == "5ms":
         assert 0.95 * result.observed_expected_s[0] <= result.fct_s[0] <= 2 * result.observed_expected_s[0], figures
-        near = tcpnet.pair(Link(rate="1gbit", rtt="1ms"), server=Host(cc="cubic")).requests(
-            1, response_size=13_000_000, sndbuf="32kb")
-        assert result.fct_s[0] >= 2 * near.fct_s[0], f"{figures}\n1 ms:\n{near.describe()}"
 
 
 def test_a_short_response_pays_its_handshake_and_slow_start_rounds(tcpnet):
