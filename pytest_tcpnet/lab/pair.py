@@ -10,11 +10,12 @@ from ..requirements import check_need
 from ..model import format_rate, format_size, format_time
 from ..results import ConcurrentResult, LatencyResult, RequestsResult, UdpResult, WindowProbe
 from ..workload import Bulk
+from .world import WorldView
 
 __all__ = ["Pair", "default_timeout"]
 
 
-class Pair:
+class Pair(WorldView):
     """A client and a server of a world and the path between them; every workload and observe() run on one.
 
     The two-host world of Lab.pair() is one; so is each client-server pair of a star or a
@@ -52,11 +53,6 @@ class Pair:
     def nodes(self):
         """(client, routers..., server)."""
         return (self.client, *self.routers, self.server)
-
-    @property
-    def closed(self):
-        """True once its world is closed."""
-        return self.world.closed
 
     @property
     def offloads(self):
@@ -355,16 +351,6 @@ class Pair:
                             sysctls=result.sysctls[receiver.role], transfer=result)
         self.lab.results.append(probe)  # report: the probe stands for its transfer in the summary
         return probe
-
-    def close(self):
-        """Tear down the world this pair belongs to (a star's or dumbbell's other pairs with it)."""
-        self.world.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
 
     def __repr__(self):
         return f"<Pair #{self.index} {self.link!r} client={self.client_host.describe()} " \

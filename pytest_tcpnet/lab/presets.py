@@ -13,6 +13,7 @@ from ..requirements import check_need
 from ..results import ConcurrentResult
 from ..workload import Bulk
 from .pair import Pair, default_timeout
+from .world import WorldView
 
 __all__ = ["Topology", "describe_pair", "describe_star", "describe_dumbbell", "MAX_DUMBBELL_PAIRS", "MAX_STAR_SERVERS"]
 
@@ -101,7 +102,7 @@ def check_count(name, n, most):
     return n
 
 
-class Topology:
+class Topology(WorldView):
     """A star or dumbbell: its pairs (`.pairs[i]`, each a whole Pair), flows on all of them at once, teardown."""
 
     def __init__(self, world, pairs, kind):
@@ -113,10 +114,6 @@ class Topology:
     def nodes(self):
         """{name: Node} of every namespace of the world."""
         return dict(self.world.nodes)
-
-    @property
-    def closed(self):
-        return self.world.closed
 
     def router_qdisc_stats(self):
         """{ifname: [qdisc stats]} of every shaped router interface of the world."""
@@ -153,16 +150,6 @@ class Topology:
                                 timeout=timeout, sample_interval=sample_interval, capture=capture,
                                 artifact_dir=self.world.lab.artifact_dir, conditions={"starved_receiver": False})
         return ConcurrentResult(flows=[flow_results[0] for flow_results in results])
-
-    def close(self):
-        """Tear the whole world down."""
-        self.world.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
 
     def __repr__(self):
         return f"<{self.kind} of {len(self.pairs)} pairs: " + "; ".join(p.link.describe() for p in self.pairs[:4]) + ">"

@@ -18,7 +18,7 @@ from ..errors import LabError
 from ..model import Host, OneWay
 from .node import Node
 
-__all__ = ["World", "End", "TEST_NETWORK", "TEST_NETWORK6", "FAMILIES"]
+__all__ = ["World", "WorldView", "End", "TEST_NETWORK", "TEST_NETWORK6", "FAMILIES"]
 
 #: RFC 2544's benchmarking range: never routed on the internet, never used by the host.
 TEST_NETWORK = ipaddress.IPv4Network("198.18.0.0/15")
@@ -357,6 +357,27 @@ class World:
             netlink.remove_namespaces(self._created[::-1])
         except OSError as exc:
             raise LabError(f"teardown left namespaces behind: {exc}") from exc
+
+
+class WorldView:
+    """What a pair and a topology share: the world they are a view of, closed with it, a context manager."""
+
+    world: World
+
+    @property
+    def closed(self):
+        """True once its world is closed."""
+        return self.world.closed
+
+    def close(self):
+        """Tear the whole world down (a star's or dumbbell's other pairs with it)."""
+        self.world.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
 
 
 def _ipv6_of(network):
