@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 
 from .model import Host, Link, format_rate, format_size, format_time
+from .vm.contention import CONTENTION_WARNING_CORES
 
 __all__ = ["TransferResult", "ConcurrentResult", "LatencyResult", "RequestsResult", "UdpResult", "WindowProbe",
            "Phase", "jain_index"]
@@ -52,6 +53,9 @@ class TransferResult:
     #: monotonic time of the schedule's t=0.
     link_changes: list = field(default_factory=list, repr=False)
     schedule_origin: "float | None" = field(default=None, repr=False)
+    #: In a --tcpnet-vm guest: how many host CPUs processes other than the VM kept busy while the flow was
+    #: measured (the runner's answer; None elsewhere). An emulated guest's links and endpoints slow down beside them.
+    host_contention_cpus: "float | None" = None
     _artifacts: list = field(default_factory=list, repr=False)
 
     # -- goodput ---------------------------------------------------------------------------------
@@ -394,6 +398,10 @@ class TransferResult:
                          + ("" if marks is None else f"; queue CE marks: {marks}, sender delivered_ce: {self.ce_marks}"))
         if self.capture is not None:
             lines.append(f"capture: {self.capture.pcap}")
+        if self.host_contention_cpus is not None and self.host_contention_cpus >= CONTENTION_WARNING_CORES:
+            lines.append(f"host: other processes kept {self.host_contention_cpus:.1f} CPUs busy while this flow ran; "
+                         f"the emulated guest's links and endpoints run only when its CPUs do, so its rates and "
+                         f"timings may be the busy host's rather than the path's: judge them again on a quiet host")
         lines += [phase.describe() for phase in self.phases]
         return "\n".join(lines)
 

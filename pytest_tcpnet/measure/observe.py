@@ -40,6 +40,7 @@ class PathCounters:
         self.pair = pair
         self.before = self._read()
         self.after = None
+        self.host_before, self.host_after = _host_cpu(), None
 
     def _read(self):
         pair = self.pair
@@ -50,6 +51,7 @@ class PathCounters:
     def stop(self):
         """Read the counters after."""
         self.after = self._read()
+        self.host_after = _host_cpu()
 
     def conditions(self):
         """The TransferResult fields every flow of the measurement shares: conditions and counter deltas."""
@@ -64,7 +66,27 @@ class PathCounters:
             offloads=dict(pair.offloads), qdiscs=_stats_delta(stats_before, stats_after),
             interfaces={end: {k: v - counters_before[end][k] for k, v in counts.items()}
                         for end, counts in counters_after.items()},
+            host_contention_cpus=_others_cpus(self.host_before, self.host_after),
         )
+
+
+def _host_cpu():
+    """In a --tcpnet-vm guest, the host's CPU snapshot (the runner answers a host call); None elsewhere."""
+    from ..vm import inside_vm
+
+    if not inside_vm():
+        return None
+    from ..vm.hostcall import host_cpu_snapshot
+
+    return host_cpu_snapshot()
+
+
+def _others_cpus(before, after):
+    if before is None or after is None:
+        return None
+    from ..vm.contention import others_cpus
+
+    return others_cpus(before, after)
 
 
 class Observation:

@@ -84,6 +84,7 @@ def flow_row(result, *, test="", flow=0, outcome=None):
                     "retransmissions": p.retransmits} for p in (_attr(transfer, "phases") or [])],
         "link_changes": list(getattr(transfer, "link_changes", None) or []),
         "offloads": getattr(transfer, "offloads", None) or {},
+        "host_contention_cpus": _number(getattr(transfer, "host_contention_cpus", None)),
         "artifacts": [str(p) for p in (_attr(transfer, "artifacts") or [])],
     }
     return row

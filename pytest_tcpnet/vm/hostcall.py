@@ -5,7 +5,9 @@ emulation they are the slowest things a guest does: tshark needs ~2.5 s to start
 ~4 s per plot (FreeType's text layout is ~80x the host's time). A fast-booted guest gets a
 virtio-serial port, ``tcpnet.hostcall``, whose other end is a socket the runner serves; guest code
 sends the pcap or the plot's data there and gets tshark's output or the PNG back. The host runs
-the same tshark and matplotlib (the guest's root is the host's), so results are identical.
+the same tshark and matplotlib (the guest's root is the host's), so results are identical. The
+guest also asks the host how busy its CPUs are (``cpu``: vm/contention.py), which only the host
+can see, at the start and end of each measurement.
 
 Without the port (a vng boot, a VM of the user's own, ``TCPNET_VM_HOSTCALL=0``) or when the host
 does not answer, the guest does the work itself.
@@ -30,7 +32,8 @@ import warnings
 
 from . import HOSTCALL_ENV as ENV  # "1" in the guest's environment when the runner serves host calls
 
-__all__ = ["ENV", "PORT_NAME", "Server", "Unavailable", "available", "call", "use_host_for_analysis"]
+__all__ = ["ENV", "PORT_NAME", "Server", "Unavailable", "available", "call", "host_cpu_snapshot",
+           "use_host_for_analysis"]
 
 #: The virtio-serial port's name, as the guest's /sys/class/virtio-ports lists it.
 PORT_NAME = "tcpnet.hostcall"
@@ -130,7 +133,14 @@ def _plot(header: dict, payload: bytes) -> "tuple[dict, bytes]":
             return {}, f.read()
 
 
-HANDLERS = {"decode_pcap": _decode_pcap, "plot": _plot}
+def _cpu(header: dict, payload: bytes) -> "tuple[dict, bytes]":
+    """The host's CPU snapshot (contention.py): what the runner and the emulator used, and the whole host."""
+    from .contention import cpu_snapshot
+
+    return cpu_snapshot(), b""
+
+
+HANDLERS = {"decode_pcap": _decode_pcap, "plot": _plot, "cpu": _cpu}
 
 
 def handle(header: dict, payload: bytes) -> "tuple[dict, bytes]":
@@ -346,6 +356,17 @@ def draw_on_host(kind, path, data):
     with open(path, "wb") as f:
         f.write(png)
     return True
+
+
+def host_cpu_snapshot() -> "dict | None":
+    """In a guest the runner serves: the host's CPU snapshot now (contention.others_cpus of two); None elsewhere."""
+    if os.environ.get(ENV) != "1":
+        return None
+    try:
+        reply, _ = call("cpu", timeout=10)
+    except Unavailable:
+        return None  # a measurement does not need it: the flow is described without the host's load
+    return reply if reply.get("ok") else None
 
 
 def use_host_for_analysis() -> bool:

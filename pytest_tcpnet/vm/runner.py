@@ -6,7 +6,6 @@ import compileall
 import os
 import platform
 import re
-import resource
 import secrets
 import shlex
 import shutil
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from . import ACCEL_ENV, IN_VM_ENV
 from .accel import choose_accel
+from .contention import CONTENTION_WARNING_CORES, HostContention
 from .args import artifact_dirs, check_shareable, guest_environment, share_dirs, strip_vm_args
 from . import fastboot, hostcall
 from .errors import EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED, VMError, VMUsageError
@@ -216,10 +216,6 @@ def plan_from_config(config, kernel: "Kernel | None" = None) -> Plan:
     )
 
 
-#: Other processes' average use of host CPUs during a TCG session above which the runner warns.
-CONTENTION_WARNING_CORES = 0.5
-
-
 #: The emulator's nice value: the VM is the measuring instrument, and under software emulation its
 #: links run only while its CPUs do. Beside a CPU hog at nice 0 the guest's shaped links carried
 #: about 2/3 of their rate (a 20 Mbit/s htb+netem path 13.1 Mbit/s, a 50 Mbit/s one 24.5 of
@@ -241,37 +237,6 @@ def emulator_nice():
     if not -20 <= value <= 19:
         raise ValueError(f"TCPNET_VM_NICE: expected an integer nice value in -20..19, got {text!r}")
     return value
-
-
-class HostContention:
-    """How much host CPU processes other than this one and its children used since construction."""
-
-    def __init__(self):
-        self._busy, self._own, self._t0 = _host_busy_seconds(), _own_cpu_seconds(), time.monotonic()
-
-    def other_cores(self) -> "float | None":
-        """Average number of host CPUs others kept busy (None where /proc/stat is unreadable)."""
-        busy = _host_busy_seconds()
-        wall = time.monotonic() - self._t0
-        if busy is None or self._busy is None or wall <= 0:
-            return None
-        return max(0.0, (busy - self._busy) - (_own_cpu_seconds() - self._own)) / wall
-
-
-def _host_busy_seconds() -> "float | None":
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    # user nice system idle iowait irq softirq steal: everything but idle and iowait is busy.
-    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def _own_cpu_seconds() -> float:
-    """CPU time of this process and its waited-for children (qemu, once the session ends)."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def compile_bytecode(directory: str) -> None:

@@ -1,0 +1,102 @@
+"""The host's CPU taken by others during a VM session (vm/contention.py), measured on real processes, and what a
+guest's flow says of it."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from pytest_tcpnet import Link, assert_throughput_within
+from pytest_tcpnet.vm import contention, hostcall, inside_vm
+from pytest_tcpnet.workload.fake import fake_result
+
+# Spins until it has used `cpu` CPU-seconds (however busy the host is), says so on fd `done`, then waits or exits.
+SPIN = """
+import os, sys, time
+cpu, done, linger = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "linger"
+while time.process_time() < cpu:
+    pass
+os.write(done, b"x")
+os.close(done)
+if linger:
+    time.sleep(600)
+"""
+
+
+def _wait_for(fd):
+    """Block until a spinner has written (its CPU spent) or closed the pipe."""
+    try:
+        os.read(fd, 1)
+    finally:
+        os.close(fd)
+
+
+def test_a_process_we_started_is_ours_while_it_runs_and_after_it_is_reaped():
+    before = contention.cpu_snapshot()
+    r, w = os.pipe()
+    child = subprocess.Popen([sys.executable, "-c", SPIN, "0.6", str(w), "linger"], pass_fds=(w,))
+    os.close(w)
+    try:
+        _wait_for(r)
+        alive = contention.cpu_snapshot()  # counted from /proc: not waited for yet
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    reaped = contention.cpu_snapshot()  # counted by getrusage(RUSAGE_CHILDREN)
+    assert alive["own_s"] - before["own_s"] >= 0.55, (before, alive)
+    # Counted once: reaping moves its time from /proc to rusage, it adds nothing.
+    assert -0.05 <= reaped["own_s"] - alive["own_s"] < 0.2, (alive, reaped)
+
+
+def test_a_process_outside_our_tree_is_someone_else_s():
+    before = contention.cpu_snapshot()
+    r, w = os.pipe()
+    # sh puts the spinner in the background and exits: the spinner is re-parented away from this process tree.
+    subprocess.run(["sh", "-c", f'"{sys.executable}" -c "$0" 0.6 {w} exit &', SPIN], pass_fds=(w,), check=True)
+    os.close(w)
+    _wait_for(r)
+    after = contention.cpu_snapshot()
+    others = contention.others_cpus(before, after) * (after["at"] - before["at"])
+    assert others >= 0.5, (before, after)  # the spinner's 0.6 s, less the ticks /proc/stat rounds away
+    assert after["own_s"] - before["own_s"] < 0.3, (before, after)  # we only waited on a pipe
+
+
+def test_snapshots_that_cannot_be_compared_give_none():
+    snap = contention.cpu_snapshot()
+    assert contention.others_cpus(None, snap) is None
+    assert contention.others_cpus(snap, dict(snap, busy_s=None)) is None
+    assert contention.others_cpus(snap, snap) is None  # no time between them
+
+
+def test_a_busy_host_is_named_in_a_flow_s_description_and_a_quiet_one_is_not():
+    busy = fake_result(nbytes=2_500_000, duration_s=2.0, link=Link(rate="20mbit", rtt="20ms"), host_contention_cpus=1.0)
+    with pytest.raises(AssertionError) as failure:
+        assert_throughput_within(busy, 20e6, rel=0.1)
+    assert "other processes kept 1.0 CPUs busy while this flow ran" in str(failure.value)
+    quiet = fake_result(link=Link(rate="20mbit"), host_contention_cpus=contention.CONTENTION_WARNING_CORES / 2)
+    assert "other processes" not in quiet.describe() and "other processes" not in fake_result().describe()
+
+
+def test_the_runner_answers_a_guest_s_cpu_question(tmp_path):
+    server = hostcall.Server(str(tmp_path / "hostcall.sock")).start()
+    try:
+        reply, payload = hostcall.handle({"id": "c", "op": "cpu"}, b"")
+    finally:
+        server.close()
+    assert reply["ok"] and payload == b"" and reply["busy_s"] > 0 and reply["own_s"] > 0 and reply["cpus"] >= 1
+
+
+@pytest.mark.tcpnet_needs("netem")
+def test_a_guest_s_flow_carries_the_host_s_load(tcpnet):
+    """In the VM (CI's VM session): every flow knows how many host CPUs others used while it ran, asked of the
+    runner through the host-call port; on the host (a netem host) there is nothing to ask."""
+    result = tcpnet.pair(Link(rate="20mbit", delay="5ms")).transfer(nbytes=500_000)
+    if not inside_vm():
+        assert result.host_contention_cpus is None
+    elif not hostcall.available():
+        pytest.skip("this guest has no host-call port (a vng boot): the host's load cannot be asked")
+    else:
+        host_cpus = hostcall.call("cpu", timeout=30)[0]["cpus"]
+        assert result.host_contention_cpus is not None and 0 <= result.host_contention_cpus <= host_cpus, host_cpus
