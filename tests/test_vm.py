@@ -782,7 +782,8 @@ def test_host_does_the_analysis(tmp_path):
     with Lab() as lab:
         pair = lab.pair(client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"}))
         with Capture(pair.server, directory=tmp_path) as cap:
-            pair.transfer(nbytes=100_000)
+            result = pair.transfer(nbytes=100_000)
+    assert result.host_contention_cpus is not None  # the host's load while it ran, asked of the runner
     on_host = decode.decode_pcap(cap.result.pcap)
     decode.run_elsewhere(None)
     assert on_host == decode.decode_pcap(cap.result.pcap) and len(on_host) > 50
@@ -816,6 +817,7 @@ def test_session_runs_in_vm(tmp_path, vm_kernel):
     if "fast boot:" in out.stderr:  # the host decoded the pcap and drew three plots for the guest
         assert "test_host_does_the_analysis PASSED" in out.stdout, log
         assert "the host decoded pcaps and drew plots for the guest: 4 host calls" in out.stderr, log
+        assert "the guest asked for the host's CPU load 2 times (at each measurement's start and end)" in out.stderr, log
     assert "Power down" not in out.stderr, log
 
     guest = json.loads((proj / "guest.json").read_text())

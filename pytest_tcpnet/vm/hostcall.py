@@ -166,7 +166,8 @@ class Server:
         if len(path) > _MAX_SOCKET_PATH:
             raise Unavailable(f"socket path too long for a unix socket: {path}")
         self.path = path
-        self.calls = 0
+        self.calls = 0  # pcaps decoded and plots drawn for the guest: the analysis it handed over
+        self.cpu_calls = 0  # snapshots of the host's CPU load, two per measurement
         self._stop = threading.Event()
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(path)
@@ -223,7 +224,10 @@ class Server:
             reader.feed(data)
             while (frame := reader.next()) is not None:
                 reply, payload = handle(*frame)
-                self.calls += 1
+                if frame[0].get("op") == "cpu":
+                    self.cpu_calls += 1
+                else:
+                    self.calls += 1
                 try:
                     conn.sendall(encode(reply, payload))
                 except OSError:

@@ -459,6 +459,8 @@ def _run_locked(plan: Plan) -> int:
                 f"timing and rate verdicts in the VM are less reliable on a busy host")
         if server is not None and server.calls:
             say(f"the host decoded pcaps and drew plots for the guest: {server.calls} host calls")
+        if server is not None and server.cpu_calls:
+            say(f"the guest asked for the host's CPU load {server.cpu_calls} times (at each measurement's start and end)")
         return code
     finally:
         if server is not None:
