@@ -29,8 +29,13 @@ def test_an_idle_gap_lowers_the_wall_clock_rate_not_the_active_rate(tcpnet):
 
 
 def test_the_ewma_settles_on_the_link_rate(tcpnet):
-    """The smoothed rate download tools show settles within 10% of the steady rate after a second."""
+    """The smoothed rate download tools show settles within 10% of the steady rate after a second.
+
+    The last point is left out, as steady-state verdicts leave it out: it covers what is left of the flow after
+    the last whole 0.1 s, often a few ms, so one late read there reads as a collapse (beside a CPU hog in
+    fresh-clone CI run ci51 the EWMA's last point fell to 13.5 Mbit/s while every earlier one after 1 s was
+    19.0-19.1)."""
     result = tcpnet.pair(link=Link(rate="20mbit")).transfer(5_000_000)
-    late = [bps for t, bps in result.ewma_series(0.1) if t > 1.0]
+    late = [bps for t, bps in result.ewma_series(0.1)[:-1] if t > 1.0]
     steady = 20e6 * 1448 / 1514  # payload share of each frame htb counts
     assert late and all(abs(bps / steady - 1) < 0.10 for bps in late), late
