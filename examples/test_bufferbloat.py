@@ -48,9 +48,11 @@ def test_ecn_marks_replace_drops(tcpnet, queue):
     result = pair.transfer(duration=5, cc="cubic", capture=True)
     figures = result.describe() + f"\nECE {result.events['ece']}, CWR {result.events['cwr']}"
     assert result.queue_ecn_marks > 0 and result.ce_marks > 0, figures
-    # One CWR per mark the sender reacted to (measured: codel 12 marks, 12 CWR; fq_codel 11 and 11; ce_marks
-    # 356 and 297, the segments ECE covered).
-    assert 0 < result.events["cwr"] <= result.queue_ecn_marks, figures
+    # One CWR per cwnd reduction: Linux queues CWR for every one (tcp_init_cwnd_reduction, tcp_enter_loss), so a
+    # mark the sender reacted to sends one, and so does a recovery a resend started, spurious or not (fresh-clone
+    # CI run ci52: 12 marks, 2 DSACKed resends, 13 CWR). Measured quiet: codel 12 marks, 12 CWR; fq_codel 11 and
+    # 11; ce_marks 356 and 297, the segments ECE covered.
+    assert 0 < result.events["cwr"] <= result.queue_ecn_marks + result.retransmits, figures
     # Nothing was dropped, and what was resent was no loss: beside a CPU hog the emulated guest's late timers
     # resent 3 segments the receiver already had (all 3 DSACKed; fresh-clone CI run ci46), so the resends that
     # count are those the receiver did not report as duplicates (measured 0-1 in every run).
