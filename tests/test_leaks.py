@@ -159,15 +159,10 @@ def test_a_record_whose_namespace_was_replaced_is_not_trusted(lookalike, monkeyp
     assert list(state.iterdir()) == []  # the stale record itself is dropped
 
 
-@pytest.mark.parametrize("delay_ms", [5, 15, 30])
-def test_sigkill_during_builds_leaves_nothing_after_cleanup(children, lookalike, delay_ms):
-    """Killed at different points of back-to-back builds (a build is ~20-40 ms here): creation, wiring, shaping."""
+def _sigkill_builds_after(children, lookalike, delay_ms, builds):
+    """Run `builds` (a loop of lab builds) in a child, SIGKILL it part-way, clean up: nothing of it is left."""
     before = hoststate.snapshot()["links"]
-    proc = _child(children, """
-        print("READY", os.getpid(), flush=True)
-        while True:
-            lab.pair(link=Link(rate="10mbit"), client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 8192 16384"})).close()
-    """)
+    proc = _child(children, 'print("READY", os.getpid(), flush=True)\n' + textwrap.dedent(builds))
     pid, = _await_ready(proc)
     time.sleep(0.2 + delay_ms / 1000)
     proc.kill()
@@ -176,6 +171,15 @@ def test_sigkill_during_builds_leaves_nothing_after_cleanup(children, lookalike,
     _assert_gone(int(pid))
     assert hoststate.snapshot()["links"] == before
     _assert_lookalike_untouched(lookalike)
+
+
+@pytest.mark.parametrize("delay_ms", [5, 15, 30])
+def test_sigkill_during_builds_leaves_nothing_after_cleanup(children, lookalike, delay_ms):
+    """Killed at different points of back-to-back builds (a build is ~20-40 ms here): creation, wiring, shaping."""
+    _sigkill_builds_after(children, lookalike, delay_ms, """
+        while True:
+            lab.pair(link=Link(rate="10mbit"), client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 8192 16384"})).close()
+    """)
 
 
 @pytest.mark.parametrize("delay_ms", [10, 40])
@@ -183,21 +187,11 @@ def test_sigkill_during_topology_builds_leaves_nothing_after_cleanup(children, l
     """Dumbbells and stars (dual-stack, u32 classes, port filters) built back to back, killed part-way: each
     of their namespaces carries its owner's record, so the cleanup removes every one (a 4-pair dumbbell is
     10 namespaces, ~25 ms to build here)."""
-    before = hoststate.snapshot()["links"]
-    proc = _child(children, """
-        print("READY", os.getpid(), flush=True)
+    _sigkill_builds_after(children, lookalike, delay_ms, """
         while True:
             lab.dumbbell(4, bottleneck=Link(rate="10mbit"), access=Link(rate="5mbit", ports=[5201]), family="dual").close()
             lab.star(servers=3, links=Link(rate="10mbit"), family="ipv6").close()
     """)
-    pid, = _await_ready(proc)
-    time.sleep(0.2 + delay_ms / 1000)
-    proc.kill()
-    proc.wait()
-    _cleanup()
-    _assert_gone(int(pid))
-    assert hoststate.snapshot()["links"] == before
-    _assert_lookalike_untouched(lookalike)
 
 
 def test_sigkill_during_a_transfer_leaves_nothing_after_cleanup(children, lookalike):

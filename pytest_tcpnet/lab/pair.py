@@ -23,6 +23,8 @@ class Pair(WorldView):
     model sees it: the links it crosses, in series (Link.in_series).
     """
 
+    kind = "pair"
+
     def __init__(self, world, index, client, server, link, ends, shaped):
         self.world = world
         self.lab = world.lab
@@ -139,9 +141,6 @@ class Pair(WorldView):
         idle = parse_time(idle, "idle")
         if not interval <= idle <= 600:
             raise ValueError(f"idle: must be at least one probe_interval and at most 600 s, got {idle!r}")
-        for flow in flows:
-            if getattr(flow, "cc", None) is not None:
-                check_need(flow.cc)
         # The probe alone runs idle + duration; flows get their own generous deadline on top of the idle phase.
         timeout = timeout or idle + max([duration + 30.0] + [_timeout_of(f, self.link) for f in flows])
         workload = UnderLoad(flows, idle=idle, duration=duration, interval=interval, socket_cc=self.socket_cc)
@@ -277,9 +276,6 @@ class Pair(WorldView):
 
     def _run_bulk(self, flows, *, starve_receiver, capture, sample_interval, timeout):
         """Checks every option before anything starts, then runs the Bulk workload."""
-        for flow in flows:
-            if getattr(flow, "cc", None) is not None:
-                check_need(flow.cc)
         if not isinstance(starve_receiver, bool):
             raise TypeError(f"starve_receiver: expected True or False, got {starve_receiver!r}")
         timeout = timeout or max(_timeout_of(flow, self.link) for flow in flows)
@@ -291,15 +287,7 @@ class Pair(WorldView):
 
     def _measure(self, workload, flows, *, capture, sample_interval, timeout, conditions=None):
         """Validate the measurement options, run the workload, keep its results in the lab."""
-        for flow in flows:
-            if getattr(flow, "cc", None) is not None:
-                check_need(flow.cc)
-        if capture is True or capture in ("client", "router", "server"):
-            check_need("tshark")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ValueError(f"timeout: must be a number of seconds > 0, got {timeout!r}")
-        if self.closed:
-            raise LabError("this pair is closed")
+        self.check_measurement(flows, capture=capture, timeout=timeout)
         return run_workload(self, workload, timeout=timeout, sample_interval=sample_interval, capture=capture,
                             artifact_dir=self.lab.artifact_dir, conditions=conditions)
 

@@ -4,12 +4,8 @@ Each validates everything first (nothing exists until it is all known good), des
 world with World.host/router/connect/shape, and hands back Pairs over it.
 """
 
-import math
-
-from ..errors import LabError
 from ..model import Link
 from ..model.app import Flow
-from ..requirements import check_need
 from ..results import ConcurrentResult
 from ..workload import Bulk
 from .pair import Pair, default_timeout
@@ -134,18 +130,11 @@ class Topology(WorldView):
         for i, flow in enumerate(flows):
             if flow is not None and not isinstance(flow, Flow):
                 raise TypeError(f"flows[{i}]: expected a Flow(...) or None, got {flow!r}")
-            if flow is not None and flow.cc is not None:
-                check_need(flow.cc)
         jobs = [(pair, flow) for pair, flow in zip(self.pairs, flows) if flow is not None]
         if not jobs:
             raise ValueError("flows: every entry is None; nothing to run")
-        if capture is True or capture in ("client", "router", "server"):
-            check_need("tshark")
         timeout = timeout or max(default_timeout(flow, pair.link) for pair, flow in jobs)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (timeout > 0 and math.isfinite(timeout)):
-            raise ValueError(f"timeout: must be a number of seconds > 0, got {timeout!r}")
-        if self.closed:
-            raise LabError(f"this {self.kind} is closed")
+        self.check_measurement([flow for _, flow in jobs], capture=capture, timeout=timeout)
         results = run_workloads([(pair, Bulk([flow], socket_cc=pair.socket_cc)) for pair, flow in jobs],
                                 timeout=timeout, sample_interval=sample_interval, capture=capture,
                                 artifact_dir=self.world.lab.artifact_dir, conditions={"starved_receiver": False})

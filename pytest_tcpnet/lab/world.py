@@ -10,12 +10,14 @@ removes whatever it made. The world knows no workload.
 import collections
 import contextlib
 import ipaddress
+import math
 import socket
 from dataclasses import dataclass
 
 from .. import netlink
 from ..errors import LabError
 from ..model import Host, OneWay
+from ..requirements import check_need
 from .node import Node
 
 __all__ = ["World", "WorldView", "End", "TEST_NETWORK", "TEST_NETWORK6", "FAMILIES"]
@@ -363,6 +365,7 @@ class WorldView:
     """What a pair and a topology share: the world they are a view of, closed with it, a context manager."""
 
     world: World
+    kind: str  # what the failure messages call it: "pair", "dumbbell", "star"
 
     @property
     def closed(self):
@@ -378,6 +381,18 @@ class WorldView:
 
     def __exit__(self, *exc_info):
         self.close()
+
+    def check_measurement(self, flows, *, capture, timeout):
+        """What every measurement on this view checks before anything starts: ccs, tshark, the deadline, an open world."""
+        for flow in flows:
+            if getattr(flow, "cc", None) is not None:
+                check_need(flow.cc)
+        if capture is True or capture in ("client", "router", "server"):
+            check_need("tshark")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (timeout > 0 and math.isfinite(timeout)):
+            raise ValueError(f"timeout: must be a number of seconds > 0, got {timeout!r}")
+        if self.closed:
+            raise LabError(f"this {self.kind} is closed")
 
 
 def _ipv6_of(network):
