@@ -55,6 +55,8 @@ class PathCounters:
 
     def conditions(self):
         """The TransferResult fields every flow of the measurement shares: conditions and counter deltas."""
+        from ..vm.contention import others_cpus  # lazy, as _host_cpu
+
         pair = self.pair
         (stats_before, counters_before, mib_before), (stats_after, counters_after, mib_after) = self.before, self.after
         return dict(
@@ -66,27 +68,15 @@ class PathCounters:
             offloads=dict(pair.offloads), qdiscs=_stats_delta(stats_before, stats_after),
             interfaces={end: {k: v - counters_before[end][k] for k, v in counts.items()}
                         for end, counts in counters_after.items()},
-            host_contention_cpus=_others_cpus(self.host_before, self.host_after),
+            host_contention_cpus=others_cpus(self.host_before, self.host_after),
         )
 
 
 def _host_cpu():
-    """In a --tcpnet-vm guest, the host's CPU snapshot (the runner answers a host call); None elsewhere."""
-    from ..vm import inside_vm
-
-    if not inside_vm():
-        return None
-    from ..vm.hostcall import host_cpu_snapshot
+    """In a guest the VM runner serves, the host's CPU snapshot (a host call); None elsewhere."""
+    from ..vm.hostcall import host_cpu_snapshot  # lazy: the vm package is the runner's, not a measurement's
 
     return host_cpu_snapshot()
-
-
-def _others_cpus(before, after):
-    if before is None or after is None:
-        return None
-    from ..vm.contention import others_cpus
-
-    return others_cpus(before, after)
 
 
 class Observation:
