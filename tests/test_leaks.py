@@ -297,7 +297,9 @@ BUSY_NEIGHBOUR = """
 @pytest.mark.parametrize("delay_s", [0.0, 0.02, 0.1, 0.3, 0.8, 1.5])
 def test_ctrl_c_at_any_stage_beside_a_busy_session_exits_promptly(children, lookalike, delay_s, request):
     """SIGINT while the child builds its lab, starts its zygote, waits for a slot, starts sampling and capture,
-    or transfers: each wait gives way. Measured under three CPU hogs and another lab's transfers: 0.22-0.61 s."""
+    or transfers: each wait gives way within a second (issue 18). Measured beside a CPU hog and another lab's
+    transfers: 0.12-0.72 s (21 readings); in a full host session 0.06-0.22 s. Mid-transfer it took ~1.0 s while the
+    observation let both captures settle (0.4 s each) before the interrupt could leave."""
     neighbour = _child(children, BUSY_NEIGHBOUR)
     _await_ready(neighbour)
     proc = _child(children, """
@@ -319,7 +321,7 @@ def test_ctrl_c_at_any_stage_beside_a_busy_session_exits_promptly(children, look
     _, err = children.communicate(proc, timeout=10)
     request.node.user_properties.append(("sigint_to_exit_s", f"{exited:.3f}"))  # in the JUnit XML
     assert "KeyboardInterrupt" in err, err
-    assert exited < 5, f"{exited:.2f} s from SIGINT to exit"
+    assert exited < 1, f"{exited:.2f} s from SIGINT to exit"
     _assert_gone(int(pid))
     _assert_lookalike_untouched(lookalike)
 

@@ -1,6 +1,7 @@
 """pair.observe(): a user's own programs on the path, measured and judged like a built-in flow (real sockets)."""
 
 import os
+import signal
 import sys
 
 import pytest
@@ -24,6 +25,26 @@ def _client(pair, command, nbytes, *options):
     out = pair.client.run([sys.executable, USERAPP, command, pair.server.address, "9000", str(nbytes), *options],
                           timeout=120, check=True)
     assert int(out.stdout) == nbytes, out
+
+
+@pytest.mark.tcpnet_needs("tshark")
+def test_a_capture_that_fails_to_stop_does_not_hide_the_blocks_own_error(tcpnet):
+    """The block's own error leaves observe() as raised, though its captures failed; without one, theirs does."""
+    pair = tcpnet.pair(link=Link(rate="40mbit"))
+
+    def kill_the_captures():
+        dumpcaps = pair.client.processes.pids() + pair.server.processes.pids()
+        assert len(dumpcaps) == 2, dumpcaps  # nothing else runs in the two ends yet
+        for pid in dumpcaps:
+            os.kill(pid, signal.SIGKILL)
+
+    with pytest.raises(ValueError, match="the user's own error"):
+        with pair.observe(capture=True):
+            kill_the_captures()
+            raise ValueError("the user's own error")
+    with pytest.raises(LabError, match=r"dumpcap on (client|server)/\S+ failed \(exit -9\)"):
+        with pair.observe(capture=True):
+            kill_the_captures()
 
 
 @pytest.mark.tcpnet_needs("tshark")

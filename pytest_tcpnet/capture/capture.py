@@ -14,13 +14,15 @@ from .. import interrupts
 from ..errors import LabError, program_path
 from .decode import EVENT_KINDS, count_events, decode_pcap, endpoint_text
 
-__all__ = ["Capture", "CaptureResult", "DEFAULT_SNAPLEN"]
+__all__ = ["Capture", "CaptureResult", "DEFAULT_SNAPLEN", "SETTLE_S"]
 
 #: Bytes kept per packet: Ethernet (14) + IPv4 with options (60) + TCP with options (60) fit in 134;
 #: tshark takes segment lengths from the IP header, so payload is never needed.
 DEFAULT_SNAPLEN = 134
 #: dumpcap opens interfaces with a 250 ms read timeout, which libpcap's TPACKET_V3 ring uses as block timeout.
 _BLOCK_TIMEOUT_S = 0.25
+#: How long stop() waits before SIGINT by default: past the block timeout, so the last block reaches the file.
+SETTLE_S = _BLOCK_TIMEOUT_S + 0.15
 _numbering = itertools.count()
 _DROPS = re.compile(r"Packets received/dropped on interface '[^']*': (\d+)/(\d+)")
 
@@ -97,7 +99,7 @@ class Capture:
                 self._ready.set()
         self._ready.set()  # exited: let start() see it
 
-    def stop(self, *, settle=_BLOCK_TIMEOUT_S + 0.15):
+    def stop(self, *, settle=SETTLE_S):
         """Stop dumpcap by pid (SIGINT: it writes what it holds and closes the file); return the CaptureResult.
 
         settle (seconds) must exceed libpcap's block timeout: the kernel hands packets to dumpcap

@@ -9,6 +9,7 @@ flow's. What sampling can miss is said in docs/your-application.md.
 """
 
 import contextlib
+import functools
 
 from .. import netlink
 from ..errors import LabError
@@ -158,12 +159,34 @@ class Observation:
 
         pair = self.pair
         roles = ("client", "server") if self.capture is True else (self.capture,)
+        started = {}
+        stack.push(functools.partial(self._stop_captures, started))
         for role in roles:
             capture = Capture(getattr(pair, role),
                               filter=f"tcp and host {pair.client.address} and host {pair.server.address}",
                               directory=pair.lab.artifact_dir)
             capture.start()
-            stack.callback(self._stop_capture, role, capture)
+            started[role] = capture
+
+    def _stop_captures(self, started, exc_type, exc, tb):
+        """Stop the captures, each after its settle unless interrupted; never let theirs hide the block's error.
+
+        Ctrl-C or SIGTERM does not wait for pcaps nobody will read: the two captures' settles held an
+        interrupted transfer ~1 s. A capture that fails to stop while the block's own error is on
+        its way out must not replace it.
+        """
+        from ..capture import SETTLE_S
+
+        interrupted = exc_type is not None and issubclass(exc_type, (KeyboardInterrupt, SystemExit))
+        errors = []
+        for role, capture in reversed(started.items()):  # last started, first stopped, as before
+            try:
+                self.captures[role] = capture.stop(settle=0 if interrupted else SETTLE_S)
+            except LabError as error:
+                errors.append(error)
+        if errors and exc_type is None:
+            raise errors[0]
+        return False
 
     def _start_changes(self, stack):
         from ..lab.changes import LinkChanges
@@ -178,15 +201,13 @@ class Observation:
     def _stop_changes(self):
         self.applied_changes = self._changes.stop()
 
-    def _stop_capture(self, role, capture):
-        self.captures[role] = capture.stop()
-
     def _stop_sampler(self):
         self.samples = self._sampler.stop()
 
     def __exit__(self, exc_type, exc, tb):
         try:
-            self._stack.close()  # captures, then the sampler (its last sample), then the slot
+            # Captures, then the sampler (its last sample), then the slot; each told how the block ended.
+            self._stack.__exit__(exc_type, exc, tb)
         finally:
             self._stack = None
         if exc_type is not None:
