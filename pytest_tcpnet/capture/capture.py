@@ -92,11 +92,14 @@ class Capture:
         return self
 
     def _read_stderr(self):
-        for line in self._proc.stderr:
-            self._stderr.append(line)
-            if line.startswith("File:"):
-                self._opened = True
-                self._ready.set()
+        try:
+            for line in self._proc.stderr:
+                self._stderr.append(line)
+                if line.startswith("File:"):
+                    self._opened = True
+                    self._ready.set()
+        except (ValueError, OSError):
+            pass  # stop() closed the pipe while this thread still read it: dumpcap has nothing more to say
         self._ready.set()  # exited: let start() see it
 
     def stop(self, *, settle=SETTLE_S):

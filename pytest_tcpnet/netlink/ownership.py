@@ -52,6 +52,10 @@ def _state_dir():
     except OSError as exc:
         raise LabError(f"cannot create the ownership records directory {STATE_DIR}: {exc.strerror}") from exc
     st = os.lstat(STATE_DIR)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o077 and not st.st_mode & 0o022:
+        # Ours and written by nobody else (an older VM lock made it 0755): tighten it rather than refuse it.
+        os.chmod(STATE_DIR, 0o700)
+        st = os.lstat(STATE_DIR)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
         raise LabError(f"{STATE_DIR} must be a directory owned by uid {os.geteuid()} with mode 0700 "
                        f"(found mode {stat.filemode(st.st_mode)}, uid {st.st_uid}); refusing to trust it")

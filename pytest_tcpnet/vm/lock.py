@@ -63,7 +63,8 @@ def open_lock(directory: "Path | None" = None) -> int:
     """Create or open the lock file safely and return its descriptor (not yet locked)."""
     directory = Path(directory or default_lock_dir())
     try:
-        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+        # 0700: for root this is also the labs' ownership records directory (netlink/ownership.py), which must be.
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as err:
         raise VMError(f"cannot create the VM lock directory {directory}: {err}") from err
     _check_dir(directory)

@@ -470,9 +470,13 @@ def cpu_hog(conn):
 def _listening(port):
     """True once this namespace has a TCP socket listening on `port` (/proc/net/tcp or tcp6, state 0A)."""
     for name in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-        with open(name) as table:
-            if any(line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A" for line in list(table)[1:]):
-                return True
+        try:
+            with open(name) as table:
+                rows = list(table)[1:]
+        except FileNotFoundError:  # a kernel without IPv6 (a module not loaded) has no tcp6 table
+            continue
+        if any(line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A" for line in rows):
+            return True
     return False
 
 
