@@ -51,8 +51,8 @@ def pytest_addoption(parser):
 def _markable_needs():
     """{need: what it is} for every need with a needs_<need> marker; kernel versions are not identifiers."""
     from .model import KNOWN_CONGESTION_CONTROLS
-    from .requirements import ACTION_NEEDS, QDISC_NEEDS, TOOL_NEEDS
-    kinds = {"privilege": "CAP_NET_ADMIN and CAP_SYS_ADMIN", "root": "same as privilege"}
+    from .requirements import ACTION_NEEDS, MACHINE_NEEDS, QDISC_NEEDS, TOOL_NEEDS
+    kinds = {"privilege": "CAP_NET_ADMIN and CAP_SYS_ADMIN", "root": "same as privilege", **MACHINE_NEEDS}
     kinds.update({q: f"qdisc sch_{q}" for q in QDISC_NEEDS})
     kinds.update({a: f"tc action act_{a}" for a in ACTION_NEEDS})
     kinds.update({cc: f"congestion control tcp_{cc}" for cc in KNOWN_CONGESTION_CONTROLS})

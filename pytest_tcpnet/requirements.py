@@ -1,17 +1,21 @@
 """What a test needs from the machine ("netem", "bbr", "tshark", "kernel>=6.6") and whether it is here."""
 
+import os
 import re
 
+from . import guest
 from .errors import MissingCapability, program_path
 from .model import KNOWN_CONGESTION_CONTROLS, KernelVersion
 
-__all__ = ["check_need", "check_needs", "describe_machine", "QDISC_NEEDS", "ACTION_NEEDS", "TOOL_NEEDS"]
+__all__ = ["check_need", "check_needs", "describe_machine", "QDISC_NEEDS", "ACTION_NEEDS", "TOOL_NEEDS", "MACHINE_NEEDS"]
 
 QDISC_NEEDS = frozenset({"netem", "htb", "tbf", "pfifo", "bfifo", "ingress", "clsact", "fq_codel", "codel", "cake",
                          "pie", "fq_pie", "red", "fq"})
 #: Actions a test can need, by their tc name ("police": act_police, probed on a match-all filter).
 ACTION_NEEDS = frozenset({"police"})
 TOOL_NEEDS = {"tshark": "tshark", "iperf3": "iperf3", "curl": "curl", "nsenter": "util-linux"}
+#: Needs of the machine itself: "smp", CPUs for two busy processes at once (a User-Mode Linux guest has one).
+MACHINE_NEEDS = {"smp": "two or more CPUs at once"}
 _KERNEL_NEED = re.compile(r"^kernel\s*(>=|<=|==|>|<)\s*(\d+\.\d+(?:\.\d+)?)$")
 _OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "==": lambda a, b: a == b,
         ">": lambda a, b: a > b, "<": lambda a, b: a < b}
@@ -24,6 +28,14 @@ def check_need(need):
     if not isinstance(need, str):
         raise TypeError(f"need: expected a string like 'netem' or 'kernel>=6.6', got {need!r}")
     release = netlink.kernel_release()
+    if need == "smp":
+        cpus = len(os.sched_getaffinity(0))
+        if cpus < 2:
+            where = f"a {guest.conditions()}" if guest.conditions() else "this machine"
+            raise MissingCapability(need, f"{where} gives this test {cpus} CPU, and it needs two busy at once (a "
+                                    "starved receiver beside its sender): run it on the host or on a qemu backend "
+                                    "(--tcpnet-vm-backend=tcg or kvm)")
+        return
     if need in ("root", "privilege"):
         if not netlink.has_net_admin():
             from .rootless import privilege_hint
@@ -56,7 +68,7 @@ def check_need(need):
             raise MissingCapability(need, f"kernel {release} does not satisfy {op}{wanted}; "
                                     f"run under another kernel with `pytest --tcpnet-vm --tcpnet-kernel=...`")
         return
-    raise ValueError(f"unknown need {need!r}; known: privilege, {', '.join(sorted(QDISC_NEEDS | ACTION_NEEDS))}, "
+    raise ValueError(f"unknown need {need!r}; known: privilege, smp, {', '.join(sorted(QDISC_NEEDS | ACTION_NEEDS))}, "
                      f"a congestion control name, {', '.join(TOOL_NEEDS)}, or 'kernel>=X.Y' (>=, <=, ==, >, <)")
 
 
@@ -74,4 +86,5 @@ def describe_machine():
         return f"tcpnet: kernel {netlink.kernel_release()}, no CAP_NET_ADMIN (lab tests will skip)"
     qdiscs = " ".join(f"{q}={'yes' if netlink.qdisc_supported(q) else 'NO'}" for q in ("netem", "htb", "tbf"))
     ccs = " ".join(sorted(netlink.available_congestion_controls()))
-    return f"tcpnet: kernel {netlink.kernel_release()}, {qdiscs}, cc: {ccs}"
+    where = f" in a {guest.conditions()}" if guest.conditions() else ""
+    return f"tcpnet: kernel {netlink.kernel_release()}{where}, {qdiscs}, cc: {ccs}"

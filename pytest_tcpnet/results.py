@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 
 from .model import Host, Link, format_rate, format_size, format_time
+from . import guest
 from .vm.contention import CONTENTION_WARNING_CORES
 
 __all__ = ["TransferResult", "ConcurrentResult", "LatencyResult", "RequestsResult", "UdpResult", "WindowProbe",
@@ -381,7 +382,7 @@ class TransferResult:
             f"client: {self.client.describe()}; server: {self.server.describe()}",
             f"sender socket: SO_SNDBUF {self.sndbuf_requested or 'auto'} -> {self.effective_sndbuf} B, cc {self.cc}; "
             f"receiver socket: SO_RCVBUF {self.rcvbuf_requested or 'auto'} -> {self.effective_rcvbuf} B",
-            f"kernel: {self.kernel}",
+            f"kernel: {self.kernel}" + (f" ({guest.conditions()})" if guest.conditions() else ""),
         ]
         if any(app):
             lines.append("application: " + ", ".join(a for a in app if a))
@@ -400,7 +401,7 @@ class TransferResult:
             lines.append(f"capture: {self.capture.pcap}")
         if self.host_contention_cpus is not None and self.host_contention_cpus >= CONTENTION_WARNING_CORES:
             lines.append(f"host: other processes kept {self.host_contention_cpus:.1f} CPUs busy while this flow ran; "
-                         f"the emulated guest's links and endpoints run only when its CPUs do, so its rates and "
+                         f"a guest's links and endpoints run only when the host gives it CPU, so its rates and "
                          f"timings may be the busy host's rather than the path's: judge them again on a quiet host")
         lines += [phase.describe() for phase in self.phases]
         return "\n".join(lines)

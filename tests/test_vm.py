@@ -28,7 +28,7 @@ from xml.etree import ElementTree
 import pytest
 
 from pytest_tcpnet import vm
-from pytest_tcpnet.vm import accel, args, fastboot, kernel, lock, runner
+from pytest_tcpnet.vm import accel, args, backend, fastboot, kernel, lock, runner, uml
 from pytest_tcpnet.vm.errors import VMError, VMUsageError
 from children import default_sigint
 
@@ -175,23 +175,30 @@ def test_several_kernels_or_all_of_them_are_resolved_before_any_boot(tmp_path):
     boot, mods = _fake_boot(tmp_path, images=["6.1.0-56-amd64", "6.12.95+deb12-amd64", "6.18.4"],
                             modules=["6.1.0-56-amd64", "6.12.95+deb12-amd64", "6.18.4"])
     _with_netem(tmp_path / "modules", "6.1.0-56-amd64", "6.12.95+deb12-amd64")  # 6.18.4: no sch_netem
-    both = kernel.resolve_kernels(["6.12.95+deb12-amd64", "6.1.0-56-amd64"], boot, mods)
-    assert [k.release for k in both] == ["6.12.95+deb12-amd64", "6.1.0-56-amd64"]  # in the order given
-    every = kernel.resolve_kernels(["all"], boot, mods)
-    assert [k.release for k in every] == ["6.1.0-56-amd64", "6.12.95+deb12-amd64"]  # oldest first, netem only
-    assert [k.release for k in kernel.resolve_kernels(["6.18.4"], boot, mods)] == ["6.18.4"]  # one: as before
+
+    def resolve(specs):
+        return [t.image.release for t in backend.resolve_targets(specs, [], boot, mods)]
+
+    assert resolve(["6.12.95+deb12-amd64", "6.1.0-56-amd64"]) == ["6.12.95+deb12-amd64", "6.1.0-56-amd64"]  # as given
+    assert resolve(["all"]) == ["6.1.0-56-amd64", "6.12.95+deb12-amd64"]  # oldest first, netem only
+    assert resolve(["6.18.4"]) == ["6.18.4"]  # one: as before
+    assert resolve(["6.12"]) == ["6.12.95+deb12-amd64"]  # a kernel line: its newest image
     with pytest.raises(VMUsageError, match="6.1.0-56-amd64 given twice"):
-        kernel.resolve_kernels(["6.1.0-56-amd64", f"{boot}/vmlinuz-6.1.0-56-amd64"], boot, mods)
-    with pytest.raises(VMUsageError, match="kernel 6.18.4 has no sch_netem"):
-        kernel.resolve_kernels(["6.1.0-56-amd64", "6.18.4"], boot, mods)
+        resolve(["6.1.0-56-amd64", f"{boot}/vmlinuz-6.1.0-56-amd64"])
+    with pytest.raises(VMUsageError, match="6.1 given twice"):
+        resolve(["6.1", "6.1"])
+    with pytest.raises(VMUsageError, match=r"6.18.4: kernel line 6.18 \(image 6.18.4\) has no sch_netem"):
+        resolve(["6.1.0-56-amd64", "6.18.4"])
     with pytest.raises(VMUsageError, match="releases in .*: .*6.1.0-56-amd64"):
-        kernel.resolve_kernels(["6.1.0-56-amd64", "5.10.0-1"], boot, mods)
+        resolve(["6.1.0-56-amd64", "5.10.0-1"])
+    with pytest.raises(VMUsageError, match="no kernel of line 5.4 is installed.*dev/setup-uml"):
+        resolve(["5.4"])
     with pytest.raises(VMUsageError, match="give it alone"):
-        kernel.resolve_kernels(["all", "6.1.0-56-amd64"], boot, mods)
+        resolve(["all", "6.1.0-56-amd64"])
     (tmp_path / "bare").mkdir()
     bare, bare_mods = _fake_boot(tmp_path / "bare", images=["6.18.4"], modules=["6.18.4"])
-    with pytest.raises(VMUsageError, match="no kernel in .* has its modules .* and sch_netem"):
-        kernel.resolve_kernels(["all"], bare, bare_mods)
+    with pytest.raises(VMUsageError, match="no kernel with sch_netem is installed.*dev/setup-uml"):
+        backend.resolve_targets(["all"], [], bare, bare_mods)
 
 
 def test_resolve_kernel_errors(tmp_path):
@@ -218,7 +225,7 @@ def test_accel_cache_and_choice(tmp_path, monkeypatch):
         return False, f"no start within {timeout:g} s"
 
     assert accel.choose_accel("tcg", k, "qemu-nope", failing_probe) == (
-        "tcg", "forced by --tcpnet-vm-accel=tcg")
+        "tcg", "forced by --tcpnet-vm-backend=tcg")
     with pytest.raises(VMUsageError):
         accel.choose_accel("fast", k, "qemu-nope", failing_probe)
     usable, why = accel.kvm_usable()
@@ -248,8 +255,8 @@ def test_cache_key_depends_on_kernel_qemu_and_host():
 def _plan(tmp_path, **over):
     fields = dict(
         vng="/usr/bin/vng", qemu="/usr/bin/qemu-system-x86_64",
-        kernel=kernel.Kernel("/boot/vmlinuz-r", "r", "/lib/modules/r"),
-        accel="tcg", cpus=2, memory="2G", boot_timeout=60.0, lock_timeout=5.0, cwd=str(tmp_path),
+        target=backend.Target("r", "6.1", kernel.Kernel("/boot/vmlinuz-r", "r", "/lib/modules/r")),
+        backend="tcg", cpus=2, memory="2G", boot_timeout=60.0, lock_timeout=5.0, cwd=str(tmp_path),
         python="/usr/bin/python3", pytest_args=["-k", "a and not 'b c'", "it's.py", "$HOME"],
         env={"TCPNET_IN_VM": "1", "TCPNET_Q": "x'y \"z\" $PATH"}, shares=[str(tmp_path)],
     )
@@ -294,8 +301,9 @@ def test_vng_command_has_no_network_and_no_rw_root(tmp_path):
 def test_missing_tools_name_the_package(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(runner.sys, "executable", str(tmp_path / "python"))
-    with pytest.raises(VMUsageError, match="apt-get install qemu-system"):
-        runner.find_tools()
+    # Neither is required by itself (User-Mode Linux needs neither): a backend that needs qemu names the package.
+    assert runner.find_tools() == (None, None)
+    assert "apt-get install qemu-system" in runner.qemu_hint()
     assert runner.find_vng() is None  # fast boot needs no vng: only its fallback does (VNG_HINT)
     fake_vng = tmp_path / "vng"
     fake_vng.write_text("#!/bin/sh\n")
@@ -320,7 +328,7 @@ def test_add_options_defaults_and_env(monkeypatch):
     g = _Group()
     vm.add_options(g)
     ns = g.parser.parse_args([])
-    assert (ns.tcpnet_vm, ns.tcpnet_vm_kernel, ns.tcpnet_vm_accel) == (False, None, "auto")
+    assert (ns.tcpnet_vm, ns.tcpnet_vm_kernel, ns.tcpnet_vm_backend) == (False, None, "auto")
     assert (ns.tcpnet_vm_cpus, ns.tcpnet_vm_memory, ns.tcpnet_vm_boot_timeout) == (2, "2G", 120.0)
     monkeypatch.setenv("TCPNET_VM_ACCEL", "tcg")
     monkeypatch.setenv("TCPNET_VM_BOOT_TIMEOUT", "300")
@@ -328,7 +336,16 @@ def test_add_options_defaults_and_env(monkeypatch):
     vm.add_options(g)
     ns = g.parser.parse_args(["--tcpnet-vm", "--tcpnet-kernel", "6.1.0-56-amd64"])
     assert (ns.tcpnet_vm, ns.tcpnet_vm_kernel) == (True, ["6.1.0-56-amd64"])
-    assert (ns.tcpnet_vm_accel, ns.tcpnet_vm_boot_timeout) == ("tcg", 300.0)
+    assert (ns.tcpnet_vm_backend, ns.tcpnet_vm_boot_timeout) == ("tcg", 300.0)
+    # The backend option's new name wins over the old one's variable; both spellings set it.
+    monkeypatch.setenv("TCPNET_VM_BACKEND", "uml")
+    g = _Group()
+    vm.add_options(g)
+    assert g.parser.parse_args([]).tcpnet_vm_backend == "uml"
+    assert g.parser.parse_args(["--tcpnet-vm-accel", "kvm"]).tcpnet_vm_backend == "kvm"
+    assert g.parser.parse_args(["--tcpnet-vm-backend=tcg"]).tcpnet_vm_backend == "tcg"
+    with pytest.raises(SystemExit):
+        g.parser.parse_args(["--tcpnet-vm-backend=qemu"])
 
 
 class _Config:
@@ -702,11 +719,12 @@ def _workdirs_for(proj: Path) -> list:
     """Return the runner's temporary directories whose guest script runs in ``proj``."""
     found = []
     for d in Path(tempfile.gettempdir()).glob("tcpnet-vm-*"):
-        try:
-            if f"cd {proj} " in (d / "run.sh").read_text():
-                found.append(d)
-        except OSError:
-            continue
+        for script in ("run.sh", "init.sh"):  # qemu's guest script, User-Mode Linux's
+            try:
+                if f"cd {proj} " in (d / script).read_text():
+                    found.append(d)
+            except OSError:
+                continue
     return found
 
 
@@ -723,7 +741,8 @@ def _wait_for(predicate, timeout: float) -> bool:
 def vm_kernel():
     """The kernel the boot tests use; skip them where a VM cannot be started at all."""
     try:
-        runner.find_tools()
+        if runner.find_tools()[1] is None:
+            pytest.skip(f"cannot start a qemu VM here: {runner.qemu_hint()}")
         return kernel.resolve_kernel(os.environ.get("TCPNET_VM_TEST_KERNEL"))
     except VMUsageError as err:
         pytest.skip(f"cannot start a VM here: {err}")
@@ -808,7 +827,7 @@ def test_session_runs_in_vm(tmp_path, vm_kernel):
     ], timeout=900, env=_env(TCPNET_VMTEST_TOKEN="tok en'1", TCPNET_VM_MODULES="tcpnet_no_such_module"))
     log = f"--- stdout\n{out.stdout}\n--- stderr\n{out.stderr}"
     assert out.returncode == 1, log  # one deliberate failure, propagated from the guest
-    assert f"accel={ACCEL}" in out.stderr and "guest started after" in out.stderr, log
+    assert f"backend={ACCEL}" in out.stderr and "guest started after" in out.stderr, log
     assert "test_forwarded PASSED" in out.stdout, log
     assert "test_netem_is_real PASSED" in out.stdout, log
     assert "test_fails FAILED" in out.stdout and "deliberate failure" in out.stdout, log
@@ -914,7 +933,7 @@ def test_auto_accel_probes_once_then_uses_the_cache(tmp_path, vm_kernel):
     # A boot timeout this short stops the session right after the accel choice.
     opts = ["--tcpnet-vm", "--tcpnet-vm-accel=auto", "--tcpnet-vm-boot-timeout=1"]
     first = _pytest(proj, opts, timeout=120, env=env)
-    assert "tcpnet-vm: accel=" in first.stderr, first.stderr
+    assert "tcpnet-vm: backend=" in first.stderr, first.stderr
     usable, why = accel.kvm_usable()
     if not usable:
         assert why in first.stderr
@@ -1023,11 +1042,11 @@ def test_several_kernels_run_in_turn_and_end_with_one_table_and_the_first_failin
     from pytest_tcpnet.report import flow_rows
     from pytest_tcpnet.workload.fake import fake_result
 
-    kernels = [kernel.Kernel(f"/boot/vmlinuz-{r}", r, f"/lib/modules/{r}")
+    kernels = [backend.Target(r, uml.kernel_line(r), kernel.Kernel(f"/boot/vmlinuz-{r}", r, f"/lib/modules/{r}"))
                for r in ("6.1.0-56-amd64", "6.12.117+deb12-amd64")]
     user_args = ["--junitxml=test-results/vm.xml", "--tcpnet-results=mine.jsonl", "-m", "needs_netem", "examples"]
     monkeypatch.setattr(runner, "plan_from_config",
-                        lambda config, k: _plan(tmp_path, kernel=k, pytest_args=list(user_args)))
+                        lambda config, t: _plan(tmp_path, target=t, pytest_args=list(user_args)))
     seen = []
 
     def session(plan):
@@ -1062,8 +1081,9 @@ def test_several_kernels_run_in_turn_and_end_with_one_table_and_the_first_failin
 
 
 def test_an_interrupted_kernel_stops_the_run_before_the_next_boots(tmp_path, monkeypatch, capsys):
-    kernels = [kernel.Kernel(f"/boot/vmlinuz-{r}", r, f"/lib/modules/{r}") for r in ("6.1.0-56-amd64", "6.12.1")]
-    monkeypatch.setattr(runner, "plan_from_config", lambda config, k: _plan(tmp_path, kernel=k, pytest_args=[]))
+    kernels = [backend.Target(r, uml.kernel_line(r), kernel.Kernel(f"/boot/vmlinuz-{r}", r, f"/lib/modules/{r}"))
+               for r in ("6.1.0-56-amd64", "6.12.1")]
+    monkeypatch.setattr(runner, "plan_from_config", lambda config, t: _plan(tmp_path, target=t, pytest_args=[]))
     booted = []
     monkeypatch.setattr(runner, "run_plan", lambda plan: booted.append(plan.kernel.release) or runner.EXIT_INTERRUPTED)
     config = _Config()

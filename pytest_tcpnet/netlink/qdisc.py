@@ -10,7 +10,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from ..errors import LabError
 from ..model import MTU_FRAME_BYTES
 from ..model.specs import distribution_table
-from ..vm import software_emulated
+from ..guest import software_emulated
 from .namespaces import with_iproute
 from .queues import options_flagged_nested, queue_options, read_queue
 from .rtnl import nlattr

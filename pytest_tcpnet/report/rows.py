@@ -9,6 +9,8 @@ show as missing ("-") until then.
 import dataclasses
 import math
 
+from .. import guest
+
 SCHEMA = 1
 
 #: Capture event counts copied into a row when the result has a capture (keys of CaptureResult.events).
@@ -49,6 +51,7 @@ def flow_row(result, *, test="", flow=0, outcome=None):
         "outcome": outcome,
         "kind": "window_probe" if probe else "transfer",
         "kernel": getattr(transfer, "kernel", None),
+        "backend": guest.backend(),
         "direction": getattr(transfer, "direction", None),
         "nbytes": getattr(transfer, "nbytes", None),
         "duration_s": _number(getattr(transfer, "duration_s", None)),

@@ -1,4 +1,4 @@
-"""Run a pytest session inside a VM that boots a chosen kernel (virtme-ng).
+"""Run a pytest session inside a VM that boots a chosen kernel: qemu (KVM or TCG) or User-Mode Linux.
 
 Interface used by ``plugin.py`` (the only pytest-aware caller):
 
@@ -10,38 +10,23 @@ Interface used by ``plugin.py`` (the only pytest-aware caller):
 
 Importing this package is cheap: the runner (subprocess, selectors, ...) is imported
 only when a VM is actually started, and virtme-ng is only ever run as the ``vng``
-executable.
+executable. What the guest's own session needs to know about it lives in ``pytest_tcpnet.guest``.
 """
 
 from __future__ import annotations
 
 import os
 
+from ..guest import BACKEND_ENV, IN_VM_ENV, inside_vm, software_emulated
 from .options import add_options
 
 __all__ = ["add_options", "maybe_run_in_vm", "inside_vm", "software_emulated", "use_host_for_analysis", "IN_VM_ENV",
            "ACCEL_ENV"]
 
-#: Set to "1" in the guest's environment; also what stops the guest from recursing.
-IN_VM_ENV = "TCPNET_IN_VM"
 #: "1" in the guest's environment when the runner serves host calls (hostcall.py); "0" on the host turns them off.
 HOSTCALL_ENV = "TCPNET_VM_HOSTCALL"
-#: The guest's accelerator ("kvm" or "tcg"), in the guest's environment.
-ACCEL_ENV = "TCPNET_VM_ACCEL"
-
-
-def inside_vm() -> bool:
-    """Return True when this process runs in a session started by ``maybe_run_in_vm``."""
-    return os.environ.get(IN_VM_ENV) == "1"
-
-
-def software_emulated() -> bool:
-    """True in a --tcpnet-vm guest under software emulation (TCG): its CPU is ~15x slower and shared.
-
-    Timing-sensitive tests may then need a coarser operating point: endpoints there add
-    milliseconds per round trip (more when the host is busy), which a fast path cannot hide.
-    """
-    return inside_vm() and os.environ.get(ACCEL_ENV) == "tcg"
+#: The guest's backend ("kvm", "tcg" or "uml"), in the guest's environment.
+ACCEL_ENV = BACKEND_ENV
 
 
 def use_host_for_analysis() -> bool:

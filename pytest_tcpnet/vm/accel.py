@@ -99,14 +99,14 @@ def choose_accel(
 ) -> "tuple[str, str]":
     """Return ("kvm" | "tcg", reason); ``probe(timeout)`` boots a trivial guest under KVM."""
     if requested == "tcg":
-        return "tcg", "forced by --tcpnet-vm-accel=tcg"
+        return "tcg", "forced by --tcpnet-vm-backend=tcg"
     ok, why_not = kvm_usable()
     if requested == "kvm":
         if not ok:
-            raise VMUsageError(f"--tcpnet-vm-accel=kvm but {why_not}; use --tcpnet-vm-accel=tcg")
-        return "kvm", "forced by --tcpnet-vm-accel=kvm"
+            raise VMUsageError(f"--tcpnet-vm-backend=kvm but {why_not}; use --tcpnet-vm-backend=uml or tcg")
+        return "kvm", "forced by --tcpnet-vm-backend=kvm"
     if requested != "auto":
-        raise VMUsageError(f"--tcpnet-vm-accel must be auto, kvm or tcg, not {requested!r}")
+        raise VMUsageError(f"choose_accel takes auto, kvm or tcg, not {requested!r}")
     if not ok:
         return "tcg", f"auto: {why_not}"
     key = cache_key(kernel, qemu_version(qemu), method=method)

@@ -9,8 +9,10 @@ the same tshark and matplotlib (the guest's root is the host's), so results are 
 guest also asks the host how busy its CPUs are (``cpu``: vm/contention.py), which only the host
 can see, at the start and end of each measurement.
 
-Without the port (a vng boot, a VM of the user's own, ``TCPNET_VM_HOSTCALL=0``) or when the host
-does not answer, the guest does the work itself.
+A User-Mode Linux guest has no virtio port: it shares a directory with the host instead, the mailbox
+(``MailboxServer``; its path in ``TCPNET_VM_HOSTCALL_DIR``): a request is a file the guest renames into
+place, the reply a file the host renames in beside it. Without either (a vng boot, a VM of the user's
+own, ``TCPNET_VM_HOSTCALL=0``) or when the host does not answer, the guest does the work itself.
 
 Frames, both ways: ``MAGIC``, u32 header length, u64 payload length, a JSON header, the payload.
 A request's header has ``id`` and ``op``; its response echoes the ``id``.
@@ -32,8 +34,13 @@ import warnings
 
 from . import HOSTCALL_ENV as ENV  # "1" in the guest's environment when the runner serves host calls
 
-__all__ = ["ENV", "PORT_NAME", "Server", "Unavailable", "available", "call", "host_cpu_snapshot",
-           "use_host_for_analysis"]
+__all__ = ["ENV", "MAILBOX_ENV", "PORT_NAME", "MailboxServer", "Server", "Unavailable", "available", "call",
+           "host_cpu_snapshot", "use_host_for_analysis"]
+
+#: The mailbox directory, in a User-Mode Linux guest's environment (a directory shared with the host).
+MAILBOX_ENV = "TCPNET_VM_HOSTCALL_DIR"
+# How often each side looks for the other's file: a host call costs a few of these, a measurement two calls.
+MAILBOX_POLL_S = 0.003
 
 #: The virtio-serial port's name, as the guest's /sys/class/virtio-ports lists it.
 PORT_NAME = "tcpnet.hostcall"
@@ -185,6 +192,14 @@ class Server:
         self._thread.start()
         return self
 
+    def answer(self, header: dict, payload: bytes) -> "tuple[dict, bytes]":
+        """handle() one request and count it: CPU-load questions apart from the analysis handed over."""
+        if header.get("op") == "cpu":
+            self.cpu_calls += 1
+        else:
+            self.calls += 1
+        return handle(header, payload)
+
     def close(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
@@ -223,16 +238,66 @@ class Server:
                 return
             reader.feed(data)
             while (frame := reader.next()) is not None:
-                reply, payload = handle(*frame)
-                if frame[0].get("op") == "cpu":
-                    self.cpu_calls += 1
-                else:
-                    self.calls += 1
+                reply, payload = self.answer(*frame)
                 try:
                     conn.sendall(encode(reply, payload))
                 except OSError:
                     return
             started = (started or time.monotonic()) if reader.partial else None
+
+
+class MailboxServer(Server):
+    """The runner's end for a User-Mode Linux guest: requests and replies are files in a shared directory."""
+
+    def __init__(self, directory: str):  # noqa: super().__init__ would bind a socket
+        self.path = directory
+        self.calls = 0
+        self.cpu_calls = 0
+        self._stop = threading.Event()
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        self._thread = threading.Thread(target=self._serve, name="tcpnet-hostcall-mailbox", daemon=True)
+
+    def qemu_args(self) -> list:
+        return []
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+    def _serve(self) -> None:
+        while not self._stop.wait(MAILBOX_POLL_S):
+            try:
+                names = sorted(n for n in os.listdir(self.path) if n.endswith(".req"))
+            except OSError:
+                return
+            for name in names:
+                self._serve_file(os.path.join(self.path, name))
+
+    def _serve_file(self, path: str) -> None:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            os.unlink(path)
+        except OSError:
+            return
+        reader = FrameReader()
+        reader.feed(data)
+        frame = reader.next()
+        if frame is None:
+            return  # a torn request: its guest process died while writing; it will not wait for a reply
+        reply, payload = self.answer(*frame)
+        _put(os.path.join(self.path, f"{frame[0].get('id')}.rep"), encode(reply, payload))
+
+
+def _put(path: str, data: bytes) -> None:
+    """Write a mailbox file whole, then rename it into place: the other side never reads half of one."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())  # a guest's write reaches the host's file only on writeback (hostfs)
+    os.rename(tmp, path)
 
 
 # ------------------------------------------------------------------ guest side
@@ -262,9 +327,14 @@ def _find_port() -> "str | None":
     return _port or None
 
 
+def _mailbox() -> "str | None":
+    directory = os.environ.get(MAILBOX_ENV)
+    return directory if directory and os.path.isdir(directory) else None
+
+
 def available() -> bool:
     """True in a guest whose runner serves host calls."""
-    return os.environ.get(ENV) == "1" and _find_port() is not None
+    return os.environ.get(ENV) == "1" and (_find_port() is not None or _mailbox() is not None)
 
 
 def _open(port: str, deadline: float) -> int:
@@ -289,10 +359,14 @@ def _wait(fd: int, event: int, deadline: float) -> None:
 def call(op: str, header: "dict | None" = None, payload: bytes = b"", timeout: float = 300.0) -> "tuple[dict, bytes]":
     """Ask the host to run ``op``; return its reply's header and payload, or raise Unavailable."""
     port = _find_port() if os.environ.get(ENV) == "1" else None
-    if port is None:
+    mailbox = _mailbox() if os.environ.get(ENV) == "1" and port is None else None
+    if port is None and mailbox is None:
         raise Unavailable("no host-call port in this guest")
     deadline = time.monotonic() + timeout
     request_id = secrets.token_hex(8)
+    if mailbox is not None:
+        return _call_mailbox(mailbox, request_id, encode({**(header or {}), "id": request_id, "op": op}, payload),
+                             deadline, op)
     frame = memoryview(encode({**(header or {}), "id": request_id, "op": op}, payload))
     fd = _open(port, deadline)
     try:
@@ -320,6 +394,37 @@ def call(op: str, header: "dict | None" = None, payload: bytes = b"", timeout: f
         raise Unavailable(f"host call {op} failed: {exc}") from exc
     finally:
         os.close(fd)
+
+
+def _call_mailbox(mailbox: str, request_id: str, frame: bytes, deadline: float, op: str) -> "tuple[dict, bytes]":
+    """One host call through the mailbox: put the request, wait for the reply file, take it."""
+    reply_name = f"{request_id}.rep"
+    try:
+        _put(os.path.join(mailbox, f"{request_id}.req"), frame)
+        while reply_name not in os.listdir(mailbox):  # a listing, not a lookup: hostfs caches a name it did not find
+            if time.monotonic() > deadline:
+                _discard(os.path.join(mailbox, f"{request_id}.req"))
+                raise Unavailable("the host did not answer in time")
+            time.sleep(MAILBOX_POLL_S)
+        path = os.path.join(mailbox, reply_name)
+        with open(path, "rb") as f:
+            data = f.read()
+        os.unlink(path)
+    except OSError as exc:
+        raise Unavailable(f"host call {op} failed: {exc}") from exc
+    reader = FrameReader()
+    reader.feed(data)
+    reply = reader.next()
+    if reply is None:
+        raise Unavailable(f"host call {op}: a torn reply")
+    return reply
+
+
+def _discard(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _fall_back(op: str, why: Exception) -> None:

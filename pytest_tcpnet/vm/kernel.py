@@ -135,37 +135,6 @@ def installed_kernels(boot_dir: str = BOOT_DIR, modules_dir: str = MODULES_DIR) 
     return sorted(found, key=lambda k: version_key(k.release))
 
 
-def resolve_kernels(specs, boot_dir: str = BOOT_DIR, modules_dir: str = MODULES_DIR) -> list:
-    """``--tcpnet-kernel`` given zero, one or more times, or ``all``: the checked kernels to run the session under.
-
-    With more than one, each must have sch_netem (a session under several kernels exists to compare
-    them on netem paths) and no release may come twice; all of it is checked before any VM boots.
-    """
-    if isinstance(specs, str):
-        specs = [specs]
-    specs = [s for s in (specs or []) if s]
-    if "all" in specs:
-        if len(specs) > 1:
-            raise VMUsageError("--tcpnet-kernel=all already means every installed kernel: give it alone")
-        kernels = [k for k in installed_kernels(boot_dir, modules_dir) if has_module(k, "sch_netem")]
-        if not kernels:
-            raise VMUsageError(f"--tcpnet-kernel=all: no kernel in {boot_dir} has its modules in {modules_dir} "
-                               f"and sch_netem ({INSTALL_HINT})")
-        return kernels
-    if len(specs) <= 1:
-        return [resolve_kernel(specs[0] if specs else None, boot_dir, modules_dir)]
-    kernels = [resolve_kernel(spec, boot_dir, modules_dir) for spec in specs]
-    seen = {}
-    for spec, kernel in zip(specs, kernels):
-        if kernel.release in seen:
-            raise VMUsageError(f"--tcpnet-kernel: {kernel.release} given twice ({seen[kernel.release]} and {spec})")
-        seen[kernel.release] = spec
-        if not has_module(kernel, "sch_netem"):
-            raise VMUsageError(f"--tcpnet-kernel={spec}: kernel {kernel.release} has no sch_netem in "
-                               f"{kernel.modules}; several kernels in one run are compared on netem paths")
-    return kernels
-
-
 def has_module(kernel: Kernel, name: str) -> bool:
     """Return True if module ``name`` (e.g. "sch_netem") is built in or installed for ``kernel``."""
     needle = f"/{name}.ko"

@@ -23,7 +23,8 @@ _WATCHDOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_watchdog.
 _TERM_GRACE = 5.0
 # The kernel's last words on a normal shutdown (an EMERG-level line, so printk levels cannot
 # hide it): noise after a session's summary line.
-_POWER_DOWN = re.compile(rb"(?m)^\[\s*\d+\.\d+\] reboot: Power down\r?(\n|$)")
+# (User-Mode Linux prints it without a timestamp and says "System halted".)
+_POWER_DOWN = re.compile(rb"(?m)^(\[\s*\d+\.\d+\] )?reboot: (Power down|System halted)\r?(\n|$)")
 # How long pipes may stay open after vng exited before we assume a stray child holds them.
 _EXIT_GRACE = 3.0
 
@@ -143,7 +144,7 @@ class _ConsoleFilter:
         data = self.held + data
         cut = data.rfind(b"\n") + 1
         done, rest = data[:cut], data[cut:]
-        self.held = rest if rest.startswith(b"[") else b""
+        self.held = rest if rest.startswith(b"[") or rest[:7] == b"reboot:"[:len(rest)] else b""
         if not self.held:
             done += rest
         return _POWER_DOWN.sub(b"", done)
@@ -168,6 +169,7 @@ def launch(
     stderr=None,
     cleanup: "str | None" = None,
     nice: "int | None" = None,
+    env: "dict | None" = None,
 ) -> LaunchResult:
     """Run ``cmd`` (a vng command), stream its output, enforce the boot deadline, never leak it.
 
@@ -176,6 +178,7 @@ def launch(
     ``stdout``/``stderr`` if ``echo``. ``on_start(seconds)`` is called when the sentinel arrives.
     ``cleanup`` is a directory the watchdog removes if this process dies without stopping the VM.
     ``nice``: the emulator's nice value, where this process may set it (LaunchResult.nice says what it got).
+    ``env``: variables to add to the command's environment (the watchdog's settings among them).
     """
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
@@ -194,7 +197,8 @@ def launch(
             stderr=subprocess.PIPE,
             pass_fds=(lifeline_r,),
             start_new_session=True,  # our own group: Ctrl-C reaches us, we stop the VM
-            env=None if nice is None else dict(os.environ, TCPNET_VM_NICE=str(nice)),
+            env=None if nice is None and not env else
+            dict(os.environ, **(env or {}), **({} if nice is None else {"TCPNET_VM_NICE": str(nice)})),
         )
     except BaseException:
         os.close(lifeline_w)

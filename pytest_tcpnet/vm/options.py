@@ -9,6 +9,7 @@ FLAG_OPTIONS = ("--tcpnet-vm",)
 #: Options that take a value (``--opt=value`` or ``--opt value``).
 VALUE_OPTIONS = (
     "--tcpnet-kernel",
+    "--tcpnet-vm-backend",
     "--tcpnet-vm-accel",
     "--tcpnet-vm-cpus",
     "--tcpnet-vm-memory",
@@ -16,7 +17,8 @@ VALUE_OPTIONS = (
     "--tcpnet-vm-lock-timeout",
 )
 
-ACCEL_CHOICES = ("auto", "kvm", "tcg")
+#: --tcpnet-vm-backend (backend.py): KVM, User-Mode Linux, software emulation, or the best this host has.
+BACKEND_CHOICES = ("auto", "kvm", "uml", "tcg")
 DEFAULT_CPUS = 2
 DEFAULT_MEMORY = "2G"
 # Software emulation reaches our command in ~20-30 s on the project's 2-core machines;
@@ -46,21 +48,25 @@ def add_options(group) -> None:
         action="append",
         default=None,
         dest="tcpnet_vm_kernel",
-        metavar="PATH|RELEASE|all",
-        help="kernel for --tcpnet-vm: a vmlinuz path or a release such as "
-        "6.1.0-56-amd64 (looked up as /boot/vmlinuz-RELEASE). Default: the newest "
-        "kernel in /boot with modules in /lib/modules that is not the running one. Give it "
-        "several times (or 'all': every installed kernel with sch_netem) to run the session "
-        "under each in turn and end with one table of every flow per kernel.",
+        metavar="LINE|PATH|RELEASE|all",
+        help="kernel for --tcpnet-vm: a kernel line such as 6.1 or 6.12 (its newest qemu image in /boot, or "
+        "its User-Mode Linux build, per backend), a vmlinuz path, or a release such as "
+        "6.1.0-56-amd64 (looked up as /boot/vmlinuz-RELEASE; under UML, the build of its line). Default: the "
+        "newest kernel in /boot with modules in /lib/modules that is not the running one (without one, the "
+        "newest UML build). Give it several times (or 'all': every installed kernel line with sch_netem) to "
+        "run the session under each in turn and end with one table of every flow per kernel.",
     )
     group.addoption(
+        "--tcpnet-vm-backend",
         "--tcpnet-vm-accel",
         action="store",
-        default=_env("TCPNET_VM_ACCEL", "auto"),
-        choices=ACCEL_CHOICES,
-        dest="tcpnet_vm_accel",
-        help="acceleration for --tcpnet-vm: kvm, tcg (software emulation) or auto "
-        "(probe KVM once, cache the result, fall back to tcg). Env: TCPNET_VM_ACCEL. "
+        default=_env("TCPNET_VM_BACKEND", _env("TCPNET_VM_ACCEL", "auto")),
+        choices=BACKEND_CHOICES,
+        dest="tcpnet_vm_backend",
+        help="how --tcpnet-vm boots its kernel: kvm, uml (User-Mode Linux: the kernel as host processes, "
+        "no KVM needed, near host speed; dev/setup-uml installs 6.1 and 6.12), tcg (software emulation) or "
+        "auto: KVM where a probe boot works (cached), else UML where a build of the kernel's line is "
+        "installed, else tcg. --tcpnet-vm-accel is the old name. Env: TCPNET_VM_BACKEND (or TCPNET_VM_ACCEL). "
         "Default: %(default)s.",
     )
     group.addoption(

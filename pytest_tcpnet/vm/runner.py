@@ -1,8 +1,9 @@
-"""Re-running a pytest invocation inside a virtme-ng VM and returning its exit code."""
+"""Re-running a pytest invocation inside a VM (qemu under KVM or TCG, or User-Mode Linux) and returning its exit code."""
 
 from __future__ import annotations
 
 import compileall
+import json
 import os
 import platform
 import re
@@ -15,15 +16,17 @@ import time
 from dataclasses import dataclass, field, replace
 
 from . import ACCEL_ENV, IN_VM_ENV
+from . import backend as backends
+from . import uml
 from .accel import choose_accel
 from .contention import CONTENTION_WARNING_CORES, HostContention
 from .args import artifact_dirs, check_shareable, guest_environment, share_dirs, strip_vm_args
 from . import fastboot, hostcall
 from .errors import EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED, VMError, VMUsageError
-from .kernel import Kernel, has_module, resolve_kernel, resolve_kernels
+from .kernel import Kernel, has_module
 from .launch import LaunchResult, launch
 from .lock import VMLock
-from .options import ACCEL_CHOICES
+from .options import BACKEND_CHOICES
 from ..report.artifacts import artifacts_root
 
 # Loaded in the guest before pytest starts; the labs need them and the Debian kernel has
@@ -33,6 +36,8 @@ GUEST_MODULES = (
     "sch_codel", "sch_cake", "sch_pie", "sch_fq_pie", "sch_red",
     "sch_ingress", "cls_u32", "cls_bpf", "cls_matchall", "act_mirred", "act_police", "ifb", "veth",
     "tcp_bbr", "tcp_dctcp",
+    # Built into Debian's amd64 kernels, a module in its UML builds (their guests have no /proc/net/tcp6 without it).
+    "ipv6",
 )
 # Kernel console verbosity in the guest once our command runs: errors and worse, like the
 # kernel's own "quiet". The boot log before it is kept for error messages only.
@@ -51,10 +56,10 @@ def say(message: str) -> None:
 class Plan:
     """Everything needed to run the session in a VM, resolved and checked on the host."""
 
-    vng: str
-    qemu: str
-    kernel: Kernel
-    accel: str  # requested: auto | kvm | tcg
+    vng: "str | None"
+    qemu: "str | None"
+    target: backends.Target
+    backend: str  # requested: auto | kvm | uml | tcg
     cpus: int
     memory: str
     boot_timeout: float
@@ -69,6 +74,12 @@ class Plan:
     echo_boot: bool = False
     warnings: list = field(default_factory=list)
 
+    @property
+    def kernel(self) -> Kernel:
+        """The qemu image to boot (KVM, TCG)."""
+        assert self.target.image is not None, "no qemu image for this target"
+        return self.target.image
+
 
 #: What to install for vng, the fallback when fast boot cannot boot a kernel.
 VNG_HINT = "virtme-ng's `vng`: pip install virtme-ng (or pip install 'pytest-tcpnet[vm]')"
@@ -80,17 +91,19 @@ def find_vng() -> "str | None":
     return shutil.which("vng") or (beside if os.access(beside, os.X_OK) else None)
 
 
-def find_tools() -> "tuple[str | None, str]":
-    """Return the paths of ``vng`` (None if absent: fast boot does without it) and of qemu, or explain what to
-    install."""
-    vng = find_vng()
+def qemu_name() -> str:
     machine = platform.machine()
-    qemu_name = f"qemu-system-{'x86_64' if machine == 'x86_64' else machine}"
-    qemu = shutil.which(qemu_name)
-    if not qemu:
-        package = QEMU_PACKAGE.get(machine, "qemu-system")
-        raise VMUsageError(f"--tcpnet-vm needs {qemu_name}: apt-get install {package}")
-    return vng, qemu
+    return f"qemu-system-{'x86_64' if machine == 'x86_64' else machine}"
+
+
+def qemu_hint() -> str:
+    return f"{qemu_name()}: apt-get install {QEMU_PACKAGE.get(platform.machine(), 'qemu-system')}"
+
+
+def find_tools() -> "tuple[str | None, str | None]":
+    """Return the paths of ``vng`` (None if absent: fast boot does without it) and of qemu (None if absent: User-Mode
+    Linux does without it)."""
+    return find_vng(), shutil.which(qemu_name())
 
 
 def _number_option(config, name: str, flag: str, minimum: float):
@@ -131,17 +144,32 @@ def _check_baseline(config) -> None:
         raise VMUsageError(f"--tcpnet-baseline={path}: {exc}") from None
 
 
-def plan_from_config(config, kernel: "Kernel | None" = None) -> Plan:
-    """Resolve the options of a pytest ``config`` into a checked ``Plan`` (no VM started) for ``kernel`` (default:
+def plan_from_config(config, target: "backends.Target | None" = None) -> Plan:
+    """Resolve the options of a pytest ``config`` into a checked ``Plan`` (no VM started) for ``target`` (default:
     the one ``--tcpnet-kernel`` names)."""
     vng, qemu = find_tools()
-    if kernel is None:
+    if target is None:
         spec = config.getoption("tcpnet_vm_kernel")
-        kernel = resolve_kernel(spec[-1] if isinstance(spec, list) and spec else spec or None)
-    check_shareable(kernel.path, "the kernel image")
-    accel = config.getoption("tcpnet_vm_accel")
-    if accel not in ACCEL_CHOICES:
-        raise VMUsageError(f"--tcpnet-vm-accel must be one of {', '.join(ACCEL_CHOICES)}, not {accel!r}")
+        target = backends.resolve_target(spec[-1] if isinstance(spec, list) and spec else spec or None)
+    requested = config.getoption("tcpnet_vm_backend")
+    if requested not in BACKEND_CHOICES:
+        raise VMUsageError(f"--tcpnet-vm-backend must be one of {', '.join(BACKEND_CHOICES)}, not {requested!r}")
+    if requested != "auto":
+        backends.choose(requested, target)  # a forced backend that cannot boot this target: said before anything
+    if requested in ("kvm", "tcg") and qemu is None:
+        raise VMUsageError(f"--tcpnet-vm-backend={requested} needs {qemu_hint()}")
+    if target.image is None and target.build is None:
+        raise VMUsageError(f"nothing installed boots {target.describe()}")
+    if requested == "auto" and qemu is None and target.build is None:
+        raise VMUsageError(f"--tcpnet-vm needs {qemu_hint()}, or a User-Mode Linux build of {target.line} "
+                           f"({uml.SETUP_HINT})")
+    if requested == "uml" and not uml.has_module(target.build, "sch_netem"):
+        raise VMUsageError(f"the User-Mode Linux build {target.build.binary} ({target.build.release}) has no sch_netem "
+                           f"in {target.build.modules}: reinstall it ({uml.SETUP_HINT})")
+    if target.image is not None:
+        check_shareable(target.image.path, "the kernel image")
+    if target.build is not None:
+        check_shareable(target.build.binary, "the User-Mode Linux binary")
     _check_baseline(config)
     memory = str(config.getoption("tcpnet_vm_memory"))
     if not _MEMORY.match(memory):
@@ -185,21 +213,21 @@ def plan_from_config(config, kernel: "Kernel | None" = None) -> Plan:
         compile_bytecode(package_dir)
 
     warnings = []
-    if not has_module(kernel, "sch_netem"):
-        warnings.append(f"kernel {kernel.release} has no sch_netem in {kernel.modules}")
-    extra_env = {IN_VM_ENV: "1", "TCPNET_VM_KERNEL": kernel.release}
+    if target.image is not None and target.build is None and not has_module(target.image, "sch_netem"):
+        warnings.append(f"kernel {target.image.release} has no sch_netem in {target.image.modules}")
+    extra_env = {IN_VM_ENV: "1"}
+    if not any(k in os.environ for k in ("PY_COLORS", "NO_COLOR")):
+        # The guest's stdout is a virtio port (qemu) or a console (UML), whatever the host's is: colours as here.
+        extra_env["PY_COLORS"] = "1" if sys.stdout.isatty() else "0"
     if sys.stdout.isatty():
-        # The guest's stdout is a virtio port, not a terminal: keep colours and width.
-        if not any(k in os.environ for k in ("PY_COLORS", "NO_COLOR")):
-            extra_env["PY_COLORS"] = "1"
         if "COLUMNS" not in os.environ:
             extra_env["COLUMNS"] = str(shutil.get_terminal_size().columns)
     extra_modules = (os.environ.get("TCPNET_VM_MODULES") or "").replace(",", " ").split()
     return Plan(
         vng=vng,
         qemu=qemu,
-        kernel=kernel,
-        accel=accel,
+        target=target,
+        backend=requested,
         cpus=_number_option(config, "tcpnet_vm_cpus", "--tcpnet-vm-cpus", 1),
         memory=memory,
         boot_timeout=_number_option(config, "tcpnet_vm_boot_timeout", "--tcpnet-vm-boot-timeout", 0.1),
@@ -293,7 +321,7 @@ def vng_command(plan: Plan, accel: str, script: str, shares: list) -> list:
     return cmd
 
 
-def kvm_probe(plan: Plan, timeout: float, boot: "fastboot.FastBoot | None" = None) -> "tuple[bool, str]":
+def kvm_probe_boot(plan: Plan, timeout: float, boot: "fastboot.FastBoot | None" = None) -> "tuple[bool, str]":
     """Boot a trivial guest under KVM the way the session will; return (it started, detail)."""
     sentinel = f"TCPNET-KVM-PROBE-{secrets.token_hex(8)}"
     workdir = None
@@ -319,6 +347,11 @@ def kvm_probe(plan: Plan, timeout: float, boot: "fastboot.FastBoot | None" = Non
     if result.timed_out:
         return False, f"no start within {timeout:.0f} s"
     last = result.tail[-1] if result.tail else "no output"
+    if result.returncode == 127 or "not found" in last:
+        # A tool that is not there says nothing of KVM: an error now, and nothing cached that would pin TCG.
+        raise VMUsageError(f"the KVM probe could not start {'qemu' if boot else 'vng'}: {last}. "
+                           + ("" if boot else f"vng runs virtme-run through the shell, so the directory holding vng "
+                              f"({os.path.dirname(plan.vng or '') or '?'}) must be on PATH; or {VNG_HINT}"))
     return False, f"{'qemu' if boot else 'vng'} exited with {result.returncode}: {last}"
 
 
@@ -346,7 +379,10 @@ def _explain(plan: Plan, accel: str, result: LaunchResult, fast: bool = False) -
     shown = "\n".join("    " + ln for ln in result.tail[-25:]) or "    (no output)"
     if result.timed_out:
         if accel == "kvm":
-            advice = "try --tcpnet-vm-accel=tcg (KVM guests hang at boot on some hosts)"
+            advice = "try --tcpnet-vm-backend=tcg (KVM guests hang at boot on some hosts)"
+        elif accel == "uml":
+            advice = ("User-Mode Linux usually starts in 1-3 s; raise --tcpnet-vm-boot-timeout if this host is slow "
+                      "or busy, or TCPNET_VM_DEBUG=1 to see its boot log")
         else:
             advice = ("software emulation usually starts in 20-40 s; raise "
                       "--tcpnet-vm-boot-timeout if this host is slow or busy")
@@ -354,6 +390,14 @@ def _explain(plan: Plan, accel: str, result: LaunchResult, fast: bool = False) -
             f"guest did not start within {plan.boot_timeout:g} s under {accel.upper()}; "
             f"VM killed; {advice}. Last lines of its boot log:\n{shown}"
         )
+    if accel == "uml":
+        build = plan.target.build
+        return VMError(
+            f"the guest exited (linux.uml status {result.returncode}) before it started the session, booting "
+            f"{build.binary} ({build.release}) under User-Mode Linux. Last lines of its output:\n{shown}"
+            + (f"\n  hint: a build unpacked by dev/setup-uml runs with the libc unpacked beside it: reinstall with "
+               f"{uml.SETUP_HINT}" if build.binary.startswith(uml.UNPACKED_ROOT) and result.returncode else "")
+            + "\n  hint: TCPNET_VM_DEBUG=1 shows the whole boot log live")
     hints = "".join(f"\n  hint: {h}" for h in _boot_hints(plan, result.tail, fast))
     return VMError(
         f"the VM exited ({'qemu' if fast else 'vng'} status {result.returncode}) before the guest started the "
@@ -374,28 +418,52 @@ def run_plan(plan: Plan) -> int:
         return EXIT_INTERRUPTED
 
 
-def _run_locked(plan: Plan) -> int:
+def _qemu_boot(plan: Plan) -> "tuple[fastboot.FastBoot | None, str]":
+    """Fast boot's files for the plan's image, or None with vng as the fallback; and how it boots, in words."""
     try:
-        boot = fastboot.prepare(plan.kernel, plan.qemu)
-        how = "fast boot: uncompressed kernel, own init, cached read-only root"
+        return fastboot.prepare(plan.kernel, plan.qemu), "fast boot: uncompressed kernel, own init, cached read-only root"
     except fastboot.Unavailable as why_not:
         if plan.vng is None:
             raise VMUsageError(f"--tcpnet-vm: fast boot is unavailable ({why_not}) and the fallback needs "
                                f"{VNG_HINT}") from None
-        boot = None
-        how = f"with vng; fast boot unavailable: {why_not}"
+        # vng runs virtme-run through a shell: a virtualenv used without activating it must be on PATH.
+        vng_dir = os.path.dirname(plan.vng)
+        if vng_dir not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = vng_dir + os.pathsep + os.environ.get("PATH", "")
+        return None, f"with vng; fast boot unavailable: {why_not}"
 
-    def probe(timeout: float):
-        say(f"probing KVM with a trivial boot (at most {timeout:g} s, result cached)...")
-        return kvm_probe(plan, timeout, boot)
+
+def _run_locked(plan: Plan) -> int:
+    qemu: dict = {}
+
+    def kvm_probe() -> "tuple[str, str]":
+        if plan.qemu is None:
+            return "tcg", f"no {qemu_name()}"
+        if "boot" not in qemu:
+            qemu["boot"] = _qemu_boot(plan)
+        boot, _ = qemu["boot"]
+
+        def probe(timeout: float):
+            say(f"probing KVM with a trivial boot (at most {timeout:g} s, result cached)...")
+            return kvm_probe_boot(plan, timeout, boot)
+
+        return choose_accel("auto", plan.kernel, plan.qemu, probe, method="fast" if boot else "vng")
 
     try:
-        accel, why = choose_accel(plan.accel, plan.kernel, plan.qemu, probe,
-                                  method="fast" if boot else "vng")
+        choice = backends.choose(plan.backend, plan.target, kvm_probe)
     except KeyboardInterrupt:
         say("interrupted during the KVM probe; VM stopped")
         return EXIT_INTERRUPTED
-    say(f"accel={accel} ({why})")
+    say(f"backend={choice.backend} ({choice.why})")
+    if choice.backend == "uml":
+        return _run_uml(plan, choice)
+    if plan.qemu is None:
+        raise VMUsageError(f"--tcpnet-vm-backend={choice.backend} needs {qemu_hint()}")
+    if "boot" not in qemu:
+        qemu["boot"] = _qemu_boot(plan)
+    boot, how = qemu["boot"]
+    accel = choice.backend
+    plan = replace(plan, env={**plan.env, "TCPNET_VM_KERNEL": plan.kernel.release})
 
     workdir = tempfile.mkdtemp(prefix="tcpnet-vm-")
     server = None
@@ -430,38 +498,102 @@ def _run_locked(plan: Plan) -> int:
             cleanup=workdir,
             nice=emulator_nice(),
         )
-        if result.interrupted:
-            say("interrupted; VM stopped")
-            return EXIT_INTERRUPTED
-        if not result.started:
-            raise _explain(plan, accel, result, fast=boot is not None)
-        try:
-            with open(exit_file, encoding="utf-8") as f:
-                code = int(f.read().strip())
-        except (OSError, ValueError):
-            last = "\n".join("    " + ln for ln in result.tail[-15:])
-            raise VMError(
-                f"the guest ended without reporting pytest's exit code (vng status "
-                f"{result.returncode}): a kernel panic, out of memory (--tcpnet-vm-memory) "
-                f"or a killed guest?" + (f" Last kernel/stderr lines:\n{last}" if last else "")
-            ) from None
-        say(f"pytest in the VM exited with {code} ({result.total_seconds:.1f} s in all, "
-            f"{result.start_seconds:.1f} s of it booting)")
-        others = contention.other_cores()
-        if accel == "tcg" and others is not None and others >= CONTENTION_WARNING_CORES:
-            raised = result.nice is not None and result.nice < 0 and (result.autogroup_nice is None
-                                                                       or result.autogroup_nice < 0)
-            priority = (f"the emulator ran at nice {result.nice}, ahead of them" if raised
-                        else "the emulated CPUs competed with them (as root the emulator runs at nice -10: "
-                             "TCPNET_VM_NICE)")
-            say(f"warning: other processes kept {others:.1f} of this host's {os.cpu_count()} CPUs busy during the "
-                f"session; {priority}; a starved emulator slows the guest's endpoints and its emulated links: "
-                f"timing and rate verdicts in the VM are less reliable on a busy host")
-        if server is not None and server.calls:
-            say(f"the host decoded pcaps and drew plots for the guest: {server.calls} host calls")
-        if server is not None and server.cpu_calls:
-            say(f"the guest asked for the host's CPU load {server.cpu_calls} times (at each measurement's start and end)")
-        return code
+        return _finish(plan, accel, result, exit_file, server, contention, fast=boot is not None)
+    finally:
+        if server is not None:
+            server.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _finish(plan: Plan, backend: str, result: LaunchResult, exit_file: str, server, contention: HostContention,
+            fast: bool = False) -> int:
+    """After the guest ran: its pytest's exit code, or an error that explains why there is none; and what the host saw."""
+    if result.interrupted:
+        say("interrupted; VM stopped")
+        return EXIT_INTERRUPTED
+    if not result.started:
+        raise _explain(plan, backend, result, fast=fast)
+    try:
+        with open(exit_file, encoding="utf-8") as f:
+            code = int(f.read().strip())
+    except (OSError, ValueError):
+        last = "\n".join("    " + ln for ln in result.tail[-15:])
+        launcher = "linux.uml" if backend == "uml" else "qemu" if fast else "vng"
+        raise VMError(
+            f"the guest ended without reporting pytest's exit code ({launcher} status "
+            f"{result.returncode}): a kernel panic, out of memory (--tcpnet-vm-memory) "
+            f"or a killed guest?" + (f" Last kernel/stderr lines:\n{last}" if last else "")
+        ) from None
+    say(f"pytest in the VM exited with {code} ({result.total_seconds:.1f} s in all, "
+        f"{result.start_seconds:.1f} s of it booting)")
+    others = contention.other_cores()
+    if backend in ("tcg", "uml") and others is not None and others >= CONTENTION_WARNING_CORES:
+        raised = result.nice is not None and result.nice < 0 and (result.autogroup_nice is None
+                                                                   or result.autogroup_nice < 0)
+        what = "the guest's kernel" if backend == "uml" else "the emulator"
+        priority = (f"{what} ran at nice {result.nice}, ahead of them" if raised
+                    else f"{what} competed with them (as root it runs at nice -10: TCPNET_VM_NICE)")
+        say(f"warning: other processes kept {others:.1f} of this host's {os.cpu_count()} CPUs busy during the "
+            f"session; {priority}; a starved guest slows its endpoints and its shaped links: "
+            f"timing and rate verdicts in the VM are less reliable on a busy host")
+    if server is not None and server.calls:
+        say(f"the host decoded pcaps and drew plots for the guest: {server.calls} host calls")
+    if server is not None and server.cpu_calls:
+        say(f"the guest asked for the host's CPU load {server.cpu_calls} times (at each measurement's start and end)")
+    return code
+
+
+def _run_uml(plan: Plan, choice: "backends.Choice") -> int:
+    """Boot the target's User-Mode Linux build with the session script as its PID 1; return pytest's exit code."""
+    build = choice.build
+    workdir = check_shareable(tempfile.mkdtemp(prefix="tcpnet-vm-"), "the runner's temporary directory")
+    server = None
+    try:
+        exit_file = os.path.join(workdir, "exitcode")
+        sentinel = f"TCPNET-VM-STARTED-{secrets.token_hex(8)}"
+        server = None
+        if os.environ.get(hostcall.ENV) != "0":
+            server = hostcall.MailboxServer(os.path.join(workdir, "hostcall")).start()
+        guest_env = {**plan.env, ACCEL_ENV: "uml", "TCPNET_VM_KERNEL": build.release,
+                     **({hostcall.ENV: "1", hostcall.MAILBOX_ENV: server.path} if server else {})}
+        body = guest_script(replace(plan, env=guest_env), sentinel, exit_file)
+        shares = plan.shares + [workdir]
+        init = os.path.join(workdir, "init.sh")
+        with open(init, "w", encoding="utf-8") as f:
+            f.write(uml.guest_init(body, build, shares, plan.code, fastboot.find_busybox()))
+        os.chmod(init, 0o755)
+        # UML keeps its memory in a file under TMPDIR: a private tmpfs there (the watchdog mounts it), so the
+        # guest's memory never goes to disk and goes away with it.
+        scratch = os.path.join(workdir, "memory")
+        os.makedirs(scratch)
+        isolation = os.path.join(workdir, "isolation")
+        cmd = uml.command(build, uml.memory_for_uml(plan.memory), init, os.path.join(workdir, "uml"),
+                          f"tcpnet-{os.getpid()}-{secrets.token_hex(4)}", debug=plan.echo_boot)
+        say(f"booting {build.release} under User-Mode Linux ({build.binary}), 1 CPU, {plan.memory}, no network "
+            f"device; the guest must start within {plan.boot_timeout:g} s; shared read-write: {', '.join(plan.shares)}")
+        contention = HostContention()
+
+        def started(seconds: float) -> None:
+            try:
+                with open(isolation, encoding="utf-8") as f:
+                    protected = f.read().strip()
+            except OSError:
+                protected = "unknown"
+            say(f"guest started after {seconds:.1f} s ({protected}); running pytest in it")
+
+        result = launch(
+            cmd,
+            cwd=plan.cwd,
+            sentinel=sentinel.encode(),
+            boot_timeout=plan.boot_timeout,
+            echo_boot=plan.echo_boot,
+            on_start=started,
+            cleanup=workdir,
+            nice=emulator_nice(),
+            env={"TMPDIR": scratch,
+                 "TCPNET_VM_PRIVATE_ROOT": json.dumps({"writable": shares, "status": isolation})},
+        )
+        return _finish(plan, "uml", result, exit_file, server, contention)
     finally:
         if server is not None:
             server.close()
@@ -505,7 +637,7 @@ def _results_path(config) -> "str | None":
 
 
 def run_kernels(config, kernels: list) -> int:
-    """The session under each kernel in turn (one VM at a time), then one table of every flow per kernel.
+    """The session under each kernel (a backend.Target) in turn (one VM at a time), then one table of every flow per kernel.
 
     Every plan is made, and so checked, before the first boot. Each guest writes its flows to a
     results file of its own in a shared directory; they are merged into the table and, when the
@@ -516,27 +648,28 @@ def run_kernels(config, kernels: list) -> int:
     collect = check_shareable(tempfile.mkdtemp(prefix="tcpnet-kernels-"), "the runner's temporary directory")
     codes = []
     try:
-        plans = []
-        for kernel in kernels:
-            plan = plan_from_config(config, kernel)
-            args = per_kernel_reports(strip_vm_args(plan.pytest_args, flags=(), valued=("--tcpnet-results",)),
-                                      kernel.release)
-            args.append(f"--tcpnet-results={os.path.join(collect, kernel.release + '.jsonl')}")
+        plans, labels = [], []
+        for target in kernels:
+            plan = plan_from_config(config, target)
+            label = target_label(target)
+            args = per_kernel_reports(strip_vm_args(plan.pytest_args, flags=(), valued=("--tcpnet-results",)), label)
+            args.append(f"--tcpnet-results={os.path.join(collect, label + '.jsonl')}")
             plans.append(replace(plan, pytest_args=args, shares=plan.shares + [collect]))
-        for number, plan in enumerate(plans, 1):
-            sys.stdout.write(f"\n{'=' * 20} tcpnet-vm: kernel {plan.kernel.release} ({number} of {len(plans)}) "
+            labels.append(label)
+        for number, (plan, label) in enumerate(zip(plans, labels), 1):
+            sys.stdout.write(f"\n{'=' * 20} tcpnet-vm: kernel {label} ({number} of {len(plans)}) "
                              f"{'=' * 20}\n")
             sys.stdout.flush()
             codes.append(run_plan(plan))
             if codes[-1] == EXIT_INTERRUPTED:
                 break
-        files = [os.path.join(collect, p.kernel.release + ".jsonl") for p in plans]
+        files = [os.path.join(collect, label + ".jsonl") for label in labels]
         rows = read_rows([f for f in files if os.path.exists(f)])
         sys.stdout.write(f"\n{'=' * 20} tcpnet-vm: {len(rows)} flow(s) under {len(plans)} kernels {'=' * 20}\n")
         if rows:
             sys.stdout.write(comparison_table(compare(rows, by="kernel")) + "\n")
-        for plan, code in zip(plans, codes):
-            sys.stdout.write(f"kernel {plan.kernel.release}: pytest exited with {code}\n")
+        for label, code in zip(labels, codes):
+            sys.stdout.write(f"kernel {label}: pytest exited with {code}\n")
         sys.stdout.flush()
         wanted = _results_path(config)
         if wanted:
@@ -551,11 +684,18 @@ def run_kernels(config, kernels: list) -> int:
     return next((code for code in codes if code), 0)
 
 
+def target_label(target: "backends.Target") -> str:
+    """What a target's reports are named by: its line when a line was asked for, else its image's release."""
+    if target.image is not None and not uml.is_line(target.spec):
+        return target.image.release
+    return target.line
+
+
 def run_config_in_vm(config) -> int:
     """Entry point for ``maybe_run_in_vm``: plan, boot, run (under each kernel asked for); errors become exit
     codes."""
     try:
-        kernels = resolve_kernels(config.getoption("tcpnet_vm_kernel"))
+        kernels = backends.resolve_targets(config.getoption("tcpnet_vm_kernel"))
         if len(kernels) > 1:
             return run_kernels(config, kernels)
         return run_plan(plan_from_config(config, kernels[0]))

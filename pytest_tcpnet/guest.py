@@ -1,0 +1,45 @@
+"""What a session knows of where it runs: the host, or a --tcpnet-vm guest on which backend.
+
+The one module the core (results, netlink, the session header) asks about the guest: the VM runner sets
+these variables in the guest's environment, and nothing here imports the runner.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["IN_VM_ENV", "BACKEND_ENV", "BACKEND_NAMES", "inside_vm", "backend", "software_emulated", "conditions"]
+
+#: Set to "1" in the guest's environment; also what stops the guest from recursing.
+IN_VM_ENV = "TCPNET_IN_VM"
+#: The guest's backend ("kvm", "tcg" or "uml"), in the guest's environment (the name it had when it named only
+#: qemu's accelerator).
+BACKEND_ENV = "TCPNET_VM_ACCEL"
+BACKEND_NAMES = {"kvm": "KVM guest", "tcg": "software-emulated guest (TCG)", "uml": "User-Mode Linux guest"}
+
+
+def inside_vm() -> bool:
+    """True in a session the VM runner started in a guest."""
+    return os.environ.get(IN_VM_ENV) == "1"
+
+
+def backend() -> str:
+    """"host", or the guest's backend: "kvm", "tcg", "uml"."""
+    if not inside_vm():
+        return "host"
+    return os.environ.get(BACKEND_ENV) or "unknown"
+
+
+def software_emulated() -> bool:
+    """True in a guest under software emulation (TCG): its CPU is ~15x slower and shared.
+
+    Timing-sensitive tests may then need a coarser operating point: endpoints there add
+    milliseconds per round trip (more when the host is busy), which a fast path cannot hide.
+    """
+    return backend() == "tcg"
+
+
+def conditions() -> str:
+    """Words for a result's conditions: "" on the host, else which guest ran it ("User-Mode Linux guest")."""
+    name = backend()
+    return "" if name == "host" else BACKEND_NAMES.get(name, f"{name} guest")
