@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["IN_VM_ENV", "BACKEND_ENV", "BACKEND_NAMES", "inside_vm", "backend", "software_emulated", "conditions"]
+__all__ = ["IN_VM_ENV", "BACKEND_ENV", "WHY_ENV", "BACKEND_NAMES", "inside_vm", "backend", "why", "software_emulated",
+           "conditions"]
 
 #: Set to "1" in the guest's environment; also what stops the guest from recursing.
 IN_VM_ENV = "TCPNET_IN_VM"
 #: The guest's backend ("kvm", "tcg" or "uml"), in the guest's environment (the name it had when it named only
 #: qemu's accelerator).
 BACKEND_ENV = "TCPNET_VM_ACCEL"
+#: Why the runner chose that backend, in the guest's environment.
+WHY_ENV = "TCPNET_VM_BACKEND_WHY"
 BACKEND_NAMES = {"kvm": "KVM guest", "tcg": "software-emulated guest (TCG)", "uml": "User-Mode Linux guest"}
 
 
@@ -37,6 +40,11 @@ def software_emulated() -> bool:
     milliseconds per round trip (more when the host is busy), which a fast path cannot hide.
     """
     return backend() == "tcg"
+
+
+def why() -> str:
+    """Why the runner chose this guest's backend ("" on the host)."""
+    return os.environ.get(WHY_ENV, "") if inside_vm() else ""
 
 
 def conditions() -> str:

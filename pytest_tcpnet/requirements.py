@@ -87,4 +87,5 @@ def describe_machine():
     qdiscs = " ".join(f"{q}={'yes' if netlink.qdisc_supported(q) else 'NO'}" for q in ("netem", "htb", "tbf"))
     ccs = " ".join(sorted(netlink.available_congestion_controls()))
     where = f" in a {guest.conditions()}" if guest.conditions() else ""
-    return f"tcpnet: kernel {netlink.kernel_release()}{where}, {qdiscs}, cc: {ccs}"
+    why = f"\ntcpnet: backend chosen: {guest.why()}" if guest.why() else ""
+    return f"tcpnet: kernel {netlink.kernel_release()}{where}, {qdiscs}, cc: {ccs}{why}"

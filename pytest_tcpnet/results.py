@@ -14,6 +14,11 @@ _TC_H_ROOT = 0xFFFFFFFF
 _WRITTEN_FIELDS = ("bytes_sent", "bytes_retrans")
 
 
+
+def kernel_words(kernel):
+    """The kernel a result ran under, and in which guest where it was not the host ("6.1.176 (User-Mode Linux guest)")."""
+    return f"{kernel} ({guest.conditions()})" if guest.conditions() else f"{kernel}"
+
 @dataclass(frozen=True, eq=False)
 class TransferResult:
     """One flow: goodput as the receiving application saw it, plus everything needed to explain it.
@@ -382,7 +387,7 @@ class TransferResult:
             f"client: {self.client.describe()}; server: {self.server.describe()}",
             f"sender socket: SO_SNDBUF {self.sndbuf_requested or 'auto'} -> {self.effective_sndbuf} B, cc {self.cc}; "
             f"receiver socket: SO_RCVBUF {self.rcvbuf_requested or 'auto'} -> {self.effective_rcvbuf} B",
-            f"kernel: {self.kernel}" + (f" ({guest.conditions()})" if guest.conditions() else ""),
+            f"kernel: {kernel_words(self.kernel)}",
         ]
         if any(app):
             lines.append("application: " + ", ".join(a for a in app if a))
@@ -534,7 +539,7 @@ class ConcurrentResult:
         lines += [f"  flow {i}: {format_rate(f.throughput_bps)}, cc {f.cc}, {format_size(f.nbytes)}"
                   for i, f in enumerate(self.flows)]
         lines += [f"  {u.describe()}" for u in self.udp]
-        lines.append(f"link: {self.flows[0].link.describe()}; kernel: {self.flows[0].kernel}")
+        lines.append(f"link: {self.flows[0].link.describe()}; kernel: {kernel_words(self.flows[0].kernel)}")
         return "\n".join(lines)
 
 
@@ -613,7 +618,7 @@ class LatencyResult:
             lines.append(self.flows.describe())
         else:
             lines += [u.describe() for u in self.udp]
-            lines.append(f"link: {self.link.describe()}; kernel: {self.kernel}")
+            lines.append(f"link: {self.link.describe()}; kernel: {kernel_words(self.kernel)}")
         return "\n".join(lines)
 
     @property
@@ -686,7 +691,7 @@ class RequestsResult:
                  f"{format_size(self.sndbuf_requested) if self.sndbuf_requested else 'auto'}, client SO_RCVBUF "
                  f"{format_size(self.rcvbuf_requested) if self.rcvbuf_requested else 'auto'}; slow start after idle "
                  f"{self.sysctls.get('server', {}).get('net.ipv4.tcp_slow_start_after_idle', '?')}; "
-                 f"kernel {self.kernel}"]
+                 f"kernel {kernel_words(self.kernel)}"]
         return "\n".join(lines)
 
 

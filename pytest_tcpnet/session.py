@@ -8,6 +8,8 @@ import os
 
 import pytest
 
+from . import guest
+
 __all__ = ["LAB_KEY", "ReportPlugin", "HostGuard", "SigtermTeardown", "add_report_options"]
 
 
@@ -181,7 +183,8 @@ class ReportPlugin:
         from .report import summary_table
         if self.flows:
             rows = sorted(self.flows, key=lambda r: (r["test"], r["flow"]))
-            terminalreporter.write_sep("=", f"tcpnet: {len(rows)} measured flow(s)")
+            where = f" in a {guest.conditions()}" if guest.conditions() else ""
+            terminalreporter.write_sep("=", f"tcpnet: {len(rows)} measured flow(s){where}")
             terminalreporter.write_line(summary_table(rows))
         if self.writer is not None:
             terminalreporter.write_line(f"tcpnet: {self.writer.count} flow(s) written to {self.writer.path}")

@@ -34,7 +34,7 @@ TCPNET_TEST = textwrap.dedent('''
 # What the plugin itself may import in an unrelated session: the package's pure, stdlib-only parts.
 LIGHT_MODULES = {
     "pytest_tcpnet", "pytest_tcpnet.plugin", "pytest_tcpnet.session", "pytest_tcpnet.errors", "pytest_tcpnet.requirements",
-    "pytest_tcpnet.privilege", "pytest_tcpnet.rootless",
+    "pytest_tcpnet.privilege", "pytest_tcpnet.rootless", "pytest_tcpnet.guest",
     "pytest_tcpnet.model", "pytest_tcpnet.model.kernel", "pytest_tcpnet.model.specs", "pytest_tcpnet.model.app",
     "pytest_tcpnet.model.tcp", "pytest_tcpnet.model.units", "pytest_tcpnet.model.window", "pytest_tcpnet.model.predict",
     "pytest_tcpnet.model.queues", "pytest_tcpnet.model.schedule",

@@ -321,6 +321,35 @@ def test_killing_the_host_session_stops_every_uml_process(tmp_path, uml_build, s
 
 
 @pytest.mark.tcpnet_vm_boot
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="runs a session as nobody: needs root")
+def test_an_unprivileged_user_s_guest_cannot_write_the_host_either(tmp_path, uml_build):
+    """As nobody (dev/test-rootless): the guest's read-only view comes from a user namespace of its own, so a
+    directory nobody may write on the host is still read-only to the guest's root."""
+    outside = Path(tempfile.mkdtemp(prefix=".tcpnet-umltest-", dir=REPO.parent))
+    project = Path(tempfile.mkdtemp(prefix=".tcpnet-umltest-", dir=REPO.parent))
+    try:
+        for d in (outside, project):
+            os.chmod(d, 0o755)
+        shutil.chown(outside, "nobody")
+        (project / "test_ro.py").write_text(
+            "import os\n\ndef test_outside_is_read_only():\n"
+            "    try:\n        open(os.path.join(os.environ['TCPNET_UMLTEST_OUTSIDE'], 'x'), 'w')\n"
+            "    except OSError as exc:\n        assert exc.strerror == 'Read-only file system', exc\n"
+            "    else:\n        raise AssertionError('the guest wrote to the host')\n")
+        out = subprocess.run(["bash", str(REPO / "dev" / "test-rootless"), "--tcpnet-vm", "--tcpnet-vm-backend=uml",
+                              f"--tcpnet-kernel={uml_build.line}", "-p", "no:cacheprovider", str(project / "test_ro.py")],
+                             cwd=REPO, env=_env(TCPNET_UMLTEST_OUTSIDE=str(outside)), capture_output=True, text=True,
+                             timeout=300)
+        log = f"--- stdout\n{out.stdout}\n--- stderr\n{out.stderr}"
+        assert out.returncode == 0 and "1 passed" in out.stdout, log
+        assert "(private read-only root)" in out.stderr, log
+        assert not list(outside.iterdir())
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
+        shutil.rmtree(project, ignore_errors=True)
+
+
+@pytest.mark.tcpnet_vm_boot
 def test_several_uml_kernels_in_one_run_end_with_one_table(tmp_path):
     """--tcpnet-kernel twice under UML: each line's build boots in turn, one table of every flow per kernel."""
     builds = uml.installed_builds()
@@ -339,6 +368,10 @@ def test_several_uml_kernels_in_one_run_end_with_one_table(tmp_path):
     assert out.returncode == 0, log
     assert f"kernel {first.line} (1 of 2)" in out.stdout and f"kernel {last.line} (2 of 2)" in out.stdout, log
     assert "2 flow(s) under 2 kernels" in out.stdout, log
+    # The guest's session header and table say where it ran and why that backend.
+    assert f"tcpnet: kernel {first.release} in a User-Mode Linux guest" in out.stdout, log
+    assert "tcpnet: backend chosen: forced by --tcpnet-vm-backend=uml" in out.stdout, log
+    assert "tcpnet: 1 measured flow(s) in a User-Mode Linux guest" in out.stdout, log
     rows = [json.loads(line) for line in (proj / "flows.jsonl").read_text().splitlines()]
     assert [(r["kernel"], r["backend"]) for r in rows] == [(first.release, "uml"), (last.release, "uml")]
 

@@ -59,7 +59,7 @@ def test_workflow_runs_what_ci_runs_with_netem_and_keeps_artifacts(workflow):
     dev_test = (REPO / "dev" / "test").read_text()
     # The variables the workflow sets are the ones dev/test reads: -n auto, the pinned VM kernel.
     assert workflow["jobs"]["suite"]["env"]["TCPNET_WORKERS"] == "auto" and "TCPNET_WORKERS" in dev_test
-    assert "TCPNET_KERNEL=" in script and "${TCPNET_KERNEL:-$oldest}" in dev_test
+    assert "TCPNET_KERNEL=" in script and "kernel=${TCPNET_KERNEL:-6.1}" in dev_test
     assert '--tcpnet-kernel="${TCPNET_KERNEL:-all}"' in dev_test  # the examples under every kernel
     assert "--tcpnet-vm" in dev_test and "bash dev/downstream" in dev_test
     (upload,) = [step for step in steps(workflow) if step.get("uses", "").startswith("actions/upload-artifact")]

@@ -61,9 +61,9 @@ def _check(result: int, what: str) -> None:
 def _private_read_only_root(writable: list, scratch: str) -> None:
     """In this (forked, single-threaded) process: a mount namespace where only ``writable`` and ``scratch`` can be written."""
     libc = ctypes.CDLL(None, use_errno=True)
-    if os.geteuid() == 0:
-        _check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-    else:  # a user namespace of our own, where we are root, owns the new mount namespace
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        # Not privileged (no CAP_SYS_ADMIN, root or not): a user namespace of our own, in which we may mount, owns
+        # the new mount namespace. Each id maps to itself, so files keep their owners.
         uid, gid = os.getuid(), os.getgid()
         _check(libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare(CLONE_NEWUSER|CLONE_NEWNS)")
         for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):

@@ -15,6 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 
+from .. import guest
 from . import ACCEL_ENV, IN_VM_ENV
 from . import backend as backends
 from . import uml
@@ -463,7 +464,7 @@ def _run_locked(plan: Plan) -> int:
         qemu["boot"] = _qemu_boot(plan)
     boot, how = qemu["boot"]
     accel = choice.backend
-    plan = replace(plan, env={**plan.env, "TCPNET_VM_KERNEL": plan.kernel.release})
+    plan = replace(plan, env={**plan.env, "TCPNET_VM_KERNEL": plan.kernel.release, guest.WHY_ENV: choice.why})
 
     workdir = tempfile.mkdtemp(prefix="tcpnet-vm-")
     server = None
@@ -554,7 +555,7 @@ def _run_uml(plan: Plan, choice: "backends.Choice") -> int:
         server = None
         if os.environ.get(hostcall.ENV) != "0":
             server = hostcall.MailboxServer(os.path.join(workdir, "hostcall")).start()
-        guest_env = {**plan.env, ACCEL_ENV: "uml", "TCPNET_VM_KERNEL": build.release,
+        guest_env = {**plan.env, ACCEL_ENV: "uml", "TCPNET_VM_KERNEL": build.release, guest.WHY_ENV: choice.why,
                      **({hostcall.ENV: "1", hostcall.MAILBOX_ENV: server.path} if server else {})}
         body = guest_script(replace(plan, env=guest_env), sentinel, exit_file)
         shares = plan.shares + [workdir]
