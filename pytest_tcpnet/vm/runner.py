@@ -556,6 +556,10 @@ def _run_uml(plan: Plan, choice: "backends.Choice") -> int:
         if os.environ.get(hostcall.ENV) != "0":
             server = hostcall.MailboxServer(os.path.join(workdir, "hostcall")).start()
         guest_env = {**plan.env, ACCEL_ENV: "uml", "TCPNET_VM_KERNEL": build.release, guest.WHY_ENV: choice.why,
+                     # Every page a UML process touches for the first time is a fault its kernel serves through the
+                     # host (~0.2 ms): pymalloc hands whole arenas back and faults them in again, glibc's malloc keeps
+                     # them. 100k small dicts: 1.13 s -> 0.28 s in the guest (0.03 s on the host).
+                     "PYTHONMALLOC": os.environ.get("PYTHONMALLOC", "malloc"),
                      **({hostcall.ENV: "1", hostcall.MAILBOX_ENV: server.path} if server else {})}
         body = guest_script(replace(plan, env=guest_env), sentinel, exit_file)
         shares = plan.shares + [workdir]
