@@ -196,6 +196,14 @@ def _umls_in(directory: Path) -> list:
     return pids
 
 
+def _outside_dir() -> Path:
+    """A directory of the host's that no session shares, nor under /tmp, /run or /var/tmp (a guest mounts its own
+    there), that any user may cross: the guest sees it read-only. The checkout's parent may be /tmp (CI's clone)."""
+    path = Path(tempfile.mkdtemp(prefix="tcpnet-umltest-", dir="/var/lib"))
+    path.chmod(0o755)
+    return path
+
+
 UML_GUEST_TESTS = '''
 import json, os, subprocess, sys
 
@@ -221,7 +229,7 @@ def test_forwarded(tmp_path):
         json.dump({"argv": sys.argv[1:], "release": os.uname().release, "machine": os.uname().machine,
                    "backend": os.environ.get("TCPNET_VM_ACCEL"), "token": os.environ.get("TCPNET_VMTEST_TOKEN"),
                    "ifaces": sorted(os.listdir("/sys/class/net")), "refused": refused,
-                   "remount": remount.returncode, "after_remount": after,
+                   "remount": remount.returncode, "after_remount": after, "malloc": os.environ.get("PYTHONMALLOC"),
                    "tmp_writable": os.access(tmp_path, os.W_OK)}, f)
 
 def test_netem_is_real():
@@ -266,8 +274,7 @@ def test_session_runs_under_user_mode_linux(tmp_path, uml_build, request):
     """One boot: arguments and env forwarded, the build's kernel, real netem, host calls through the mailbox,
     the host's files read-only even to the guest's root, exit code, junitxml, nothing left behind."""
     proj = _project(tmp_path, UML_GUEST_TESTS)
-    # Not shared, and not under /tmp (the guest has a /tmp of its own): the guest sees it read-only.
-    outside = Path(tempfile.mkdtemp(prefix=".tcpnet-umltest-", dir=REPO.parent))
+    outside = _outside_dir()
     request.addfinalizer(lambda: shutil.rmtree(outside, ignore_errors=True))
     junit = tmp_path / "reports" / "junit.xml"  # outside the cwd: needs its own share
     out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-backend=uml", f"--tcpnet-kernel={uml_build.line}",
@@ -289,6 +296,7 @@ def test_session_runs_under_user_mode_linux(tmp_path, uml_build, request):
     assert set(guest["refused"].values()) == {"Read-only file system"}, guest
     assert guest["after_remount"] == "Read-only file system", guest
     assert guest["tmp_writable"], guest
+    assert guest["malloc"] == os.environ.get("PYTHONMALLOC", "malloc"), guest  # first page touches are costly in UML
     assert not list(outside.iterdir()) and not os.path.exists("/etc/tcpnet-written-by-the-guest")
     cases = {c.get("name") for c in ElementTree.parse(junit).getroot().iter("testcase")}
     assert cases == {"test_forwarded", "test_netem_is_real", "test_host_does_the_analysis", "test_fails"}
@@ -325,8 +333,7 @@ def test_killing_the_host_session_stops_every_uml_process(tmp_path, uml_build, s
 def test_an_unprivileged_user_s_guest_cannot_write_the_host_either(tmp_path, uml_build):
     """As nobody (dev/test-rootless): the guest's read-only view comes from a user namespace of its own, so a
     directory nobody may write on the host is still read-only to the guest's root."""
-    outside = Path(tempfile.mkdtemp(prefix=".tcpnet-umltest-", dir=REPO.parent))
-    project = Path(tempfile.mkdtemp(prefix=".tcpnet-umltest-", dir=REPO.parent))
+    outside, project = _outside_dir(), _outside_dir()
     try:
         for d in (outside, project):
             os.chmod(d, 0o755)

@@ -135,8 +135,9 @@ def installed_kernels(boot_dir: str = BOOT_DIR, modules_dir: str = MODULES_DIR) 
     return sorted(found, key=lambda k: version_key(k.release))
 
 
-def has_module(kernel: Kernel, name: str) -> bool:
-    """Return True if module ``name`` (e.g. "sch_netem") is built in or installed for ``kernel``."""
+def has_module(kernel, name: str) -> bool:
+    """Return True if module ``name`` (e.g. "sch_netem") is built in or installed for ``kernel`` (a Kernel, or
+    anything whose ``modules`` is a directory with modules.dep: a UML build)."""
     needle = f"/{name}.ko"
     for index in ("modules.builtin", "modules.dep"):
         try:

@@ -123,16 +123,10 @@ def require_build(line: str, builds: "list | None" = None) -> UmlBuild:
 
 
 def has_module(build: UmlBuild, name: str) -> bool:
-    """True if module ``name`` (e.g. sch_netem) is built into or shipped with ``build``."""
-    needle = f"/{name}.ko"
-    for index in ("modules.builtin", "modules.dep"):
-        try:
-            with open(os.path.join(build.modules, index), encoding="utf-8", errors="replace") as f:
-                if needle in f.read():
-                    return True
-        except OSError:
-            continue
-    return False
+    """True if module ``name`` (e.g. sch_netem) is built into or shipped with ``build`` (as kernel.has_module)."""
+    from .kernel import has_module as in_modules_dir
+
+    return in_modules_dir(build, name)
 
 
 # ------------------------------------------------------------------ the guest's PID 1
