@@ -80,7 +80,7 @@ def main():
     print("| boot to the first test | s | " + " | ".join(fmt(b) for _, b, _, _ in summary) + " |")
     print("| the probe session, wall time | s | " + " | ".join(fmt(w) for _, _, w, _ in summary) + " |")
     print()
-    for (figure, unit), per in notes.items():
+    for (figure, _unit), per in notes.items():
         text = "; ".join(f"{c}: {n}" for c, n in per.items() if n)
         if text:
             print(f"- {figure}: {text}")

@@ -55,7 +55,7 @@ def main():
     with tempfile.TemporaryDirectory() as project:
         Path(project, "test_unrelated.py").write_text("def test_arithmetic():\n    assert 1 + 1 == 2\n")
         Path(project, "test_lab.py").write_text("def test_lab(tcpnet):\n    pass\n")
-        for name, variant in VARIANTS.items():  # warm-up: file caches, bytecode
+        for variant in VARIANTS.values():  # warm-up: file caches, bytecode
             session_seconds(project, *variant)
         for _ in range(rounds):
             for name, variant in VARIANTS.items():

@@ -78,7 +78,7 @@ SUITE = [sys.executable, "-m", "pytest", "--tcpnet-vm", "--tcpnet-strict=all", "
          "-q", "-rfE", "-m", "needs_netem or kernel_comparison", "tests", "examples"]
 
 
-def parse_result(text: str) -> "dict | None":
+def parse_result(text: str) -> dict | None:
     """Return the workload's JSON result from captured output, or None."""
     for line in text.splitlines():
         if line.startswith("BENCH-RESULT "):
@@ -139,7 +139,7 @@ def run_suite(fast: bool) -> dict:
     return {"fast": fast, "seconds": took, "returncode": out.returncode, "summary": lines[-1], "failed": failed}
 
 
-def _median(runs: list, key: str) -> "float | None":
+def _median(runs: list, key: str) -> float | None:
     values = [r[key] for r in runs if r.get(key) is not None]
     return statistics.median(values) if values else None
 
@@ -185,7 +185,7 @@ def main() -> int:
     suite = [run_suite(fast=False), run_suite(fast=True)] if opts.suite else []
 
     print(f"load average after: {os.getloadavg()[0]:.2f}\n")
-    header = f"{'seconds (median of %d)' % opts.repeat:44s} {'host':>7s}"
+    header = f"{f'seconds (median of {opts.repeat})':44s} {'host':>7s}"
     for how, acc in configs:
         header += f" {how + '/' + acc:>10s}"
     header += "   speed-up (old/new)"

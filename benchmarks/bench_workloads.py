@@ -17,6 +17,7 @@ import time
 
 import benchapp
 from bench_lab import row
+
 from pytest_tcpnet import Lab, Link
 from pytest_tcpnet.workload.flows import bulk_endpoint
 from pytest_tcpnet.workload.spawn import NamespaceChild, zygote_pid

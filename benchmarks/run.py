@@ -102,7 +102,7 @@ def run_in_vm(timeout):
     header = f"VM: kernel {kernel.release}, 2 vCPUs, software emulation (TCG), {how}"
     if not result.started:
         return [], f"VM did not start (exit {result.returncode})", header
-    return rows_of(text), "\n".join(l for l in text.splitlines() if not l.startswith("BENCH-ROW ")), header
+    return rows_of(text), "\n".join(line for line in text.splitlines() if not line.startswith("BENCH-ROW ")), header
 
 
 def table(rows):

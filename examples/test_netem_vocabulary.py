@@ -11,12 +11,11 @@ Each is a Link here (README, "Link(...)"); the examples check what the kernel ho
 
 import statistics
 
+import nodecalls
 import pytest
 
 from pytest_tcpnet import GilbertElliott, Link
 from pytest_tcpnet.capture import Capture
-
-import nodecalls
 
 pytestmark = pytest.mark.tcpnet_needs("privilege", "netem")
 

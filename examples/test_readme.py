@@ -5,11 +5,20 @@ import sys
 
 import pytest
 
-from pytest_tcpnet import Host, Link, assert_throughput_within, model  # noqa: F401  (the README's own import)
-from pytest_tcpnet import Flow, Pace, Pause
-from pytest_tcpnet import assert_no_window_full, assert_window_full
-from pytest_tcpnet import assert_limited_by
-from pytest_tcpnet import Schedule, assert_follows_schedule
+from pytest_tcpnet import (  # noqa: F401  (the README's own import)
+    Flow,
+    Host,
+    Link,
+    Pace,
+    Pause,
+    Schedule,
+    assert_follows_schedule,
+    assert_limited_by,
+    assert_no_window_full,
+    assert_throughput_within,
+    assert_window_full,
+    model,
+)
 
 
 @pytest.mark.tcpnet_needs("netem")                 # delay needs sch_netem (or --tcpnet-vm)

@@ -1,9 +1,19 @@
 """pytest-tcpnet: TCP performance claims as reproducible property tests in network namespaces."""
 
 from . import model
-from .assertions import (assert_faster, assert_follows_schedule, assert_intervals_within, assert_limited_by, assert_loss_signature,
-                         assert_no_retransmissions, assert_no_window_full, assert_receive_window_within,
-                         assert_throughput_within, assert_window_full, assert_zero_window)
+from .assertions import (
+    assert_faster,
+    assert_follows_schedule,
+    assert_intervals_within,
+    assert_limited_by,
+    assert_loss_signature,
+    assert_no_retransmissions,
+    assert_no_window_full,
+    assert_receive_window_within,
+    assert_throughput_within,
+    assert_window_full,
+    assert_zero_window,
+)
 from .errors import LabError, MissingCapability, TcpnetError
 from .model import GilbertElliott, Host, Link, Slot
 from .model.app import Cbr, Flow, Pace, Pause

@@ -95,7 +95,7 @@ def _probe_uml(build) -> str:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _kvm() -> "tuple[list, bool]":
+def _kvm() -> tuple[list, bool]:
     from .vm import accel
 
     usable, why_not = accel.kvm_usable()
@@ -120,13 +120,11 @@ def _kvm() -> "tuple[list, bool]":
                   "(probed now, not cached)")], works
 
 
-def _probe_kvm() -> "tuple[bool, str]":
+def _probe_kvm() -> tuple[bool, str]:
     """One trivial KVM boot of the newest qemu image, the way auto probes it; nothing cached."""
-    import types
-
     from .vm import fastboot, kernel
     from .vm.errors import VMError
-    from .vm.runner import find_tools, kvm_probe_boot
+    from .vm.runner import ProbeTools, find_tools, kvm_probe_boot
 
     vng, qemu = find_tools()
     if qemu is None:
@@ -139,7 +137,7 @@ def _probe_kvm() -> "tuple[bool, str]":
                                      fastboot.initramfs_for(image, Path(scratch)))
         except (fastboot.Unavailable, OSError, ValueError, ImportError):
             boot = None
-        plan = types.SimpleNamespace(qemu=qemu, vng=vng, kernel=image)
+        plan = ProbeTools(qemu=qemu, vng=vng, kernel=image)
         started = time.monotonic()
         worked, why = kvm_probe_boot(plan, 25.0, boot)
     except VMError as exc:
@@ -196,7 +194,7 @@ def report() -> str:
     return "\n".join(text)
 
 
-def main(argv: "list | None" = None) -> int:
+def main(argv: list | None = None) -> int:
     """Print the report; exit 0 (a doctor's findings are not an error)."""
     print(report())
     return 0

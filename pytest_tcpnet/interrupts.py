@@ -23,7 +23,7 @@ __all__ = ["SLICE_S", "install", "raise_dropped", "wait", "result"]
 #: The longest a plugin wait sleeps before looking for a dropped interrupt.
 SLICE_S = 0.25
 
-_dropped = []
+_dropped: list = []
 _lock = threading.Lock()
 
 

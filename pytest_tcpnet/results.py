@@ -2,9 +2,10 @@
 
 from dataclasses import dataclass, field
 
-from .model import Host, Link, format_rate, format_size, format_time
 from . import guest
-from .vm.contention import CONTENTION_WARNING_CORES
+from .hostload import CONTENTION_WARNING_CORES
+from .model import Host, Link, format_rate, format_size, format_time
+from .records import SERIES_FIELDS
 
 __all__ = ["TransferResult", "ConcurrentResult", "LatencyResult", "RequestsResult", "UdpResult", "WindowProbe",
            "Phase", "jain_index"]
@@ -55,7 +56,7 @@ class TransferResult:
     #: The application's own bound, as its test declared it (observe(app_window=...)): bytes it keeps
     #: outstanding per application round trip, e.g. a stop-and-wait protocol's chunk.
     app_window_bytes: "int | None" = None
-    #: A changing link (Schedule): the steps applied while the flow ran (lab.changes.LinkChanges) and the
+    #: A changing link (Schedule): the steps applied while the flow ran (measure.changes.LinkChanges) and the
     #: monotonic time of the schedule's t=0.
     link_changes: list = field(default_factory=list, repr=False)
     schedule_origin: "float | None" = field(default=None, repr=False)
@@ -214,9 +215,7 @@ class TransferResult:
         return (self.receiver.get("buffers_at_connect") or self.receiver.get("buffers", {})).get("rcvbuf")
 
     def series(self, field, side="sender"):
-        """[(t_s, value)] of one sampled TCP_INFO or socket-memory field of one end (see measure.SERIES_FIELDS)."""
-        from .measure.sampler import SERIES_FIELDS
-
+        """[(t_s, value)] of one sampled TCP_INFO or socket-memory field of one end (see records.SERIES_FIELDS)."""
         if side not in ("sender", "receiver"):
             raise ValueError(f"side: must be 'sender' or 'receiver', got {side!r}")
         if field not in SERIES_FIELDS:
@@ -684,7 +683,7 @@ class RequestsResult:
                  f"model: {self.why}"
                  + (f"; at the srtt the server saw ({format_time(self.observed_rtt_s)}): first "
                     f"{format_time(self.observed_expected_s[0])}" if self.observed_expected_s else ""),
-                 f"per request (measured / model): " + ", ".join(
+                 "per request (measured / model): " + ", ".join(
                      f"{format_time(m)}/{format_time(e)}" for m, e in list(zip(fct, self.expected_s))[:8])
                  + (" ..." if len(fct) > 8 else ""),
                  f"link: {self.link.describe()}; server SO_SNDBUF "

@@ -53,7 +53,7 @@ def inside():
     return os.environ.get(INSIDE_ENV) == "1"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def userns_blocker():
     """Why unprivileged user namespaces cannot be used here (the setting and how to allow it), or None."""
     for path, forbidding, what, how in _BLOCKING_SETTINGS:
@@ -200,7 +200,7 @@ def main(argv=None):
     try:
         _prepare_namespaces()
     except OSError as exc:
-        raise SystemExit(f"tcpnet-rootless: cannot prepare the user namespace: {exc}")
+        raise SystemExit(f"tcpnet-rootless: cannot prepare the user namespace: {exc}") from exc
     os.execv(sys.executable, [sys.executable, "-m", "pytest", *args])
 
 

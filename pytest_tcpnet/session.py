@@ -198,7 +198,7 @@ class ReportPlugin:
         if self.baseline_writer is None and self.baseline is None:
             return
         from .report import read_rows
-        from .report.baseline import baseline_table, Baseline
+        from .report.baseline import Baseline, baseline_table
         if self.baseline_writer is not None:
             self.baseline_writer.close()
             runs = Baseline(read_rows([self.baseline_writer.path])).runs

@@ -2,8 +2,14 @@
 
 import pytest
 
-from pytest_tcpnet import (CaptureResult, assert_loss_signature, assert_no_retransmissions, assert_no_window_full,
-                           assert_window_full, assert_zero_window)
+from pytest_tcpnet import (
+    CaptureResult,
+    assert_loss_signature,
+    assert_no_retransmissions,
+    assert_no_window_full,
+    assert_window_full,
+    assert_zero_window,
+)
 from pytest_tcpnet.capture import Packet
 
 

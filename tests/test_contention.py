@@ -1,5 +1,5 @@
-"""The host's CPU taken by others during a VM session (vm/contention.py), measured on real processes, and what a
-guest's flow says of it."""
+"""The host's CPU taken by processes outside the session (hostload.py), measured on real processes, and what a
+flow says of it, on the host and in a guest."""
 
 import os
 import signal
@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from pytest_tcpnet import Link, assert_throughput_within
-from pytest_tcpnet.vm import contention, hostcall, inside_vm
+from pytest_tcpnet import hostload as contention
+from pytest_tcpnet.vm import hostcall, inside_vm
 from pytest_tcpnet.workload.fake import fake_result
 
 # Spins until it has used `cpu` CPU-seconds (however busy the host is), says so on fd `done`, then waits or exits.
@@ -91,12 +92,45 @@ def test_the_runner_answers_a_guest_s_cpu_question(tmp_path):
 @pytest.mark.tcpnet_needs("netem")
 def test_a_guest_s_flow_carries_the_host_s_load(tcpnet):
     """In the VM (CI's VM session): every flow knows how many host CPUs others used while it ran, asked of the
-    runner through the host-call port; on the host (a netem host) there is nothing to ask."""
+    runner through the host-call port."""
     result = tcpnet.pair(Link(rate="20mbit", delay="5ms")).transfer(nbytes=500_000)
     if not inside_vm():
-        assert result.host_contention_cpus is None
+        assert result.host_contention_cpus is not None and result.host_contention_cpus >= 0  # read on this host
     elif not hostcall.available():
         pytest.skip("this guest has no host-call port (a vng boot): the host's load cannot be asked")
     else:
         host_cpus = hostcall.call("cpu", timeout=30)[0]["cpus"]
         assert result.host_contention_cpus is not None and 0 <= result.host_contention_cpus <= host_cpus, host_cpus
+
+
+# Spins for `seconds` of wall time (at most: it cannot outlive a test that forgot it), writing its pid first.
+SPIN_FOR = """
+import os, sys, time
+os.write(int(sys.argv[2]), str(os.getpid()).encode()); os.close(int(sys.argv[2]))
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    pass
+"""
+
+
+def test_a_cpu_hog_beside_a_host_transfer_is_named(tcpnet):
+    """A process outside the session spinning on a CPU while a host-side flow runs: the flow's reading counts it
+    (a whole CPU, >= 0.5 asserted: the hog shares its CPU with the flow's own endpoints on a 2-CPU host) and its
+    description names the busy host. Nothing about the hog is known to the session but its CPU time."""
+    pair = tcpnet.pair(Link(rate="20mbit", delay="5ms"))
+    r, w = os.pipe()
+    # Started by a shell that exits at once: the hog is re-parented, outside this process tree like a neighbour's job.
+    subprocess.run(["sh", "-c", f'"{sys.executable}" -c "$0" 30 {w} &', SPIN_FOR], pass_fds=(w,), check=True)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        hog = int(f.read() or 0)
+    try:
+        result = pair.transfer(duration=2)
+    finally:
+        if hog:
+            try:
+                os.kill(hog, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert result.host_contention_cpus is not None and result.host_contention_cpus >= 0.5, result.describe()
+    assert "other processes kept" in result.describe(), result.describe()

@@ -7,9 +7,9 @@ import sys
 import textwrap
 import time
 
+import hoststate
 import pytest
 
-import hoststate
 from pytest_tcpnet import netlink
 
 pytestmark = pytest.mark.tcpnet_needs("privilege")

@@ -13,15 +13,18 @@ import sys
 import textwrap
 import time
 
-import pytest
-
 import hoststate
-from pytest_tcpnet import Lab, Link, netlink
+import pytest
+from children import STACKS_ON_SIGUSR1, checkout_env
+
+from pytest_tcpnet import (
+    Lab,
+    Link,
+    netlink,
+    rootless,  # noqa: E402
+)
 from pytest_tcpnet.errors import LabError
 from pytest_tcpnet.netlink import ownership
-
-from pytest_tcpnet import rootless  # noqa: E402
-from children import STACKS_ON_SIGUSR1, checkout_env
 
 pytestmark = [pytest.mark.tcpnet_needs("privilege"),
               # Root-only: look-alikes are planted with `ip netns add` in the host's /run/netns and the

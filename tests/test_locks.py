@@ -5,11 +5,10 @@ import os
 import stat
 
 import pytest
+from slotholder import slot_held_elsewhere
 
 from pytest_tcpnet import locks
 from pytest_tcpnet.errors import LabError
-from slotholder import slot_held_elsewhere
-
 from pytest_tcpnet.measure import measurement_slot
 from pytest_tcpnet.measure.slots import slot_holders
 
@@ -146,8 +145,9 @@ def test_a_holder_that_died_is_named_and_not_waited_for(lock_dir, monkeypatch):
 
 
 def test_a_holder_past_its_own_deadline_is_not_waited_for(lock_dir, monkeypatch):
-    from pytest_tcpnet.netlink.ownership import process_start_ticks
     import time
+
+    from pytest_tcpnet.netlink.ownership import process_start_ticks
 
     monkeypatch.setenv("TCPNET_MEASUREMENT_SLOTS", "1")
     overdue = time.time() - 61  # its transfer's deadline passed more than OVERDUE_GRACE_S ago

@@ -86,7 +86,7 @@ def test_every_impairment_reaches_the_kernel(tcpnet):
             netem = [q for q in ipr.get_qdiscs(index=index) if q.get_attr("TCA_KIND") == "netem"]
             options[ifname] = netem[0].get_attr("TCA_OPTIONS")
     u32 = 2**32 - 1
-    for ifname, opt in options.items():
+    for opt in options.values():
         assert opt["jitter"] / opt["delay"] == pytest.approx(0.2)  # 2 ms around 10 ms, in kernel ticks
         assert opt["loss"] / u32 == pytest.approx(0.01, rel=1e-6)
         assert opt["duplicate"] / u32 == pytest.approx(0.005, rel=1e-6)

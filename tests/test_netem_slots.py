@@ -2,11 +2,10 @@
 
 import statistics
 
+import nodecalls
 import pytest
 
 from pytest_tcpnet import Link, Slot
-
-import nodecalls
 
 pytestmark = pytest.mark.tcpnet_needs("privilege", "netem")
 

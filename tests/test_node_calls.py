@@ -5,9 +5,9 @@ import os
 import threading
 import time
 
+import nodecalls
 import pytest
 
-import nodecalls
 from pytest_tcpnet import LabError
 
 pytestmark = pytest.mark.tcpnet_needs("privilege")

@@ -6,8 +6,15 @@ import sys
 
 import pytest
 
-from pytest_tcpnet import (Link, LabError, assert_limited_by, assert_no_window_full, assert_throughput_within,
-                           assert_window_full, model)
+from pytest_tcpnet import (
+    LabError,
+    Link,
+    assert_limited_by,
+    assert_no_window_full,
+    assert_throughput_within,
+    assert_window_full,
+    model,
+)
 
 pytestmark = pytest.mark.tcpnet_needs("privilege", "htb")
 USERAPP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "userapp.py")

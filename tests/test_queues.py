@@ -5,12 +5,11 @@ the pinned-kernel VM (tests/test_queue_kinds.py, examples/test_bufferbloat.py).
 """
 
 import pytest
+from refusals import assert_refused
 
-from pytest_tcpnet import Link, MissingCapability, netlink
-from pytest_tcpnet import Flow
+from pytest_tcpnet import Flow, Link, MissingCapability, netlink
 from pytest_tcpnet.model.queues import QUEUE_KINDS
 from pytest_tcpnet.netlink.queues import decode_queue, queue_options
-from refusals import assert_refused
 
 # (Link kwargs, exception, words the message must contain)
 BAD_QUEUES = [
@@ -113,6 +112,7 @@ def test_every_queue_is_encoded_byte_for_byte_as_tc_sends_it(kwargs):
     are the same bytes."""
     import json
     import pathlib
+
     from pytest_tcpnet.netlink.queues import _attrs, options_flagged_nested
     golden = json.loads((pathlib.Path(__file__).parent / "data" / "tc_golden.json").read_text())["cases"]
     queue = Link(rate="10mbit", **kwargs).toward_client.queue

@@ -8,8 +8,17 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_tcpnet import Host, Link, model
-from pytest_tcpnet.report import (ArtifactStore, ResultsWriter, compare, comparison_table, flow_row, flow_rows,
-                                  junit_properties, read_rows, summary_table)
+from pytest_tcpnet.report import (
+    ArtifactStore,
+    ResultsWriter,
+    compare,
+    comparison_table,
+    flow_row,
+    flow_rows,
+    junit_properties,
+    read_rows,
+    summary_table,
+)
 from pytest_tcpnet.report.__main__ import main
 from pytest_tcpnet.report.artifacts import directory_name, write_flows
 from pytest_tcpnet.results import TransferResult, WindowProbe

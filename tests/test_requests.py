@@ -1,10 +1,10 @@
 """Request/response exchanges (issue 21): the model's completion times, and real exchanges on the host."""
 
 import pytest
+from refusals import assert_refused
 
 from pytest_tcpnet import Link, netlink
 from pytest_tcpnet.model import request_response_times
-from refusals import assert_refused
 
 
 def test_a_new_connection_pays_its_handshake_and_slow_start_each_time():

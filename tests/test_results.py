@@ -39,7 +39,8 @@ def test_rate_series_interpolates_checkpoints():
 
 def _sampled(result, receiver_rows, interval=0.01):
     """Give a fake result sampled receiver rows [(monotonic t, {field: value})] (the sender has none)."""
-    from pytest_tcpnet.measure.sampler import SERIES_FIELDS, SocketSamples
+    from pytest_tcpnet.measure.sampler import SocketSamples
+    from pytest_tcpnet.records import SERIES_FIELDS
     local, remote = ("198.18.0.2", 40000), ("198.19.0.2", 5001)
     result.receiver.update(local=local, remote=remote)
     rows = [(t, tuple(values.get(f) for f in SERIES_FIELDS)) for t, values in receiver_rows]

@@ -5,8 +5,8 @@ capabilities dropped (setpriv). dev/test-rootless runs the whole suite as a real
 """
 
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -107,7 +107,7 @@ def test_rootless_on_where_forbidden_is_a_usage_error_naming_the_setting(childre
 
 
 def test_the_blockers_each_name_their_setting_and_the_fix():
-    for path, forbidding, what, how in rootless._BLOCKING_SETTINGS:
+    for path, _forbidding, what, how in rootless._BLOCKING_SETTINGS:
         assert what.split("=")[0].replace(".", "/") in path and how.startswith("sudo sysctl -w")
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from pytest_tcpnet import Lab, Link, Pace, Schedule, assert_follows_schedule, model
-from pytest_tcpnet.lab import changes as link_changes
+from pytest_tcpnet.measure import changes as link_changes
 from tests.refusals import assert_refused
 
 STEPS = Schedule([(0, "40mbit"), (2, "10mbit"), (4, "40mbit")])
@@ -242,7 +242,6 @@ def test_your_own_program_meets_the_schedule_too(tcpnet):
     """pair.observe() is the one observation path: a user's client fetching 6 MB through 20 -> 5 Mbit/s (a step at
     1 s from the start of the with block) has two phases, each at its link's payload rate within 12% once settled
     for 0.5 s."""
-    import os
     import sys
 
     app = os.path.join(os.path.dirname(os.path.abspath(__file__)), "userapp.py")

@@ -1,9 +1,9 @@
 """Unresponsive cross traffic (issue 21): UDP constant-bit-rate streams, their loss and one-way delay."""
 
 import pytest
+from refusals import assert_refused
 
 from pytest_tcpnet import Cbr, Flow, Link
-from refusals import assert_refused
 
 UDP_FRAME = 1200 + 8 + 20 + 14  # payload, UDP, IPv4 and Ethernet headers: what htb counts per datagram
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+from test_vm import REPO, _env, _popen, _project, _pytest, _wait_for, _workdirs_for
 
 from pytest_tcpnet.vm import backend, hostcall, kernel, runner, uml
 from pytest_tcpnet.vm.errors import VMUsageError
-from test_vm import REPO, _env, _popen, _project, _pytest, _wait_for, _workdirs_for
 
 
 def _fake_build(root: Path, release: str, modules=("sch_netem",)) -> uml.UmlBuild:

@@ -3,11 +3,9 @@
 import struct
 
 import pytest
-
-from pytest_tcpnet import GilbertElliott, Host, Link, Slot
-from pytest_tcpnet import netlink
-
 from refusals import assert_refused
+
+from pytest_tcpnet import GilbertElliott, Host, Link, Slot, netlink
 
 # (constructor kwargs, exception type, words the message must contain)
 BAD_LINKS = [

@@ -26,11 +26,11 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+from children import default_sigint
 
 from pytest_tcpnet import vm
 from pytest_tcpnet.vm import accel, args, backend, fastboot, kernel, lock, runner, uml
 from pytest_tcpnet.vm.errors import VMError, VMUsageError
-from children import default_sigint
 
 FIXTURES = Path(__file__).parent / "vm_fixtures"
 REPO = Path(__file__).resolve().parent.parent
@@ -168,7 +168,7 @@ def test_default_kernel_says_what_is_missing(tmp_path):
 
 def _with_netem(mods, *releases):
     for rel in releases:
-        (mods / rel / "modules.dep").write_text(f"kernel/net/sched/sch_netem.ko.xz: \n")
+        (mods / rel / "modules.dep").write_text("kernel/net/sched/sch_netem.ko.xz: \n")
 
 
 def test_several_kernels_or_all_of_them_are_resolved_before_any_boot(tmp_path):

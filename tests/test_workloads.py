@@ -5,10 +5,10 @@ import os
 import time
 
 import pytest
-
-from pytest_tcpnet import Flow, LabError, model, Link, MissingCapability, Pace, Pause, netlink
-from pytest_tcpnet.assertions.verdicts import judge_trials
 from slotholder import slot_held_elsewhere
+
+from pytest_tcpnet import Flow, LabError, Link, MissingCapability, Pace, Pause, model, netlink
+from pytest_tcpnet.assertions.verdicts import judge_trials
 from pytest_tcpnet.results import jain_index
 from pytest_tcpnet.workload.spawn import zygote_pid
 
@@ -150,8 +150,8 @@ def test_iperf3_through_the_bindings_and_the_cli(tcpnet):
     assert len(intervals) == 2 and all(row["snd_cwnd"] for row in intervals)
     assert result.series("snd_cwnd")  # sampled from outside like any other flow
     assert bindings_available()
-    from pytest_tcpnet.workload.iperf3 import Iperf3
     from pytest_tcpnet.measure.run import run_workload
+    from pytest_tcpnet.workload.iperf3 import Iperf3
 
     cli, = run_workload(pair, Iperf3(duration=1, use_bindings=False), timeout=60)
     assert cli.throughput_bps == pytest.approx(100e6 * 1448 / 1514, rel=0.1)

@@ -7,12 +7,18 @@ connection they make, and assert on the flow like on any other.
 
 import sys
 
+import chunkup
 import pytest
 from hypothesis import given, settings
 
-import chunkup
-from pytest_tcpnet import (Link, assert_limited_by, assert_no_window_full, assert_throughput_within,
-                           assert_window_full, strategies)
+from pytest_tcpnet import (
+    Link,
+    assert_limited_by,
+    assert_no_window_full,
+    assert_throughput_within,
+    assert_window_full,
+    strategies,
+)
 
 PORT = 9000
 

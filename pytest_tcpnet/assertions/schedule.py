@@ -93,8 +93,9 @@ def _table(rows, rel):
 
 def _plot(result, rows):
     """The rate series against the schedule, in the result's artifacts; the line naming it (or why none)."""
-    from ..analysis.plots import PlotsUnavailable, conditions_title, plot_schedule
     from pathlib import Path
+
+    from ..analysis.plots import PlotsUnavailable, conditions_title, plot_schedule
 
     directory = result.artifact_dir
     if directory is None:

@@ -17,14 +17,22 @@ from ..requirements import check_need
 from ..workload import nsenter_path
 from .node import Node
 from .pair import Pair
-from .presets import (MAX_DUMBBELL_PAIRS, MAX_STAR_SERVERS, Topology, check_count, describe_dumbbell, describe_pair,
-                      describe_star, per_pair)
+from .presets import (
+    MAX_DUMBBELL_PAIRS,
+    MAX_STAR_SERVERS,
+    Topology,
+    check_count,
+    describe_dumbbell,
+    describe_pair,
+    describe_star,
+    per_pair,
+)
 from .world import FAMILIES, World
 
 __all__ = ["Lab", "Pair", "Node", "World", "Topology", "TCP_SYSCTLS", "preflight"]
 
 _sequence = itertools.count()
-_open_labs = weakref.WeakSet()
+_open_labs: weakref.WeakSet = weakref.WeakSet()
 
 
 def preflight(link, client, server):

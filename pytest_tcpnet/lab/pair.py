@@ -4,10 +4,9 @@ import math
 
 from ..errors import LabError, MissingCapability
 from ..measure.run import run_workload
-from ..model import transfer_time
+from ..model import format_rate, format_size, format_time, transfer_time
 from ..model.app import Cbr, Flow
 from ..requirements import check_need
-from ..model import format_rate, format_size, format_time
 from ..results import ConcurrentResult, LatencyResult, RequestsResult, UdpResult, WindowProbe
 from ..workload import Bulk
 from .world import WorldView

@@ -11,7 +11,7 @@ flow's. What sampling can miss is said in docs/your-application.md.
 import contextlib
 import functools
 
-from .. import netlink
+from .. import hostload, netlink
 from ..errors import LabError
 from ..netlink.diag import tcp_counters
 from ..results import TransferResult
@@ -41,7 +41,7 @@ class PathCounters:
         self.pair = pair
         self.before = self._read()
         self.after = None
-        self.host_before, self.host_after = _host_cpu(), None
+        self.host_before, self.host_after = hostload.host_snapshot(), None
 
     def _read(self):
         pair = self.pair
@@ -52,12 +52,10 @@ class PathCounters:
     def stop(self):
         """Read the counters after."""
         self.after = self._read()
-        self.host_after = _host_cpu()
+        self.host_after = hostload.host_snapshot()
 
     def conditions(self):
         """The TransferResult fields every flow of the measurement shares: conditions and counter deltas."""
-        from ..vm.contention import others_cpus  # lazy, as _host_cpu
-
         pair = self.pair
         (stats_before, counters_before, mib_before), (stats_after, counters_after, mib_after) = self.before, self.after
         return dict(
@@ -69,15 +67,8 @@ class PathCounters:
             offloads=dict(pair.offloads), qdiscs=_stats_delta(stats_before, stats_after),
             interfaces={end: {k: v - counters_before[end][k] for k, v in counts.items()}
                         for end, counts in counters_after.items()},
-            host_contention_cpus=others_cpus(self.host_before, self.host_after),
+            host_contention_cpus=hostload.others_cpus(self.host_before, self.host_after),
         )
-
-
-def _host_cpu():
-    """In a guest the VM runner serves, the host's CPU snapshot (a host call); None elsewhere."""
-    from ..vm.hostcall import host_cpu_snapshot  # lazy: the vm package is the runner's, not a measurement's
-
-    return host_cpu_snapshot()
 
 
 class Observation:
@@ -189,7 +180,7 @@ class Observation:
         return False
 
     def _start_changes(self, stack):
-        from ..lab.changes import LinkChanges
+        from .changes import LinkChanges
 
         changes = LinkChanges(self.pair.world)
         if changes:

@@ -4,7 +4,7 @@ import contextlib
 import time
 
 from ..results import TransferResult
-from ..lab.changes import LinkChanges
+from .changes import LinkChanges
 from .observe import TCP_SYSCTLS, Observation, first_value, last_tcp_info, sampled_values
 from .slots import measurement_slot, slot_wait_s
 

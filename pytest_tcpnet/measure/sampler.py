@@ -9,17 +9,11 @@ import threading
 import time
 
 from .. import interrupts
-from ..netlink.diag import SKMEM_FIELDS, watch_sockets
+from ..netlink.diag import watch_sockets
+from ..records import SERIES_FIELDS, SKMEM_FIELDS, TCP_INFO_SERIES
 
 __all__ = ["SocketSampler", "SocketSamples", "SERIES_FIELDS", "default_interval", "DEFAULT_CPU_BUDGET"]
 
-#: TCP_INFO fields kept per sample (the rest of the struct is in each end's final record).
-TCP_INFO_SERIES = ("state", "ca_state", "retransmits", "probes", "backoff", "rto", "unacked", "lost", "retrans",
-                   "rtt", "rttvar", "snd_ssthresh", "snd_cwnd", "rcv_ssthresh", "rcv_space", "snd_mss", "total_retrans",
-                   "pacing_rate", "bytes_acked", "bytes_received", "bytes_sent", "notsent_bytes", "min_rtt",
-                   "delivery_rate", "busy_time", "rwnd_limited", "sndbuf_limited", "snd_wnd", "rcv_wnd",
-                   "bytes_retrans", "dsack_dups")
-SERIES_FIELDS = TCP_INFO_SERIES + SKMEM_FIELDS
 _LISTEN = 10
 _ALL_BUT_LISTEN = ((1 << 12) - 1) & ~(1 << _LISTEN)
 

@@ -7,7 +7,7 @@ link's ``limit`` stays the one queue-size field for every kind (packets, or byte
 import math
 from dataclasses import dataclass
 
-from .units import format_rate, format_size, format_time, parse_fraction, parse_size, parse_time
+from .units import MTU_FRAME_BYTES, format_rate, format_size, format_time, parse_fraction, parse_size, parse_time
 
 __all__ = ["Queue", "QUEUE_KINDS", "ECN_QUEUES", "check_queue", "CAKE_FLOW_MODES", "CAKE_DIFFSERV_MODES"]
 
@@ -140,7 +140,6 @@ class Queue:
     def limit_packets(self):
         """The queue's capacity in full-size packets (bytes / 1514 for byte-limited kinds), None if the kind sizes
         itself (cake: by memory)."""
-        from .specs import MTU_FRAME_BYTES
         default = QUEUE_KINDS[self.kind][4]
         limit = self.limit if self.limit is not None else default
         if limit is None:
@@ -234,7 +233,6 @@ def check_queue(where, kind, limit, ecn, options):
 
 def _queue_limit(field, value, unit):
     """A packet count (int) for packet-limited kinds, bytes for byte-limited ones ('64kb', or packets x 1514)."""
-    from .specs import MTU_FRAME_BYTES
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise TypeError(f"{field}: expected a packet count (int) or a size string like '64kb', got {value!r}")
     if unit == "bytes":

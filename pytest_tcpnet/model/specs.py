@@ -11,14 +11,20 @@ from dataclasses import dataclass
 
 from .queues import Queue, check_queue
 from .schedule import SCHEDULABLE_FIELDS, Schedule
-from .units import format_rate, format_size, format_time, parse_fraction, parse_rate, parse_size, parse_time
+from .units import (
+    MTU_FRAME_BYTES,
+    format_rate,
+    format_size,
+    format_time,
+    parse_fraction,
+    parse_rate,
+    parse_size,
+    parse_time,
+)
 
 __all__ = ["OneWay", "Link", "Host", "KNOWN_CONGESTION_CONTROLS", "HOST_GLOBAL_SYSCTLS", "MTU_FRAME_BYTES",
            "DISTRIBUTIONS", "distribution_table", "GilbertElliott", "Slot"]
 
-#: Bytes one full-size packet occupies on the veth (1500 MTU + Ethernet header); used to
-#: turn byte sizes and BDPs into the packet counts qdisc limits are expressed in.
-MTU_FRAME_BYTES = 1514
 
 #: Congestion controls Linux has shipped; a name outside this set is a typo, not a missing module.
 KNOWN_CONGESTION_CONTROLS = frozenset({

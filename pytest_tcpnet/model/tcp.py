@@ -61,7 +61,11 @@ def advertised_window_adv_win_scale(rcvbuf_bytes, adv_win_scale=1):
     return rcvbuf_bytes / 2 ** (-adv_win_scale)
 
 
-def mathis_throughput(mss_bytes, rtt_s, loss, constant=math.sqrt(1.5)):
+#: Mathis et al.'s C for Reno with delayed ACKs off: sqrt(3/2) ~ 1.22.
+MATHIS_CONSTANT = math.sqrt(1.5)
+
+
+def mathis_throughput(mss_bytes, rtt_s, loss, constant=MATHIS_CONSTANT):
     """Upper bound in bit/s of a Reno-style flow under random loss: MSS/RTT * C/sqrt(p) (Mathis 1997)."""
     _positive("mss_bytes", mss_bytes)
     _positive("rtt_s", rtt_s)

@@ -3,10 +3,9 @@
 Fields newer than the running kernel are simply absent: the kernel returns a shorter struct.
 """
 
-import socket
 import struct
 
-__all__ = ["TCP_INFO_FIELDS", "read_tcp_info", "decode_tcp_info"]
+__all__ = ["TCP_INFO_FIELDS", "decode_tcp_info"]
 
 # (name, struct code) in kernel order; the 8 leading u8 fields pack bitfields we split below.
 TCP_INFO_FIELDS = (
@@ -46,7 +45,3 @@ def decode_tcp_info(raw):
         result["delivery_rate_app_limited"] = result.pop("flags8") & 0x01
     return result
 
-
-def read_tcp_info(sock):
-    """getsockopt(TCP_INFO) on a connected TCP socket, decoded."""
-    return decode_tcp_info(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 512))

@@ -3,7 +3,11 @@
 import math
 import re
 
-__all__ = ["parse_rate", "parse_time", "parse_fraction", "parse_size", "format_rate", "format_time", "format_size"]
+__all__ = ["MTU_FRAME_BYTES", "parse_rate", "parse_time", "parse_fraction", "parse_size", "format_rate", "format_time", "format_size"]
+
+#: Bytes one full-size packet occupies on the veth (1500 MTU + Ethernet header); used to
+#: turn byte sizes and BDPs into the packet counts qdisc limits are expressed in.
+MTU_FRAME_BYTES = 1514
 
 # tc(8) units. Rates are decimal (kbit = 1000 bit/s), "bps" means *bytes* per second;
 # sizes are binary (kb = 1024 bytes), exactly as tc parses them.

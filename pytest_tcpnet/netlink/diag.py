@@ -4,11 +4,20 @@ import os
 import socket
 import threading
 
-from pyroute2.netlink import NETLINK_SOCK_DIAG, NLM_F_MATCH, NLM_F_REQUEST, NLM_F_ROOT, NLMSG_DONE, NLMSG_ERROR, nlmsgerr
+from pyroute2.netlink import (
+    NETLINK_SOCK_DIAG,
+    NLM_F_MATCH,
+    NLM_F_REQUEST,
+    NLM_F_ROOT,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+    nlmsgerr,
+)
 from pyroute2.netlink.diag import SOCK_DIAG_BY_FAMILY, SS_ALL, MarshalDiag, inet_diag_msg, inet_diag_req
 
 from ..errors import LabError
 from ..model.tcpinfo import decode_tcp_info
+from ..records import SKMEM_FIELDS
 from .namespaces import run_in_namespace
 from .session import session_for
 
@@ -17,9 +26,6 @@ __all__ = ["SocketTable", "SKMEM_FIELDS", "watch_sockets", "tcp_counters"]
 # Request bits are 1 << (attribute - 1): INET_DIAG_INFO = 2, INET_DIAG_CONG = 4, INET_DIAG_SKMEMINFO = 7.
 _EXTENSIONS = (1 << 1) | (1 << 3) | (1 << 6)
 
-#: The kernel's SK_MEMINFO_* order: what `ss -m` prints as r, rb, t, tb, f, w, o, bl, d.
-SKMEM_FIELDS = ("rmem_alloc", "rcvbuf", "wmem_alloc", "sndbuf", "fwd_alloc", "wmem_queued", "optmem", "backlog",
-                "drops")
 
 
 class _RawInfoMessage(inet_diag_msg):

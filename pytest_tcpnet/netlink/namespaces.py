@@ -11,7 +11,16 @@ from pyroute2 import netns as _netns
 from .. import interrupts
 from ..errors import LabError
 from . import ownership
-from .session import NamespaceSession, _sysctl_path, check_sysctls, close_sessions, gather, read_sysctls_here, session_for, write_sysctls_here
+from .session import (
+    NamespaceSession,
+    _sysctl_path,
+    check_sysctls,
+    close_sessions,
+    gather,
+    read_sysctls_here,
+    session_for,
+    write_sysctls_here,
+)
 
 __all__ = [
     "NETNS_DIR", "PREFIX", "create_namespace", "create_namespaces", "remove_namespace", "remove_namespaces", "namespace_path", "run_in_namespace",

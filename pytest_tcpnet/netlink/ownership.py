@@ -195,7 +195,7 @@ def sweep():
     """
     removed = []
     dead = set()
-    for filename, record in _records(".ns"):
+    for _filename, record in _records(".ns"):
         if owner_alive(record.get("owner_pid"), record.get("owner_start")):
             continue
         dead.add(record.get("name"))

@@ -43,7 +43,7 @@ def _probe_queue(kind):
     return check_queue("", kind, "400kb" if kind == "red" else None, None, options)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def qdisc_supported(kind):
     """True if the kernel accepts a qdisc of this kind (probed on lo of a throwaway namespace).
 
@@ -107,7 +107,7 @@ def available_congestion_controls():
     return names
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kernel_release():
     """uname -r."""
     return os.uname().release

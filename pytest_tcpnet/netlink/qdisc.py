@@ -8,9 +8,9 @@ import struct
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ..errors import LabError
+from ..guest import software_emulated
 from ..model import MTU_FRAME_BYTES
 from ..model.specs import distribution_table
-from ..guest import software_emulated
 from .namespaces import with_iproute
 from .queues import options_flagged_nested, queue_options, read_queue
 from .rtnl import nlattr
@@ -110,7 +110,7 @@ _SLOT = struct.Struct("=qqiiqq")   # struct tc_netem_slot: min_delay, max_delay 
 _NETEM_DIST_MAX = 16384  # the kernel's limit on a table's entries (sch_netem.c)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _read_distribution(path):
     """A tc distribution file as the kernel takes it: signed 16-bit values, '#' starting a comment line."""
     values = []
@@ -443,7 +443,7 @@ def qdisc_stats_of(namespace, ifnames):
         # From this thread on the session's plain socket: no hop, no IPRoute to open.
         (answer,) = session.query(f"reading qdisc stats of {', '.join(ifnames)}", [("tc", "dump", {})])
         return {ifname: _stats([msg for msg in answer if msg["index"] == index]) for ifname, index in indexes.items()}
-    return {ifname: with_iproute(namespace, lambda ipr: _stats(ipr.get_qdiscs(index=_index(ipr, ifname))),
+    return {ifname: with_iproute(namespace, lambda ipr, ifname=ifname: _stats(ipr.get_qdiscs(index=_index(ipr, ifname))),
                                  f"reading qdisc stats of {ifname}") for ifname in ifnames}
 
 

@@ -18,13 +18,24 @@ from pyroute2.iproute.linux import get_arguments_processor
 from pyroute2.netlink import NLMSG_DONE, NLMSG_ERROR
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.nlsocket import NetlinkRequest
-from pyroute2.netlink.rtnl import (RTM_GETLINK, RTM_GETQDISC, RTM_GETSTATS, RTM_GETTCLASS, RTM_NEWADDR, RTM_NEWLINK,
-                                   RTM_NEWNEIGH, RTM_NEWQDISC, RTM_NEWROUTE, RTM_NEWTCLASS, RTM_NEWTFILTER)
+from pyroute2.netlink.rtnl import (
+    RTM_GETLINK,
+    RTM_GETQDISC,
+    RTM_GETSTATS,
+    RTM_GETTCLASS,
+    RTM_NEWADDR,
+    RTM_NEWLINK,
+    RTM_NEWNEIGH,
+    RTM_NEWQDISC,
+    RTM_NEWROUTE,
+    RTM_NEWTCLASS,
+    RTM_NEWTFILTER,
+)
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.ifstatsmsg import ifstatsmsg
-from pyroute2.netlink.rtnl.ndmsg import ndmsg
 from pyroute2.netlink.rtnl.marshal import MarshalRtnl
+from pyroute2.netlink.rtnl.ndmsg import ndmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
@@ -63,7 +74,7 @@ class _Compiler:
 # Compiled requests by their arguments: a path's requests are the same from one path to the next
 # (same names, addresses, indexes; the same qdiscs for the same link), and compiling one costs
 # ~0.1-0.3 ms of Python (htb's rate tables most). Only the sequence number differs.
-_compiled = {}
+_compiled: dict = {}
 _COMPILED_MAX = 512
 _SEQ = struct.Struct("=I")
 _SEQ_OFFSET = 8  # nlmsghdr: length u32, type u16, flags u16, seq u32, pid u32

@@ -26,6 +26,8 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from .. import interrupts
 from ..errors import LabError, MissingCapability
+from ..model.specs import _CONTROL_CHARACTERS as _SYSCTL_VALUE_REFUSED
+from ..model.specs import _SYSCTL_NAME as _SYSCTL_KEY
 from . import ownership
 from .rtnl import RtnlSocket
 
@@ -35,7 +37,7 @@ _CLONE_NEWNET = 0x40000000
 _MS_BIND, _MS_REC, _MS_SHARED = 0x1000, 0x4000, 1 << 20
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p)
-_sessions = {}
+_sessions: dict = {}
 _sessions_lock = threading.Lock()
 _netns_dir_ready = False
 
@@ -331,8 +333,8 @@ class _Ethtool(IoctlEthtool):
         return list(_Ethtool._feature_names)
 
 
-# The model's rules again, right where the path is built and the file written (defence in depth).
-from ..model.specs import _CONTROL_CHARACTERS as _SYSCTL_VALUE_REFUSED, _SYSCTL_NAME as _SYSCTL_KEY  # noqa: E402
+# The model's rules again, right where the path is built and the file written (defence in depth): _SYSCTL_KEY,
+# _SYSCTL_VALUE_REFUSED (imported at the top).
 
 
 def _sysctl_path(name):
@@ -414,7 +416,7 @@ class _Worker:
     One that can do neither ends instead of being reused.
     """
 
-    _idle = []
+    _idle: list = []
     _idle_lock = threading.Lock()
     _home = None  # fd of the namespace idle workers wait in
     _MAX_IDLE = 16

@@ -38,7 +38,7 @@ def use_host_for_analysis() -> bool:
     return use()
 
 
-def maybe_run_in_vm(config) -> "int | None":
+def maybe_run_in_vm(config) -> int | None:
     """Re-run the session in a VM if ``--tcpnet-vm`` asks for it; return its exit code or None."""
     if not config.getoption("tcpnet_vm", default=False) or inside_vm():
         return None

@@ -35,7 +35,7 @@ import threading
 import time
 
 _orphaned = threading.Event()
-_child = {"pid": None}
+_child: "dict[str, int | None]" = {"pid": None}
 # After a SIGTERM, how long the command's own group may take to go before it is SIGKILLed: less than the
 # launcher's grace (launch.py's 5 s), so the launcher never has to kill this process first.
 _CHILD_GRACE_S = 3.5

@@ -35,7 +35,7 @@ def qemu_version(qemu: str) -> str:
     return out.splitlines()[0].strip() if out else ""
 
 
-def cache_key(kernel: Kernel, qemu_ver: str, host_release: "str | None" = None,
+def cache_key(kernel: Kernel, qemu_ver: str, host_release: str | None = None,
               method: str = "vng") -> str:
     """Key a probe result by guest kernel, qemu, host kernel (which provides KVM) and boot method."""
     try:
@@ -49,7 +49,7 @@ def cache_key(kernel: Kernel, qemu_ver: str, host_release: "str | None" = None,
     return key if method == "vng" else f"{key} boot={method}"
 
 
-def read_cache(key: str, path: "Path | None" = None) -> "dict | None":
+def read_cache(key: str, path: Path | None = None) -> dict | None:
     """Return the cached probe result for ``key`` ({"accel", "reason", "when"}) or None."""
     try:
         data = json.loads((path or cache_path()).read_text(encoding="utf-8"))
@@ -61,7 +61,7 @@ def read_cache(key: str, path: "Path | None" = None) -> "dict | None":
     return None
 
 
-def write_cache(key: str, accel: str, reason: str, path: "Path | None" = None) -> None:
+def write_cache(key: str, accel: str, reason: str, path: Path | None = None) -> None:
     """Store a probe result; a cache that cannot be written only costs a probe next time."""
     path = path or cache_path()
     try:
@@ -80,7 +80,7 @@ def write_cache(key: str, accel: str, reason: str, path: "Path | None" = None) -
         pass
 
 
-def kvm_usable() -> "tuple[bool, str]":
+def kvm_usable() -> tuple[bool, str]:
     """Return whether /dev/kvm exists and is read-writable by us, and why not."""
     if not os.path.exists(KVM_DEVICE):
         return False, f"{KVM_DEVICE} does not exist"
@@ -93,10 +93,10 @@ def choose_accel(
     requested: str,
     kernel: Kernel,
     qemu: str,
-    probe: Callable[[float], "tuple[bool, str]"],
-    probe_timeout: "float | None" = None,
+    probe: Callable[[float], tuple[bool, str]],
+    probe_timeout: float | None = None,
     method: str = "vng",
-) -> "tuple[str, str]":
+) -> tuple[str, str]:
     """Return ("kvm" | "tcg", reason); ``probe(timeout)`` boots a trivial guest under KVM."""
     if requested == "tcg":
         return "tcg", "forced by --tcpnet-vm-backend=tcg"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from .errors import VMUsageError
 from .options import FLAG_OPTIONS, VALUE_OPTIONS
@@ -33,7 +33,8 @@ def strip_vm_args(
 ) -> list:
     """Return ``args`` without the VM options, in both ``--opt=value`` and ``--opt value`` forms."""
     flags, valued = set(flags), set(valued)
-    out, i = [], 0
+    out: list[str] = []
+    i = 0
     while i < len(args):
         arg = args[i]
         name = arg.split("=", 1)[0]
@@ -51,7 +52,7 @@ def strip_vm_args(
 
 
 def guest_environment(
-    host_env: Mapping[str, str], extra: "Mapping[str, str] | None" = None
+    host_env: Mapping[str, str], extra: Mapping[str, str] | None = None
 ) -> dict:
     """Select the host variables the guest session needs and add ``extra`` on top."""
     env = {
@@ -93,11 +94,11 @@ def share_dirs(cwd: str, wanted: Iterable[str]) -> list:
 
 def artifact_dirs(
     cwd: str,
-    xmlpath: "str | None" = None,
-    basetemp: "str | None" = None,
-    artifacts: "str | None" = None,
+    xmlpath: str | None = None,
+    basetemp: str | None = None,
+    artifacts: str | None = None,
     report_files: Sequence[str] = (),
-    cache_dir: "str | None" = None,
+    cache_dir: str | None = None,
 ) -> list:
     """Return the host directories the guest must write to: reports, basetemp's parent, the per-test
     artifacts directory and pytest's cache, each wherever it is (the rootdir may lie above ``cwd``)."""

@@ -15,7 +15,16 @@ from typing import Callable, Optional
 
 from . import uml
 from .errors import VMUsageError
-from .kernel import BOOT_DIR, INSTALL_HINT, MODULES_DIR, Kernel, has_module, installed_kernels, resolve_kernel, version_key
+from .kernel import (
+    BOOT_DIR,
+    INSTALL_HINT,
+    MODULES_DIR,
+    Kernel,
+    has_module,
+    installed_kernels,
+    resolve_kernel,
+    version_key,
+)
 
 BACKENDS = ("auto", "kvm", "uml", "tcg")
 
@@ -58,7 +67,7 @@ class Choice:
         return self.target.build
 
 
-def image_for_line(line: str, boot_dir: str = BOOT_DIR, modules_dir: str = MODULES_DIR) -> "Kernel | None":
+def image_for_line(line: str, boot_dir: str = BOOT_DIR, modules_dir: str = MODULES_DIR) -> Kernel | None:
     """The newest /boot image of kernel line ``line`` with its modules installed, other than the running kernel."""
     running = os.uname().release
     images = [k for k in installed_kernels(boot_dir, modules_dir)
@@ -66,7 +75,7 @@ def image_for_line(line: str, boot_dir: str = BOOT_DIR, modules_dir: str = MODUL
     return images[-1] if images else None
 
 
-def resolve_target(spec: "str | None", builds: "list | None" = None, boot_dir: str = BOOT_DIR,
+def resolve_target(spec: str | None, builds: list | None = None, boot_dir: str = BOOT_DIR,
                    modules_dir: str = MODULES_DIR) -> Target:
     """One ``--tcpnet-kernel`` value as a Target; raises only when nothing at all is installed for it."""
     builds = uml.installed_builds() if builds is None else builds
@@ -101,7 +110,7 @@ def _netem(target: Target) -> bool:
                 or (target.build and uml.has_module(target.build, "sch_netem")))
 
 
-def resolve_targets(specs, builds: "list | None" = None, boot_dir: str = BOOT_DIR,
+def resolve_targets(specs, builds: list | None = None, boot_dir: str = BOOT_DIR,
                     modules_dir: str = MODULES_DIR) -> list:
     """``--tcpnet-kernel`` given zero, one or more times, or ``all``: the checked targets, before any boot.
 
@@ -138,7 +147,7 @@ def resolve_targets(specs, builds: "list | None" = None, boot_dir: str = BOOT_DI
     return targets
 
 
-def choose(requested: str, target: Target, kvm_probe: "Callable[[], tuple[str, str]] | None" = None) -> Choice:
+def choose(requested: str, target: Target, kvm_probe: Callable[[], tuple[str, str]] | None = None) -> Choice:
     """The backend ``target`` boots on. ``kvm_probe()`` returns accel.choose_accel's ("kvm" | "tcg", reason)."""
     if requested not in BACKENDS:
         raise VMUsageError(f"--tcpnet-vm-backend must be one of {', '.join(BACKENDS)}, not {requested!r}")
@@ -167,7 +176,7 @@ def choose(requested: str, target: Target, kvm_probe: "Callable[[], tuple[str, s
                          f"({uml.SETUP_HINT}): software emulation", target)
 
 
-def lines_installed(builds: "list | None" = None) -> dict:
+def lines_installed(builds: list | None = None) -> dict:
     """{line: (qemu image or None, UML build or None)} for every installed kernel line (doctor)."""
     builds = uml.installed_builds() if builds is None else builds
     out: dict = {}

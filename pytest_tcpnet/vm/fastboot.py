@@ -32,6 +32,7 @@ import os
 import platform
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,7 +195,7 @@ def has_pvh_entry(elf: bytes) -> bool:
     return any((name, ntype) == _PVH_NOTE for name, ntype, _ in elf_notes(elf))
 
 
-def vmlinux_for(kernel: Kernel, directory: "Path | None" = None) -> str:
+def vmlinux_for(kernel: Kernel, directory: Path | None = None) -> str:
     """Return the uncompressed, PVH-bootable kernel for ``kernel``, extracting it once into the cache."""
     st = os.stat(kernel.path)
     directory = directory or private_dir("vm")
@@ -290,7 +291,7 @@ def _read_module(path: str) -> bytes:
     return data
 
 
-def build_initramfs(busybox: str, modules: "list[tuple[str, bytes]]") -> bytes:
+def build_initramfs(busybox: str, modules: list[tuple[str, bytes]]) -> bytes:
     """Return a newc cpio archive: busybox, the modules in load order, and ``INIT``."""
     from virtme.cpiowriter import CpioWriter  # virtme-ng, which --tcpnet-vm needs anyway
 
@@ -315,7 +316,7 @@ def build_initramfs(busybox: str, modules: "list[tuple[str, bytes]]") -> bytes:
     return out.getvalue()
 
 
-def initramfs_for(kernel: Kernel, directory: "Path | None" = None) -> str:
+def initramfs_for(kernel: Kernel, directory: Path | None = None) -> str:
     """Return the initramfs for ``kernel``, built once into the cache (keyed by its inputs)."""
     busybox = find_busybox()
     paths = [os.path.join(kernel.modules, p) for p in module_order(kernel.modules)]
@@ -352,7 +353,7 @@ def prepare(kernel: Kernel, qemu: str) -> FastBoot:
         raise Unavailable(f"{type(err).__name__}: {err}") from err
 
 
-def kernel_cmdline(shares: list, script: str, debug: bool = False, code: list = ()) -> str:
+def kernel_cmdline(shares: list, script: str, debug: bool = False, code: Sequence[str] = ()) -> str:
     """Return the kernel command line for a fast boot (paths are plain: see args.check_shareable)."""
     words = ["console=ttyS0", "panic=-1", "rdinit=/init", f"tcpnet_shares={','.join(shares)}",
              f"tcpnet_code={','.join(code)}", f"tcpnet_script={script}"]
@@ -362,7 +363,7 @@ def kernel_cmdline(shares: list, script: str, debug: bool = False, code: list = 
 
 
 def qemu_command(qemu: str, boot: FastBoot, accel: str, cpus: int, memory: str,
-                 shares: list, script: str, debug: bool = False, code: list = (), extra: list = ()) -> list:
+                 shares: list, script: str, debug: bool = False, code: Sequence[str] = (), extra: Sequence[str] = ()) -> list:
     """Return the qemu command line: q35, no network device, host root read-only, shares rw.
 
     code: directories the session imports from (a virtualenv, this package): the guest sees

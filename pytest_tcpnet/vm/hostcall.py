@@ -6,7 +6,7 @@ emulation they are the slowest things a guest does: tshark needs ~2.5 s to start
 virtio-serial port, ``tcpnet.hostcall``, whose other end is a socket the runner serves; guest code
 sends the pcap or the plot's data there and gets tshark's output or the PNG back. The host runs
 the same tshark and matplotlib (the guest's root is the host's), so results are identical. The
-guest also asks the host how busy its CPUs are (``cpu``: vm/contention.py), which only the host
+guest also asks the host how busy its CPUs are (``cpu``: hostload.py), which only the host
 can see, at the start and end of each measurement.
 
 A User-Mode Linux guest has no virtio port: it shares a directory with the host instead, the mailbox
@@ -86,7 +86,7 @@ class FrameReader:
         """Forget an unfinished frame (its sender is gone)."""
         self._buf.clear()
 
-    def next(self) -> "tuple[dict, bytes] | None":
+    def next(self) -> tuple[dict, bytes] | None:
         """The next whole frame, or None until more bytes arrive."""
         while True:
             start = self._buf.find(MAGIC)
@@ -117,7 +117,7 @@ class FrameReader:
 # ------------------------------------------------------------------ host side
 
 
-def _decode_pcap(header: dict, payload: bytes) -> "tuple[dict, bytes]":
+def _decode_pcap(header: dict, payload: bytes) -> tuple[dict, bytes]:
     """Run the guest's tshark decode on the pcap it sent: the same argv as decode.py's own."""
     from ..capture import decode
 
@@ -129,7 +129,7 @@ def _decode_pcap(header: dict, payload: bytes) -> "tuple[dict, bytes]":
     return {"returncode": returncode, "stderr": stderr}, stdout.encode()
 
 
-def _plot(header: dict, payload: bytes) -> "tuple[dict, bytes]":
+def _plot(header: dict, payload: bytes) -> tuple[dict, bytes]:
     """Draw one plot from the data the guest sent; return the PNG."""
     from ..analysis import plots
 
@@ -140,9 +140,9 @@ def _plot(header: dict, payload: bytes) -> "tuple[dict, bytes]":
             return {}, f.read()
 
 
-def _cpu(header: dict, payload: bytes) -> "tuple[dict, bytes]":
-    """The host's CPU snapshot (contention.py): what the runner and the emulator used, and the whole host."""
-    from .contention import cpu_snapshot
+def _cpu(header: dict, payload: bytes) -> tuple[dict, bytes]:
+    """The host's CPU snapshot (hostload.py): what the runner and the emulator used, and the whole host."""
+    from ..hostload import cpu_snapshot
 
     return cpu_snapshot(), b""
 
@@ -150,10 +150,10 @@ def _cpu(header: dict, payload: bytes) -> "tuple[dict, bytes]":
 HANDLERS = {"decode_pcap": _decode_pcap, "plot": _plot, "cpu": _cpu}
 
 
-def handle(header: dict, payload: bytes) -> "tuple[dict, bytes]":
+def handle(header: dict, payload: bytes) -> tuple[dict, bytes]:
     """Answer one request; errors become a response that names them (the guest re-raises)."""
     reply = {"id": header.get("id")}
-    handler = HANDLERS.get(header.get("op"))
+    handler = HANDLERS.get(str(header.get("op")))
     if handler is None:
         return {**reply, "ok": False, "error": f"unknown host call {header.get('op')!r}"}, b""
     try:
@@ -188,11 +188,11 @@ class Server:
         return ["-chardev", f"socket,id=hostcall,path={self.path}",
                 "-device", f"virtserialport,chardev=hostcall,name={PORT_NAME}"]
 
-    def start(self) -> "Server":
+    def start(self) -> Server:
         self._thread.start()
         return self
 
-    def answer(self, header: dict, payload: bytes) -> "tuple[dict, bytes]":
+    def answer(self, header: dict, payload: bytes) -> tuple[dict, bytes]:
         """handle() one request and count it: CPU-load questions apart from the analysis handed over."""
         if header.get("op") == "cpu":
             self.cpu_calls += 1
@@ -249,7 +249,7 @@ class Server:
 class MailboxServer(Server):
     """The runner's end for a User-Mode Linux guest: requests and replies are files in a shared directory."""
 
-    def __init__(self, directory: str):  # noqa: super().__init__ would bind a socket
+    def __init__(self, directory: str):  # no super().__init__(): it would bind a socket
         self.path = directory
         self.calls = 0
         self.cpu_calls = 0
@@ -306,7 +306,7 @@ _port = None
 _warned = False
 
 
-def _find_port() -> "str | None":
+def _find_port() -> str | None:
     global _port
     if _port is None:
         base = "/sys/class/virtio-ports"
@@ -327,7 +327,7 @@ def _find_port() -> "str | None":
     return _port or None
 
 
-def _mailbox() -> "str | None":
+def _mailbox() -> str | None:
     directory = os.environ.get(MAILBOX_ENV)
     return directory if directory and os.path.isdir(directory) else None
 
@@ -356,7 +356,7 @@ def _wait(fd: int, event: int, deadline: float) -> None:
         raise Unavailable("the host did not answer in time")
 
 
-def call(op: str, header: "dict | None" = None, payload: bytes = b"", timeout: float = 300.0) -> "tuple[dict, bytes]":
+def call(op: str, header: dict | None = None, payload: bytes = b"", timeout: float = 300.0) -> tuple[dict, bytes]:
     """Ask the host to run ``op``; return its reply's header and payload, or raise Unavailable."""
     port = _find_port() if os.environ.get(ENV) == "1" else None
     mailbox = _mailbox() if os.environ.get(ENV) == "1" and port is None else None
@@ -367,6 +367,7 @@ def call(op: str, header: "dict | None" = None, payload: bytes = b"", timeout: f
     if mailbox is not None:
         return _call_mailbox(mailbox, request_id, encode({**(header or {}), "id": request_id, "op": op}, payload),
                              deadline, op)
+    assert port is not None  # no mailbox, so the port
     frame = memoryview(encode({**(header or {}), "id": request_id, "op": op}, payload))
     fd = _open(port, deadline)
     try:
@@ -396,7 +397,7 @@ def call(op: str, header: "dict | None" = None, payload: bytes = b"", timeout: f
         os.close(fd)
 
 
-def _call_mailbox(mailbox: str, request_id: str, frame: bytes, deadline: float, op: str) -> "tuple[dict, bytes]":
+def _call_mailbox(mailbox: str, request_id: str, frame: bytes, deadline: float, op: str) -> tuple[dict, bytes]:
     """One host call through the mailbox: put the request, wait for the reply file, take it."""
     reply_name = f"{request_id}.rep"
     try:
@@ -467,8 +468,8 @@ def draw_on_host(kind, path, data):
     return True
 
 
-def host_cpu_snapshot() -> "dict | None":
-    """In a guest the runner serves: the host's CPU snapshot now (contention.others_cpus of two); None elsewhere."""
+def host_cpu_snapshot() -> dict | None:
+    """In a guest the runner serves: the host's CPU snapshot now (hostload.others_cpus of two); None elsewhere."""
     if os.environ.get(ENV) != "1":
         return None
     try:
@@ -479,12 +480,14 @@ def host_cpu_snapshot() -> "dict | None":
 
 
 def use_host_for_analysis() -> bool:
-    """In a guest the runner serves: decode pcaps and draw plots on the host from now on."""
+    """In a guest the runner serves: decode pcaps, draw plots and read the host's CPU load on the host from now on."""
     if not available():
         return False
+    from .. import hostload
     from ..analysis import plots
     from ..capture import decode
 
     decode.run_elsewhere(decode_on_host)
     plots.draw_elsewhere(draw_on_host)
+    hostload.snapshot_elsewhere(host_cpu_snapshot)
     return True

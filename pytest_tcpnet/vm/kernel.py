@@ -27,7 +27,7 @@ class Kernel:
     modules: str  # /lib/modules/<release>
 
 
-def release_from_image(path: "str | os.PathLike[str]") -> "str | None":
+def release_from_image(path: str | os.PathLike[str]) -> str | None:
     """Read the release from an x86 bzImage header, or None if ``path`` is not a bzImage."""
     # The boot protocol puts "HdrS" at 0x202 and, at 0x20E, the offset (minus 0x200) of a
     # NUL-terminated version string whose first word is the release (`uname -r`).
@@ -45,7 +45,7 @@ def release_from_image(path: "str | os.PathLike[str]") -> "str | None":
     return release or None
 
 
-def release_from_name(path: "str | os.PathLike[str]") -> "str | None":
+def release_from_name(path: str | os.PathLike[str]) -> str | None:
     """Return RELEASE from a file named ``vmlinuz-RELEASE`` (or vmlinux-/bzImage-), else None."""
     m = _IMAGE_NAME.match(os.path.basename(os.fspath(path)))
     return m.group("release") if m else None
@@ -59,13 +59,13 @@ def version_key(release: str) -> tuple:
     )
 
 
-def _modules_dir(release: str, modules_dir: str) -> "str | None":
+def _modules_dir(release: str, modules_dir: str) -> str | None:
     path = os.path.join(modules_dir, release)
     return path if os.path.isdir(path) else None
 
 
 def default_kernel(
-    boot_dir: str = BOOT_DIR, modules_dir: str = MODULES_DIR, running: "str | None" = None
+    boot_dir: str = BOOT_DIR, modules_dir: str = MODULES_DIR, running: str | None = None
 ) -> Kernel:
     """Pick the newest ``boot_dir/vmlinuz-*`` that has modules and is not the running kernel."""
     running = running if running is not None else os.uname().release
@@ -87,12 +87,12 @@ def default_kernel(
             f"{boot_dir} with its modules in {modules_dir}, other than the running kernel "
             f"{running}. Install one ({INSTALL_HINT}) or pass --tcpnet-kernel=PATH|RELEASE."
         )
-    _, release, image = max(candidates)
-    return Kernel(image, release, os.path.join(modules_dir, release))
+    _, release, newest = max(candidates)
+    return Kernel(newest, release, os.path.join(modules_dir, release))
 
 
 def resolve_kernel(
-    spec: "str | None", boot_dir: str = BOOT_DIR, modules_dir: str = MODULES_DIR
+    spec: str | None, boot_dir: str = BOOT_DIR, modules_dir: str = MODULES_DIR
 ) -> Kernel:
     """Turn ``--tcpnet-kernel`` (None, a path or a release) into a checked ``Kernel``."""
     if not spec:

@@ -35,13 +35,13 @@ class LaunchResult:
 
     started: bool = False  # the guest printed the sentinel
     start_seconds: float = 0.0  # from launch to sentinel
-    returncode: "int | None" = None  # vng's exit status (None if we had to kill it)
+    returncode: int | None = None  # vng's exit status (None if we had to kill it)
     timed_out: bool = False  # boot deadline (or post-start limit) passed, VM killed
-    interrupted: "int | None" = None  # signal number that made us stop the VM
+    interrupted: int | None = None  # signal number that made us stop the VM
     tail: list = field(default_factory=list)  # last lines of output not shown to the user
     total_seconds: float = 0.0
-    nice: "int | None" = None  # the emulator's nice value once the guest started (None: not read)
-    autogroup_nice: "int | None" = None  # its session's autogroup nice (None: no autogroups)
+    nice: int | None = None  # the emulator's nice value once the guest started (None: not read)
+    autogroup_nice: int | None = None  # its session's autogroup nice (None: no autogroups)
 
 
 class _Terminated(Exception):
@@ -162,14 +162,14 @@ def launch(
     boot_timeout: float,
     echo: bool = True,
     echo_boot: bool = False,
-    after_start_timeout: "float | None" = None,
+    after_start_timeout: float | None = None,
     on_start=None,
     tail_lines: int = 40,
     stdout=None,
     stderr=None,
-    cleanup: "str | None" = None,
-    nice: "int | None" = None,
-    env: "dict | None" = None,
+    cleanup: str | None = None,
+    nice: int | None = None,
+    env: dict | None = None,
 ) -> LaunchResult:
     """Run ``cmd`` (a vng command), stream its output, enforce the boot deadline, never leak it.
 
@@ -205,6 +205,8 @@ def launch(
         raise
     finally:
         os.close(lifeline_r)
+    assert proc.stdout is not None and proc.stderr is not None  # both are pipes
+    pipes = (proc.stdout, proc.stderr)
     main = threading.current_thread() is threading.main_thread()
     old_handlers = {}
     sel = selectors.DefaultSelector()
@@ -216,7 +218,7 @@ def launch(
         if main:
             for sig in (signal.SIGTERM, signal.SIGHUP):
                 old_handlers[sig] = signal.signal(sig, _raise_terminated)
-        for f in (proc.stdout, proc.stderr):
+        for f in pipes:
             os.set_blocking(f.fileno(), False)
             sel.register(f, selectors.EVENT_READ)
         while sel.get_map():
@@ -267,8 +269,8 @@ def launch(
                 with contextlib.suppress(OSError):
                     result.nice = os.getpriority(os.PRIO_PROCESS, proc.pid)  # the watchdog's, which its child inherited
                 with contextlib.suppress(OSError, ValueError, IndexError):
-                    with open(f"/proc/{proc.pid}/autogroup", encoding="ascii") as f:  # "/autogroup-123 nice -10"
-                        result.autogroup_nice = int(f.read().split()[-1])
+                    with open(f"/proc/{proc.pid}/autogroup", encoding="ascii") as autogroup:  # "/autogroup-123 nice -10"
+                        result.autogroup_nice = int(autogroup.read().split()[-1])
                 if on_start is not None:
                     on_start(result.start_seconds)
                 if echo and rest:
@@ -294,7 +296,7 @@ def launch(
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
         sel.close()
-        for f in (proc.stdout, proc.stderr):
+        for f in pipes:
             f.close()
         os.close(lifeline_w)
     if pending:

@@ -59,7 +59,7 @@ def _check_dir(path: Path) -> None:
         )
 
 
-def open_lock(directory: "Path | None" = None) -> int:
+def open_lock(directory: Path | None = None) -> int:
     """Create or open the lock file safely and return its descriptor (not yet locked)."""
     directory = Path(directory or default_lock_dir())
     try:
@@ -105,13 +105,13 @@ class VMLock:
     """Hold the host's VM lock: ``with VMLock(timeout, say): ...``; raises ``VMBusy`` on timeout."""
 
     def __init__(self, timeout: float = DEFAULT_LOCK_TIMEOUT,
-                 say: "Callable[[str], None] | None" = None,
-                 directory: "Path | None" = None, poll: float = 0.2) -> None:
+                 say: Callable[[str], None] | None = None,
+                 directory: Path | None = None, poll: float = 0.2) -> None:
         self.timeout = timeout
         self.say = say or (lambda _msg: None)
         self.directory = directory
         self.poll = poll
-        self.fd: "int | None" = None
+        self.fd: int | None = None
 
     def acquire(self) -> None:
         """Take the lock, waiting up to ``timeout`` seconds and saying who holds it meanwhile."""
@@ -154,7 +154,7 @@ class VMLock:
             os.close(self.fd)  # closing drops the flock
             self.fd = None
 
-    def __enter__(self) -> "VMLock":
+    def __enter__(self) -> VMLock:
         self.acquire()
         return self
 

@@ -12,23 +12,20 @@ import shlex
 import shutil
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field, replace
 
 from .. import guest
-from . import ACCEL_ENV, IN_VM_ENV
+from ..hostload import CONTENTION_WARNING_CORES, HostContention
+from ..report.artifacts import artifacts_root
+from . import ACCEL_ENV, IN_VM_ENV, fastboot, hostcall, uml
 from . import backend as backends
-from . import uml
 from .accel import choose_accel
-from .contention import CONTENTION_WARNING_CORES, HostContention
 from .args import artifact_dirs, check_shareable, guest_environment, share_dirs, strip_vm_args
-from . import fastboot, hostcall
 from .errors import EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED, VMError, VMUsageError
 from .kernel import Kernel, has_module
 from .launch import LaunchResult, launch
 from .lock import VMLock
 from .options import BACKEND_CHOICES
-from ..report.artifacts import artifacts_root
 
 # Loaded in the guest before pytest starts; the labs need them and the Debian kernel has
 # them as modules. A failure is reported, not fatal: a test that needs one fails clearly.
@@ -57,8 +54,8 @@ def say(message: str) -> None:
 class Plan:
     """Everything needed to run the session in a VM, resolved and checked on the host."""
 
-    vng: "str | None"
-    qemu: "str | None"
+    vng: str | None
+    qemu: str | None
     target: backends.Target
     backend: str  # requested: auto | kvm | uml | tcg
     cpus: int
@@ -86,7 +83,7 @@ class Plan:
 VNG_HINT = "virtme-ng's `vng`: pip install virtme-ng (or pip install 'pytest-tcpnet[vm]')"
 
 
-def find_vng() -> "str | None":
+def find_vng() -> str | None:
     """virtme-ng's ``vng``: on PATH, or beside this interpreter (a virtualenv used without activating it)."""
     beside = os.path.join(os.path.dirname(sys.executable), "vng")
     return shutil.which("vng") or (beside if os.access(beside, os.X_OK) else None)
@@ -101,7 +98,7 @@ def qemu_hint() -> str:
     return f"{qemu_name()}: apt-get install {QEMU_PACKAGE.get(platform.machine(), 'qemu-system')}"
 
 
-def find_tools() -> "tuple[str | None, str | None]":
+def find_tools() -> tuple[str | None, str | None]:
     """Return the paths of ``vng`` (None if absent: fast boot does without it) and of qemu (None if absent: User-Mode
     Linux does without it)."""
     return find_vng(), shutil.which(qemu_name())
@@ -125,7 +122,7 @@ def _test_path_dirs(config, cwd: str) -> list:
     return dirs
 
 
-def _cache_dir(config) -> "str | None":
+def _cache_dir(config) -> str | None:
     """pytest's cache directory (cache_dir, relative to the rootdir) when the cacheprovider plugin is on."""
     if not config.pluginmanager.hasplugin("cacheprovider"):
         return None
@@ -145,7 +142,7 @@ def _check_baseline(config) -> None:
         raise VMUsageError(f"--tcpnet-baseline={path}: {exc}") from None
 
 
-def plan_from_config(config, target: "backends.Target | None" = None) -> Plan:
+def plan_from_config(config, target: backends.Target | None = None) -> Plan:
     """Resolve the options of a pytest ``config`` into a checked ``Plan`` (no VM started) for ``target`` (default:
     the one ``--tcpnet-kernel`` names)."""
     vng, qemu = find_tools()
@@ -164,7 +161,7 @@ def plan_from_config(config, target: "backends.Target | None" = None) -> Plan:
     if requested == "auto" and qemu is None and target.build is None:
         raise VMUsageError(f"--tcpnet-vm needs {qemu_hint()}, or a User-Mode Linux build of {target.line} "
                            f"({uml.SETUP_HINT})")
-    if requested == "uml" and not uml.has_module(target.build, "sch_netem"):
+    if requested == "uml" and target.build is not None and not uml.has_module(target.build, "sch_netem"):
         raise VMUsageError(f"the User-Mode Linux build {target.build.binary} ({target.build.release}) has no sch_netem "
                            f"in {target.build.modules}: reinstall it ({uml.SETUP_HINT})")
     if target.image is not None:
@@ -322,7 +319,16 @@ def vng_command(plan: Plan, accel: str, script: str, shares: list) -> list:
     return cmd
 
 
-def kvm_probe_boot(plan: Plan, timeout: float, boot: "fastboot.FastBoot | None" = None) -> "tuple[bool, str]":
+@dataclass(frozen=True)
+class ProbeTools:
+    """What a KVM probe boot needs (a Plan has them too): qemu, or vng and the image it boots."""
+
+    qemu: str | None
+    vng: str | None
+    kernel: Kernel
+
+
+def kvm_probe_boot(plan: Plan | ProbeTools, timeout: float, boot: fastboot.FastBoot | None = None) -> tuple[bool, str]:
     """Boot a trivial guest under KVM the way the session will; return (it started, detail)."""
     sentinel = f"TCPNET-KVM-PROBE-{secrets.token_hex(8)}"
     workdir = None
@@ -332,8 +338,10 @@ def kvm_probe_boot(plan: Plan, timeout: float, boot: "fastboot.FastBoot | None" 
             script = os.path.join(workdir, "probe.sh")
             with open(script, "w", encoding="utf-8") as f:
                 f.write(fastboot.session_script(f"echo {sentinel}\n"))
+            assert plan.qemu is not None, "a fast boot runs qemu"
             cmd = fastboot.qemu_command(plan.qemu, boot, "kvm", 1, "512M", [workdir], script)
         else:
+            assert plan.vng is not None, "without a fast boot, vng boots the probe"
             cmd = [plan.vng, "--run", plan.kernel.path, "--cpus", "1", "--memory", "512M",
                    "--force-9p", "--exec", f"echo {sentinel}"]
         result = launch(cmd, cwd=tempfile.gettempdir(), sentinel=sentinel.encode(),
@@ -393,6 +401,7 @@ def _explain(plan: Plan, accel: str, result: LaunchResult, fast: bool = False) -
         )
     if accel == "uml":
         build = plan.target.build
+        assert build is not None, "a UML guest ran, so its build exists"
         return VMError(
             f"the guest exited (linux.uml status {result.returncode}) before it started the session, booting "
             f"{build.binary} ({build.release}) under User-Mode Linux. Last lines of its output:\n{shown}"
@@ -419,8 +428,9 @@ def run_plan(plan: Plan) -> int:
         return EXIT_INTERRUPTED
 
 
-def _qemu_boot(plan: Plan) -> "tuple[fastboot.FastBoot | None, str]":
+def _qemu_boot(plan: Plan) -> tuple[fastboot.FastBoot | None, str]:
     """Fast boot's files for the plan's image, or None with vng as the fallback; and how it boots, in words."""
+    assert plan.qemu is not None, "a qemu backend was chosen"
     try:
         return fastboot.prepare(plan.kernel, plan.qemu), "fast boot: uncompressed kernel, own init, cached read-only root"
     except fastboot.Unavailable as why_not:
@@ -437,7 +447,7 @@ def _qemu_boot(plan: Plan) -> "tuple[fastboot.FastBoot | None, str]":
 def _run_locked(plan: Plan) -> int:
     qemu: dict = {}
 
-    def kvm_probe() -> "tuple[str, str]":
+    def kvm_probe() -> tuple[str, str]:
         if plan.qemu is None:
             return "tcg", f"no {qemu_name()}"
         if "boot" not in qemu:
@@ -480,6 +490,7 @@ def _run_locked(plan: Plan) -> int:
             f.write(fastboot.session_script(body) if boot else body)
         shares = plan.shares + [workdir]
         if boot:
+            assert plan.qemu is not None, "a qemu backend was chosen"
             cmd = fastboot.qemu_command(plan.qemu, boot, accel, plan.cpus, plan.memory, shares, script,
                                         debug=plan.echo_boot, code=plan.code,
                                         extra=server.qemu_args() if server else ())
@@ -544,7 +555,7 @@ def _finish(plan: Plan, backend: str, result: LaunchResult, exit_file: str, serv
     return code
 
 
-def _run_uml(plan: Plan, choice: "backends.Choice") -> int:
+def _run_uml(plan: Plan, choice: backends.Choice) -> int:
     """Boot the target's User-Mode Linux build with the session script as its PID 1; return pytest's exit code."""
     build = choice.build
     workdir = check_shareable(tempfile.mkdtemp(prefix="tcpnet-vm-"), "the runner's temporary directory")
@@ -605,7 +616,7 @@ def _run_uml(plan: Plan, choice: "backends.Choice") -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _hostcall_server(workdir: str) -> "hostcall.Server | None":
+def _hostcall_server(workdir: str) -> hostcall.Server | None:
     """Serve the guest's host calls (tshark, plots) from a socket in workdir; None when off or impossible."""
     if os.environ.get(hostcall.ENV) == "0":
         return None
@@ -636,7 +647,7 @@ def per_kernel_reports(args: list, release: str) -> list:
     return out
 
 
-def _results_path(config) -> "str | None":
+def _results_path(config) -> str | None:
     path = config.getoption("tcpnet_results", default=None)
     return os.path.join(str(config.invocation_params.dir), path) if path else None
 
@@ -689,7 +700,7 @@ def run_kernels(config, kernels: list) -> int:
     return next((code for code in codes if code), 0)
 
 
-def target_label(target: "backends.Target") -> str:
+def target_label(target: backends.Target) -> str:
     """What a target's reports are named by: its line when a line was asked for, else its image's release."""
     if target.image is not None and not uml.is_line(target.spec):
         return target.image.release

@@ -79,7 +79,7 @@ def _roots() -> list:
     return roots
 
 
-def _build_at(root: str) -> "UmlBuild | None":
+def _build_at(root: str) -> UmlBuild | None:
     binary = os.path.join(root, BINARY)
     modules_base = os.path.join(root, MODULES)
     if not os.access(binary, os.X_OK):
@@ -97,7 +97,7 @@ def installed_builds() -> list:
     """Every usable UML build on this host, oldest release first (one per release)."""
     from .kernel import version_key
 
-    found = {}
+    found: dict = {}
     for root in _roots():
         build = _build_at(root)
         if build is not None:
@@ -105,13 +105,13 @@ def installed_builds() -> list:
     return sorted(found.values(), key=lambda b: version_key(b.release))
 
 
-def find_build(line: str, builds: "list | None" = None) -> "UmlBuild | None":
+def find_build(line: str, builds: list | None = None) -> UmlBuild | None:
     """The newest installed build of kernel line ``line`` ("6.1"), or None."""
     matching = [b for b in (installed_builds() if builds is None else builds) if b.line == line]
     return matching[-1] if matching else None
 
 
-def require_build(line: str, builds: "list | None" = None) -> UmlBuild:
+def require_build(line: str, builds: list | None = None) -> UmlBuild:
     """The build of ``line`` or an error naming what is installed and how to install the rest."""
     builds = installed_builds() if builds is None else builds
     build = find_build(line, builds)

@@ -12,7 +12,7 @@ import struct
 import time
 
 from ..model.app import Pace, Pause
-from ..model.tcpinfo import read_tcp_info
+from ..model.tcpinfo import decode_tcp_info
 
 __all__ = ["bulk_endpoint", "http_server", "cpu_hog", "rtt_echo_server", "rtt_probe_client", "PROBE_BYTES",
            "rr_server", "rr_client", "udp_sink", "udp_cbr_sender"]
@@ -21,6 +21,11 @@ CHUNK = 1 << 20  # 1 MiB per send/recv: few syscalls, so Python is not the bottl
 CHECKPOINT_INTERVAL = 0.005  # receiver's (time, bytes) record: fine enough for 10 ms rate series
 _SIOCOUTQ = 0x5411
 _PAYLOAD = memoryview(b"\x5a" * CHUNK)
+
+
+def read_tcp_info(sock):
+    """getsockopt(TCP_INFO) on a connected TCP socket, decoded."""
+    return decode_tcp_info(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 512))
 
 
 def _payload(size):

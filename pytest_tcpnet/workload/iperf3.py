@@ -15,8 +15,9 @@ PORT = 5201  # the pair's namespaces are private: iperf3's default port is alway
 def bindings_available():
     """True when `import iperf3` works and libiperf loads (Debian: libiperf0)."""
     try:
+        from ctypes import cdll, util
+
         import iperf3  # noqa: F401  (importable is part of "available")
-        from ctypes import util, cdll
         name = util.find_library("iperf")
         cdll.LoadLibrary(name or "libiperf.so.0")
     except (ImportError, OSError):

@@ -1,0 +1,137 @@
+"""How much of the host's CPU processes outside the session took while it measured: each flow's reading.
+
+A host busy with other work makes a path carry less than it should and time its packets late:
+on the host its endpoints and its shaped links wait for a CPU; under a VM backend the guest
+runs only while the emulator's (or User-Mode Linux's) threads do, and the guest cannot see
+that from inside (an emulated CPU has no steal time). The host can: its busy time
+(/proc/stat) less the CPU time of the session's own process tree is what others used. In a
+guest the runner registers the host's snapshot (snapshot_elsewhere); on the host it is read here.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from typing import Callable
+
+from .guest import inside_vm
+
+__all__ = ["CONTENTION_WARNING_CORES", "HostContention", "cpu_snapshot", "host_snapshot", "others_cpus",
+           "snapshot_elsewhere"]
+
+#: Other processes' average use of host CPUs during a session (or one flow of it) above which the VM runner
+#: warns and a flow's description says its rates and timings were the busy host's, not the path's.
+CONTENTION_WARNING_CORES = 0.5
+
+_elsewhere: Callable[[], dict | None] | None = None
+
+
+def snapshot_elsewhere(provider: Callable[[], dict | None] | None) -> None:
+    """Take host snapshots from provider from now on (a guest asks its runner; None: back to this machine)."""
+    global _elsewhere
+    _elsewhere = provider
+
+
+def host_snapshot() -> dict | None:
+    """The host's CPU snapshot for a measurement: the registered provider's, else this machine's (None in a
+    guest with no provider: its own /proc/stat says nothing about the host)."""
+    if _elsewhere is not None:
+        return _elsewhere()
+    if inside_vm():
+        return None
+    return cpu_snapshot(session_root())
+
+
+def session_root() -> int:
+    """The process whose tree is this session: an xdist worker's controller (its siblings are not 'others')."""
+    return os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
+
+
+def host_busy_seconds() -> float | None:
+    """CPU seconds the whole host spent busy since boot (None where /proc/stat is unreadable)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal: everything but idle and iowait is busy.
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds(root: int | None = None) -> float:
+    """CPU time of root (default: this process), its waited-for children and every descendant still running."""
+    if root is None or root == os.getpid():
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + _live_descendants_cpu(os.getpid())
+    return _process_cpu(root) + _live_descendants_cpu(root)
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU seconds of pid and the children it waited for, from /proc (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+        return sum(int(x) for x in stat[stat.rfind(")") + 2:].split()[11:15]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return 0.0
+
+
+def _live_descendants_cpu(root: int) -> float:
+    """CPU seconds of root's running descendants and of the children they waited for, from /proc."""
+    parents, ticks = {}, {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0.0
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid ...
+        try:
+            parents[int(entry)] = int(fields[1])
+            ticks[int(entry)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        except (IndexError, ValueError):
+            continue
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        total += ticks.get(pid, 0)
+        todo.extend(children.get(pid, ()))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_snapshot(root: int | None = None) -> dict:
+    """The host's busy seconds, root's process tree's (default: this process), and the time: two of them give
+    others_cpus()."""
+    return {"busy_s": host_busy_seconds(), "own_s": own_cpu_seconds(root), "at": time.monotonic(),
+            "cpus": os.cpu_count()}
+
+
+def others_cpus(before: dict | None, after: dict | None) -> float | None:
+    """Average number of host CPUs processes outside this tree kept busy between two snapshots (None: unknown)."""
+    if not before or not after or before.get("busy_s") is None or after.get("busy_s") is None:
+        return None
+    wall = after["at"] - before["at"]
+    if wall <= 0:
+        return None
+    return max(0.0, (after["busy_s"] - before["busy_s"]) - (after["own_s"] - before["own_s"])) / wall
+
+
+class HostContention:
+    """How much host CPU processes other than this one and its descendants used since construction."""
+
+    def __init__(self):
+        self._start = cpu_snapshot()
+
+    def other_cores(self) -> float | None:
+        """Average number of host CPUs others kept busy (None where /proc/stat is unreadable)."""
+        return others_cpus(self._start, cpu_snapshot())
