@@ -35,12 +35,15 @@ def run(backend, line, expr):
     if expr:
         args += ["-k", expr]
     t0 = time.monotonic()
-    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True,
-                          env=dict(os.environ, TCPNET_FIDELITY_OUT=out, PYTHONPATH=ROOT))
+    proc = subprocess.run(
+        args, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, TCPNET_FIDELITY_OUT=out, PYTHONPATH=ROOT)
+    )
     wall = time.monotonic() - t0
     boot = re.search(r"guest started after ([0-9.]+) s", proc.stderr)
     if proc.returncode not in (0, 5):
-        sys.stderr.write(f"--- {backend} {line}: exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}\n")
+        sys.stderr.write(
+            f"--- {backend} {line}: exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}\n"
+        )
     rows = []
     if os.path.exists(out):
         with open(out, encoding="utf-8") as f:
@@ -61,7 +64,7 @@ def main():
     columns, table, notes = [], collections.OrderedDict(), {}
     summary = []
     for backend in opts.backends:
-        for line in (["host"] if backend == "host" else opts.lines):
+        for line in ["host"] if backend == "host" else opts.lines:
             column = "host " + os.uname().release if backend == "host" else f"{backend} {line}"
             rows, boot, wall, code = run(backend, line, opts.expr)
             columns.append(column)

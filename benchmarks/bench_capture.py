@@ -40,10 +40,12 @@ def main():
                 captured.append(bps)
                 drops.append(dropped)
             a, b = statistics.median(plain), statistics.median(captured)
-            print(f"{label:>10}: without capture {a / 1e6:8.1f} Mbit/s, with capture {b / 1e6:8.1f} Mbit/s, "
-                  f"ratio {b / a:.3f} (median of {rounds}; spread without {min(plain) / 1e6:.0f}-"
-                  f"{max(plain) / 1e6:.0f}, with {min(captured) / 1e6:.0f}-{max(captured) / 1e6:.0f}); "
-                  f"capture drops {drops}")
+            print(
+                f"{label:>10}: without capture {a / 1e6:8.1f} Mbit/s, with capture {b / 1e6:8.1f} Mbit/s, "
+                f"ratio {b / a:.3f} (median of {rounds}; spread without {min(plain) / 1e6:.0f}-"
+                f"{max(plain) / 1e6:.0f}, with {min(captured) / 1e6:.0f}-{max(captured) / 1e6:.0f}); "
+                f"capture drops {drops}"
+            )
 
 
 if __name__ == "__main__":

@@ -43,8 +43,15 @@ MODEL_PAYLOAD = 1448 / 1514  # TCP payload per full Ethernet frame (timestamps o
 
 def row(section, metric, value, unit, goal=None, met=None, note=""):
     """Print one figure for humans and for run.py."""
-    record = {"section": section, "metric": metric, "value": value, "unit": unit, "goal": goal, "met": met,
-              "note": note}
+    record = {
+        "section": section,
+        "metric": metric,
+        "value": value,
+        "unit": unit,
+        "goal": goal,
+        "met": met,
+        "note": note,
+    }
     shown = f"{value:.2f}" if isinstance(value, float) else str(value)
     verdict = "" if met is None else ("  MET" if met else "  NOT MET")
     print(f"{section:9s} {metric:58s} {shown:>10s} {unit:6s} {goal or '':>14s}{verdict} {note}")
@@ -110,7 +117,7 @@ def kworker_cpu_s():
                 text = f.read()
         except OSError:
             continue
-        comm, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        comm, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
         if comm.startswith("kworker"):
             ticks += int(rest[11]) + int(rest[12])  # utime + stime
     return ticks / os.sysconf("SC_CLK_TCK")
@@ -149,18 +156,36 @@ def section_path(rounds):
             cli_cpu.append(c2.children_user + c2.children_system - c1.children_user - c1.children_system)
     what = "htb+netem" if netem else "htb+pfifo (no netem here)"
     a, b = statistics.median(ours), statistics.median(cli)
-    row("path", f"build+teardown, {what}: pytest-tcpnet median", a * 1e3, "ms", "<= 15", a * 1e3 <= 15,
-        f"{rounds} rounds")
+    row(
+        "path",
+        f"build+teardown, {what}: pytest-tcpnet median",
+        a * 1e3,
+        "ms",
+        "<= 15",
+        a * 1e3 <= 15,
+        f"{rounds} rounds",
+    )
     row("path", "build+teardown: pytest-tcpnet p95", p95(ours) * 1e3, "ms")
     row("path", "build+teardown: iproute2 CLI median", b * 1e3, "ms")
     row("path", "build+teardown: iproute2 CLI p95", p95(cli) * 1e3, "ms")
     row("path", "speed-up over the CLI (CLI median / ours)", b / a, "x", ">= 4", b / a >= 4)
     # Each round's two builds ran back to back, so their ratio sees the same machine load.
-    row("path", "speed-up over the CLI, median of per-round ratios", statistics.median(c / o for c, o in zip(cli, ours)),
-        "x")
+    row(
+        "path",
+        "speed-up over the CLI, median of per-round ratios",
+        statistics.median(c / o for c, o in zip(cli, ours)),
+        "x",
+    )
     oc, cc = sum(ours_cpu) / rounds, sum(cli_cpu) / rounds
-    row("path", "CPU per path: pytest-tcpnet (all threads) / CLI (its processes)", oc * 1e3, "ms", None, None,
-        f"CLI {cc * 1e3:.1f} ms, {cc / oc:.1f}x; kernel workers not counted for either")
+    row(
+        "path",
+        "CPU per path: pytest-tcpnet (all threads) / CLI (its processes)",
+        oc * 1e3,
+        "ms",
+        None,
+        None,
+        f"CLI {cc * 1e3:.1f} ms, {cc / oc:.1f}x; kernel workers not counted for either",
+    )
     return a
 
 
@@ -176,8 +201,15 @@ def section_sweep(count, per_path_median):
         deferred = wait_for_deferred_cleanup()
         kernel_cpu = kworker_cpu_s() - cpu0
     total = loop + deferred
-    row("sweep", f"{count} paths in a row: per path incl. deferred kernel cleanup", total / count * 1e3, "ms",
-        "<= 15", total / count * 1e3 <= 15, f"loop {loop:.2f} s + deferred {deferred:.2f} s; kworker CPU {kernel_cpu / count * 1e3:.1f} ms/path")
+    row(
+        "sweep",
+        f"{count} paths in a row: per path incl. deferred kernel cleanup",
+        total / count * 1e3,
+        "ms",
+        "<= 15",
+        total / count * 1e3 <= 15,
+        f"loop {loop:.2f} s + deferred {deferred:.2f} s; kworker CPU {kernel_cpu / count * 1e3:.1f} ms/path",
+    )
     if per_path_median:
         ratio = (total / count) / per_path_median
         row("sweep", "per-path in a sweep / isolated median", ratio, "x", "<= 1.2", ratio <= 1.2)
@@ -186,10 +218,21 @@ def section_sweep(count, per_path_median):
 def section_steps(rounds):
     """Time each netlink step of one path, averaged over rounds (the profile behind the goals)."""
     from pytest_tcpnet import lab as lab_module
+
     timings = {}
     real = {}
-    names = ["create_namespaces", "create_namespace", "remove_namespace", "remove_namespaces", "wire", "write_sysctls",
-             "set_offloads", "get_offloads", "shape_egress", "shape_egress_classes"]
+    names = [
+        "create_namespaces",
+        "create_namespace",
+        "remove_namespace",
+        "remove_namespaces",
+        "wire",
+        "write_sysctls",
+        "set_offloads",
+        "get_offloads",
+        "shape_egress",
+        "shape_egress_classes",
+    ]
 
     def timed(name, function):
         def wrapper(*args, **kwargs):
@@ -198,6 +241,7 @@ def section_steps(rounds):
                 return function(*args, **kwargs)
             finally:
                 timings.setdefault(name, []).append(time.perf_counter() - t0)
+
         return wrapper
 
     sessions = getattr(lab_module.netlink, "NamespaceSession", None)
@@ -206,8 +250,15 @@ def section_steps(rounds):
             real[name] = getattr(lab_module.netlink, name)
             setattr(lab_module.netlink, name, timed(name, real[name]))
     if sessions is not None:
-        for method in ("create_many", "close", "wire_router", "configure_endpoint", "set_offloads", "shape_egress",
-                       "write_sysctls"):
+        for method in (
+            "create_many",
+            "close",
+            "wire_router",
+            "configure_endpoint",
+            "set_offloads",
+            "shape_egress",
+            "write_sysctls",
+        ):
             if hasattr(sessions, method):
                 real["NamespaceSession." + method] = getattr(sessions, method)
                 setattr(sessions, method, timed("session." + method, getattr(sessions, method)))
@@ -264,46 +315,69 @@ def section_example(count):
             if n in (9, count - 1):
                 rss.append(_rss_kib())
     m = statistics.median(overheads) * 1e3
-    row("example", "per-example overhead (all but the data phase), median", m, "ms", "<= 50", m <= 50,
-        f"{count} examples")
+    row(
+        "example",
+        "per-example overhead (all but the data phase), median",
+        m,
+        "ms",
+        "<= 50",
+        m <= 50,
+        f"{count} examples",
+    )
     row("example", "  of which build", statistics.median(builds) * 1e3, "ms")
     row("example", "  of which transfer() minus its data phase", statistics.median(transfers) * 1e3, "ms")
     row("example", "  of which teardown", statistics.median(closes) * 1e3, "ms")
     row("memory", "peak RSS after the first lab + pair", rss_first_lab / 1024, "MiB")
     growth = (rss[-1] - rss[0]) / (count - 10)
-    row("memory", f"RSS growth per example, results cleared (example 10 -> {count})", growth, "KiB", "~0",
+    row(
+        "memory",
+        f"RSS growth per example, results cleared (example 10 -> {count})",
+        growth,
+        "KiB",
+        "~0",
         growth < 16,
         f"RSS {rss[0] / 1024:.1f} -> {rss[-1] / 1024:.1f} MiB; peak "
-        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} MiB")
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} MiB",
+    )
 
 
 def dumbbell_cli_script(n, pairs=4):
     """The same dumbbell as Lab.dumbbell(pairs, bottleneck=Link(rate="100mbit")) with ip/tc, built and deleted."""
     tag = f"bench-{os.getpid()}-{n}"
     left, right = f"{tag}-l", f"{tag}-r"
-    lines = ["set -e", f"ip netns add {left}; ip netns add {right}",
-             f"ip -n {left} link add veth-right type veth peer name veth-left netns {right}",
-             f"ip -n {left} addr add 198.18.255.1/24 dev veth-right; ip -n {right} addr add 198.18.255.2/24 dev veth-left",
-             f"ip -n {left} link set veth-right up; ip -n {right} link set veth-left up",
-             f"ip -n {left} link set lo up; ip -n {right} link set lo up",
-             f"ip netns exec {left} sysctl -qw net.ipv4.ip_forward=1; ip netns exec {right} sysctl -qw net.ipv4.ip_forward=1"]
+    lines = [
+        "set -e",
+        f"ip netns add {left}; ip netns add {right}",
+        f"ip -n {left} link add veth-right type veth peer name veth-left netns {right}",
+        f"ip -n {left} addr add 198.18.255.1/24 dev veth-right; ip -n {right} addr add 198.18.255.2/24 dev veth-left",
+        f"ip -n {left} link set veth-right up; ip -n {right} link set veth-left up",
+        f"ip -n {left} link set lo up; ip -n {right} link set lo up",
+        f"ip netns exec {left} sysctl -qw net.ipv4.ip_forward=1; ip netns exec {right} sysctl -qw net.ipv4.ip_forward=1",
+    ]
     for i in range(pairs):
         c, s = f"{tag}-c{i}", f"{tag}-s{i}"
-        lines += [f"ip netns add {c}; ip netns add {s}",
-                  f"ip -n {left} link add veth-c{i} type veth peer name veth-left netns {c}",
-                  f"ip -n {right} link add veth-s{i} type veth peer name veth-right netns {s}",
-                  f"ip -n {left} addr add 198.18.{i}.1/24 dev veth-c{i}; ip -n {left} link set veth-c{i} up",
-                  f"ip -n {right} addr add 198.19.{i}.1/24 dev veth-s{i}; ip -n {right} link set veth-s{i} up",
-                  f"ip -n {c} addr add 198.18.{i}.2/24 dev veth-left; ip -n {c} link set veth-left up; ip -n {c} link set lo up",
-                  f"ip -n {s} addr add 198.19.{i}.2/24 dev veth-right; ip -n {s} link set veth-right up; ip -n {s} link set lo up",
-                  f"ip -n {c} route add 198.18.0.0/15 via 198.18.{i}.1; ip -n {s} route add 198.18.0.0/15 via 198.19.{i}.1",
-                  f"ip -n {left} route add 198.19.{i}.0/24 via 198.18.255.2; ip -n {right} route add 198.18.{i}.0/24 via 198.18.255.1"]
+        lines += [
+            f"ip netns add {c}; ip netns add {s}",
+            f"ip -n {left} link add veth-c{i} type veth peer name veth-left netns {c}",
+            f"ip -n {right} link add veth-s{i} type veth peer name veth-right netns {s}",
+            f"ip -n {left} addr add 198.18.{i}.1/24 dev veth-c{i}; ip -n {left} link set veth-c{i} up",
+            f"ip -n {right} addr add 198.19.{i}.1/24 dev veth-s{i}; ip -n {right} link set veth-s{i} up",
+            f"ip -n {c} addr add 198.18.{i}.2/24 dev veth-left; ip -n {c} link set veth-left up; ip -n {c} link set lo up",
+            f"ip -n {s} addr add 198.19.{i}.2/24 dev veth-right; ip -n {s} link set veth-right up; ip -n {s} link set lo up",
+            f"ip -n {c} route add 198.18.0.0/15 via 198.18.{i}.1; ip -n {s} route add 198.18.0.0/15 via 198.19.{i}.1",
+            f"ip -n {left} route add 198.19.{i}.0/24 via 198.18.255.2; ip -n {right} route add 198.18.{i}.0/24 via 198.18.255.1",
+        ]
     for ns, dev in ((left, "veth-right"), (right, "veth-left")):
-        lines += [f"tc -n {ns} qdisc add dev {dev} root handle 1: htb default 1",
-                  f"tc -n {ns} class add dev {dev} parent 1: classid 1:1 htb rate 100mbit burst 12500 quantum 12500",
-                  f"tc -n {ns} qdisc add dev {dev} parent 1:1 handle 10: pfifo limit 1000"]
-    lines.append("for ns in " + " ".join([left, right] + [f"{tag}-{k}{i}" for i in range(pairs) for k in "cs"])
-                 + "; do ip netns del $ns; done")
+        lines += [
+            f"tc -n {ns} qdisc add dev {dev} root handle 1: htb default 1",
+            f"tc -n {ns} class add dev {dev} parent 1: classid 1:1 htb rate 100mbit burst 12500 quantum 12500",
+            f"tc -n {ns} qdisc add dev {dev} parent 1:1 handle 10: pfifo limit 1000",
+        ]
+    lines.append(
+        "for ns in "
+        + " ".join([left, right] + [f"{tag}-{k}{i}" for i in range(pairs) for k in "cs"])
+        + "; do ip netns del $ns; done"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -324,10 +398,24 @@ def section_dumbbell(rounds):
             lab._pairs.clear()
             lab._worlds.clear()
     a, b = statistics.median(ours), statistics.median(cli)
-    row("dumbbell", "4-pair dumbbell (10 namespaces) build+teardown: pytest-tcpnet median", a * 1e3, "ms", None, None,
-        f"{rounds} rounds; p95 {p95(ours) * 1e3:.1f} ms")
-    row("dumbbell", "4-pair dumbbell build+teardown: iproute2 CLI median", b * 1e3, "ms", None, None,
-        f"p95 {p95(cli) * 1e3:.1f} ms")
+    row(
+        "dumbbell",
+        "4-pair dumbbell (10 namespaces) build+teardown: pytest-tcpnet median",
+        a * 1e3,
+        "ms",
+        None,
+        None,
+        f"{rounds} rounds; p95 {p95(ours) * 1e3:.1f} ms",
+    )
+    row(
+        "dumbbell",
+        "4-pair dumbbell build+teardown: iproute2 CLI median",
+        b * 1e3,
+        "ms",
+        None,
+        None,
+        f"p95 {p95(cli) * 1e3:.1f} ms",
+    )
     row("dumbbell", "speed-up over the CLI (CLI median / ours)", b / a, "x", ">= 4", b / a >= 4)
 
 
@@ -358,8 +446,7 @@ def section_parallel(count):
         wall = max(e for _, e in spans) - min(s for s, _ in spans)
         rates[workers] = workers * count / wall
         row("parallel", f"paths built+torn down per second, {workers} worker(s)", rates[workers], "1/s")
-    row("parallel", "scaling 2 workers / 1 worker", rates[2] / rates[1], "x", None, None,
-        f"{os.cpu_count()} cores")
+    row("parallel", "scaling 2 workers / 1 worker", rates[2] / rates[1], "x", None, None, f"{os.cpu_count()} cores")
 
 
 def section_rate(seconds):
@@ -371,8 +458,15 @@ def section_rate(seconds):
             result = max((pair.transfer(nbytes=nbytes) for _ in range(2)), key=lambda r: r.throughput_bps)
             pair.close()
         share = result.throughput_bps / (rate * MODEL_PAYLOAD)
-        row("rate", f"htb {rate / 1e6:g} Mbit/s: goodput / payload rate (best of 2)", share * 100, "%", ">= 95",
-            share >= 0.95, f"{result.throughput_bps / 1e6:.1f} Mbit/s over {nbytes / 1e6:.1f} MB")
+        row(
+            "rate",
+            f"htb {rate / 1e6:g} Mbit/s: goodput / payload rate (best of 2)",
+            share * 100,
+            "%",
+            ">= 95",
+            share >= 0.95,
+            f"{result.throughput_bps / 1e6:.1f} Mbit/s over {nbytes / 1e6:.1f} MB",
+        )
 
 
 def section_rtt():
@@ -386,8 +480,15 @@ def section_rtt():
             pair.close()
         measured = result.min_rtt_s * 1e3
         error = (measured - rtt_ms) / rtt_ms * 100
-        row("rtt", f"netem rtt {rtt_ms} ms: TCP min_rtt error", error, "%", "within +-5", abs(error) <= 5,
-            f"measured {measured:.2f} ms")
+        row(
+            "rtt",
+            f"netem rtt {rtt_ms} ms: TCP min_rtt error",
+            error,
+            "%",
+            "within +-5",
+            abs(error) <= 5,
+            f"measured {measured:.2f} ms",
+        )
 
 
 def section_loss(packets):
@@ -401,9 +502,15 @@ def section_loss(packets):
             pair.close()
         netem = [q for q in result.qdiscs["veth-cli"] if q["kind"] == "netem"][0]
         observed = netem["drops"] / (netem["drops"] + netem["packets"])
-        row("loss", f"netem loss {loss * 100:g}%: observed drops / offered", observed * 100, "%",
-            f"{loss * 100:g} +- 2 sd", abs(observed - loss) <= 2 * (loss * (1 - loss) / (netem['drops'] + netem['packets'])) ** 0.5,
-            f"{netem['drops']} of {netem['drops'] + netem['packets']} data-direction packets")
+        row(
+            "loss",
+            f"netem loss {loss * 100:g}%: observed drops / offered",
+            observed * 100,
+            "%",
+            f"{loss * 100:g} +- 2 sd",
+            abs(observed - loss) <= 2 * (loss * (1 - loss) / (netem["drops"] + netem["packets"])) ** 0.5,
+            f"{netem['drops']} of {netem['drops'] + netem['packets']} data-direction packets",
+        )
 
 
 def main():
@@ -414,8 +521,10 @@ def main():
     q = opts.quick
     wanted = set(opts.only or ["path", "sweep", "steps", "example", "dumbbell", "parallel", "rate", "rtt", "loss"])
     where = "VM" if os.path.exists("/run/tcpnet-vm") or os.environ.get("TCPNET_IN_VM") else "host"
-    print(f"# bench_lab on {where}: kernel {os.uname().release}, {os.cpu_count()} cores, "
-          f"netem {'yes' if netem_available() else 'no'}")
+    print(
+        f"# bench_lab on {where}: kernel {os.uname().release}, {os.cpu_count()} cores, "
+        f"netem {'yes' if netem_available() else 'no'}"
+    )
     median = None
     if "path" in wanted:
         median = section_path(8 if q else 40)

@@ -37,9 +37,13 @@ def children_cpu_seconds():
 def session_seconds(project, test_file, extra, package_root):
     """(wall, CPU) seconds of one pytest process; CPU time is what other load on the machine disturbs least."""
     start, cpu_start = time.perf_counter(), children_cpu_seconds()
-    subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *extra, test_file],
-                   cwd=project, check=True, stdout=subprocess.DEVNULL,
-                   env=dict(os.environ, PYTHONPATH=str(package_root)))
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *extra, test_file],
+        cwd=project,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env=dict(os.environ, PYTHONPATH=str(package_root)),
+    )
     return time.perf_counter() - start, children_cpu_seconds() - cpu_start
 
 
@@ -66,8 +70,11 @@ def main():
             low, high = (f(sample[index] for sample in times[name]) * 1000 for f in (min, max))
             print(f"{kind:4s} {name:60s} median {median * 1000:7.1f} ms  (range {low:.0f}-{high:.0f} ms)")
         without, unused = medians["without plugin (-p no:tcpnet)"], medians["with plugin, unused"]
-        print(f"{kind:4s} ratio with plugin unused / without: {unused / without:.3f} ({(unused - without) * 1000:+.1f} ms)")
+        print(
+            f"{kind:4s} ratio with plugin unused / without: {unused / without:.3f} ({(unused - without) * 1000:+.1f} ms)"
+        )
     print(f"{rounds} rounds, interleaved, one run")
+
 
 if __name__ == "__main__":
     main()

@@ -42,7 +42,7 @@ from pytest_tcpnet.vm.kernel import resolve_kernel  # noqa: E402
 from pytest_tcpnet.vm.launch import launch  # noqa: E402
 from pytest_tcpnet.vm.runner import find_tools  # noqa: E402
 
-WORKLOAD = r'''
+WORKLOAD = r"""
 import json, subprocess, sys, time
 
 def timed(argv):
@@ -63,7 +63,7 @@ for i in range(3_000_000):
     total += i * i
 out["cpu_loop"] = time.perf_counter() - t
 print("BENCH-RESULT " + json.dumps(out), flush=True)
-'''
+"""
 
 METRICS = [
     ("boot", "boot to first command"),
@@ -74,15 +74,28 @@ METRICS = [
     ("cpu_loop", "CPU loop, 3M iterations"),
 ]
 
-SUITE = [sys.executable, "-m", "pytest", "--tcpnet-vm", "--tcpnet-strict=all", "-p", "no:cacheprovider",
-         "-q", "-rfE", "-m", "needs_netem or kernel_comparison", "tests", "examples"]
+SUITE = [
+    sys.executable,
+    "-m",
+    "pytest",
+    "--tcpnet-vm",
+    "--tcpnet-strict=all",
+    "-p",
+    "no:cacheprovider",
+    "-q",
+    "-rfE",
+    "-m",
+    "needs_netem or kernel_comparison",
+    "tests",
+    "examples",
+]
 
 
 def parse_result(text: str) -> dict | None:
     """Return the workload's JSON result from captured output, or None."""
     for line in text.splitlines():
         if line.startswith("BENCH-RESULT "):
-            return json.loads(line[len("BENCH-RESULT "):])
+            return json.loads(line[len("BENCH-RESULT ") :])
     return None
 
 
@@ -92,13 +105,11 @@ def run_host(script: str) -> dict:
     return parse_result(out.stdout)
 
 
-def boot_command(how: str, vng: str, qemu: str, kernel, accel: str, workdir: str,
-                 sentinel: str, script: str) -> list:
+def boot_command(how: str, vng: str, qemu: str, kernel, accel: str, workdir: str, sentinel: str, script: str) -> list:
     """Return the command that boots a guest the old way ("vng") or the new way ("fast")."""
     body = f"echo {sentinel}\ncd {workdir}\n{sys.executable} {script}\n"
     if how == "vng":
-        cmd = [vng, "--run", kernel.path, "--cpus", "2", "--memory", "2G", "--force-9p",
-               "--rwdir", workdir]
+        cmd = [vng, "--run", kernel.path, "--cpus", "2", "--memory", "2G", "--force-9p", "--rwdir", workdir]
         if accel == "tcg":
             cmd.append("--disable-kvm")
         return cmd + ["--exec", body.replace("\n", "; ")]
@@ -118,8 +129,9 @@ def run_guest(how: str, vng: str, qemu: str, kernel, accel: str, script: str, ti
     except fastboot.Unavailable as err:
         return {"how": how, "accel": accel, "boot": None, "error": f"unavailable: {err}"}
     captured = io.StringIO()
-    res = launch(cmd, cwd=workdir, sentinel=sentinel.encode(), boot_timeout=timeout,
-                 stdout=captured, stderr=io.StringIO())
+    res = launch(
+        cmd, cwd=workdir, sentinel=sentinel.encode(), boot_timeout=timeout, stdout=captured, stderr=io.StringIO()
+    )
     if not res.started:
         why = "hung: no first command" if res.timed_out else f"exited {res.returncode}"
         return {"how": how, "accel": accel, "boot": None, "error": f"{why} within {timeout:g} s"}
@@ -131,8 +143,14 @@ def run_suite(fast: bool) -> dict:
     """Time the VM part of CI with fast boot on or off."""
     env = dict(os.environ, TCPNET_VM_FASTBOOT="1" if fast else "0")
     t = time.monotonic()
-    out = subprocess.run(SUITE, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                         env=env, capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        SUITE,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     took = time.monotonic() - t
     lines = out.stdout.strip().splitlines() or [""]
     failed = [ln for ln in lines if ln.startswith(("FAILED ", "ERROR "))]
@@ -156,8 +174,10 @@ def main() -> int:
 
     vng, qemu = find_tools()
     kernel = resolve_kernel(opts.kernel)
-    print(f"host {os.uname().release}, guest {kernel.release} ({kernel.path}); "
-          f"load average before: {os.getloadavg()[0]:.2f}")
+    print(
+        f"host {os.uname().release}, guest {kernel.release} ({kernel.path}); "
+        f"load average before: {os.getloadavg()[0]:.2f}"
+    )
     configs = [("vng", "tcg"), ("fast", "tcg")]
     if opts.kvm:
         usable, why = kvm_usable()
@@ -211,8 +231,10 @@ def main() -> int:
         for run in suite:
             for line in run["failed"]:
                 print(f"  fast boot {'on' if run['fast'] else 'off'}: {line}")
-    print("\nJSON " + json.dumps({"host": host, "guests": {f"{h}/{a}": v for (h, a), v in columns.items()},
-                                  "suite": suite}))
+    print(
+        "\nJSON "
+        + json.dumps({"host": host, "guests": {f"{h}/{a}": v for (h, a), v in columns.items()}, "suite": suite})
+    )
     return 0
 
 

@@ -29,8 +29,12 @@ def median(values):
 
 def start_zygote_flow(node):
     """Fork a bulk server into the namespace and wait until it listens."""
-    child = NamespaceChild(node.processes.netns_path, bulk_endpoint,
-                           dict(mode="serve", role="receiver", address=node.address, timeout=5), name="bench")
+    child = NamespaceChild(
+        node.processes.netns_path,
+        bulk_endpoint,
+        dict(mode="serve", role="receiver", address=node.address, timeout=5),
+        name="bench",
+    )
     child.receive(time.monotonic() + 60, "listening")
     child.stop()
 
@@ -50,10 +54,12 @@ def observed_goodput(pair, nbytes, interval):
 
     Returns (goodput bit/s, this process's CPU seconds per wall second meanwhile: the sampler's share,
     since the program runs in processes of its own)."""
+
     def move():
         receiver = pair.server.spawn(benchapp.receive, pair.server.address, 9100, nbytes)
         pair.client.spawn(benchapp.send, pair.server.address, 9100, nbytes).result(timeout=120)
         return receiver.result(timeout=120)
+
     wall, cpu = time.monotonic(), time.process_time()
     if interval is None:
         bps = move()
@@ -76,36 +82,69 @@ def observe_overhead(rounds, nbytes, rate="1gbit"):
                 share[name].append(cpu)
     alone = median(runs["alone"])
     section = "observe"
-    row(section, f"a user's {nbytes / 1e6:g} MB at {rate}, alone: goodput", alone / 1e6, "Mbit/s",
+    row(
+        section,
+        f"a user's {nbytes / 1e6:g} MB at {rate}, alone: goodput",
+        alone / 1e6,
+        "Mbit/s",
         note=f"median of {rounds}; min {min(runs['alone']) / 1e6:.1f}, max {max(runs['alone']) / 1e6:.1f}; "
-             f"this process meanwhile {median(share['alone']) * 100:.1f}% of a core")
+        f"this process meanwhile {median(share['alone']) * 100:.1f}% of a core",
+    )
     for name in ("observe (10 ms)", "observe (1 ms)"):
         ratio = median(runs[name]) / alone
-        row(section, f"goodput inside {name} / alone", ratio, "x", goal=">= 0.97", met=ratio >= 0.97,
-            note=f"median {median(runs[name]) / 1e6:.1f} Mbit/s")
-        row(section, f"sampler CPU share inside {name}", median(share[name]) * 100, "% core",
+        row(
+            section,
+            f"goodput inside {name} / alone",
+            ratio,
+            "x",
+            goal=">= 0.97",
+            met=ratio >= 0.97,
+            note=f"median {median(runs[name]) / 1e6:.1f} Mbit/s",
+        )
+        row(
+            section,
+            f"sampler CPU share inside {name}",
+            median(share[name]) * 100,
+            "% core",
             note="this process's CPU per wall second while the program (own processes) runs, "
-                 "sock_diag dumps of both namespaces decoded by pyroute2")
+            "sock_diag dumps of both namespaces decoded by pyroute2",
+        )
 
 
 def probe_cost(rounds, seconds=3, rate="100mbit"):
     """The latency probe's cost and error: goodput of one download with and without the probe beside it
     (interleaved rounds), and the probe's idle RTT on an unshaped path (its error: the path's own RTT is ~0.05 ms)."""
     from pytest_tcpnet import Flow
+
     alone, probed, idle = [], [], []
     with Lab() as lab:
         shaped, unshaped = lab.pair(link=Link(rate=rate)), lab.pair()
         for _ in range(rounds):
             alone.append(shaped.transfer(duration=seconds, sample_interval=0).throughput_bps)
-            result = shaped.latency_under_load(duration=seconds, flows=[Flow(duration=seconds)], idle=0.5,
-                                               sample_interval=0)
+            result = shaped.latency_under_load(
+                duration=seconds, flows=[Flow(duration=seconds)], idle=0.5, sample_interval=0
+            )
             probed.append(result.flows.total_bps)
             idle.append(unshaped.latency_under_load(duration=1, flows=[], idle=1.0).idle_rtt_s)
     ratio = median(probed) / median(alone)
-    row("probe", f"download at {rate} beside the latency probe / alone", ratio, "x", goal=">= 0.98", met=ratio >= 0.98,
-        note=f"medians of {rounds}: {median(probed) / 1e6:.2f} vs {median(alone) / 1e6:.2f} Mbit/s (probe every 10 ms)")
-    row("probe", "probe's idle RTT on an unshaped host path (its error)", median(idle) * 1e3, "ms", goal="<= 1",
-        met=median(idle) <= 0.001, note=f"median of {rounds} medians of 100 probes; max {max(idle) * 1e3:.3f} ms")
+    row(
+        "probe",
+        f"download at {rate} beside the latency probe / alone",
+        ratio,
+        "x",
+        goal=">= 0.98",
+        met=ratio >= 0.98,
+        note=f"medians of {rounds}: {median(probed) / 1e6:.2f} vs {median(alone) / 1e6:.2f} Mbit/s (probe every 10 ms)",
+    )
+    row(
+        "probe",
+        "probe's idle RTT on an unshaped host path (its error)",
+        median(idle) * 1e3,
+        "ms",
+        goal="<= 1",
+        met=median(idle) <= 0.001,
+        note=f"median of {rounds} medians of 100 probes; max {max(idle) * 1e3:.3f} ms",
+    )
 
 
 def main(rounds=5, nbytes=1_000_000_000, seconds=3, observe_bytes=250_000_000):
@@ -116,8 +155,11 @@ def main(rounds=5, nbytes=1_000_000_000, seconds=3, observe_bytes=250_000_000):
         size = f"{nbytes / 1e6:g} MB"
         goodput = {f"bulk ({size})": [], f"iperf3 ({seconds} s)": [], f"http + curl ({size})": []}
         for _ in range(rounds):
-            for name, start in (("zygote fork", start_zygote_flow), ("Node.spawn", spawn_nothing),
-                                ("fresh interpreter", start_fresh_interpreter)):
+            for name, start in (
+                ("zygote fork", start_zygote_flow),
+                ("Node.spawn", spawn_nothing),
+                ("fresh interpreter", start_fresh_interpreter),
+            ):
                 t0 = time.perf_counter()
                 start(pair.server)
                 starts[name].append(time.perf_counter() - t0)
@@ -127,15 +169,23 @@ def main(rounds=5, nbytes=1_000_000_000, seconds=3, observe_bytes=250_000_000):
     kernel = os.uname().release
     print(f"workloads on an unshaped pair, kernel {kernel}, {os.cpu_count()} cores, {rounds} interleaved rounds")
     for name, values in goodput.items():
-        print(f"  {name:22s} median {median(values) / 1e9:6.2f} Gbit/s  (min {min(values) / 1e9:.2f}, "
-              f"max {max(values) / 1e9:.2f})")
+        print(
+            f"  {name:22s} median {median(values) / 1e9:6.2f} Gbit/s  (min {min(values) / 1e9:.2f}, "
+            f"max {max(values) / 1e9:.2f})"
+        )
     zygote, fresh = median(starts["zygote fork"]), median(starts["fresh interpreter"])
-    print(f"  start one flow: zygote fork {zygote * 1e3:.1f} ms, fresh interpreter {fresh * 1e3:.1f} ms "
-          f"(ratio {fresh / zygote:.1f}x; zygote runs {', '.join(f'{s * 1e3:.0f}' for s in starts['zygote fork'])} ms)")
+    print(
+        f"  start one flow: zygote fork {zygote * 1e3:.1f} ms, fresh interpreter {fresh * 1e3:.1f} ms "
+        f"(ratio {fresh / zygote:.1f}x; zygote runs {', '.join(f'{s * 1e3:.0f}' for s in starts['zygote fork'])} ms)"
+    )
     spawned = median(starts["Node.spawn"])
-    row("spawn", f"Node.spawn of a function, call to result ({kernel})", spawned * 1e3, "ms",
-        note=f"median of {rounds}; a fresh interpreter in the namespace: {fresh * 1e3:.1f} ms "
-             f"({fresh / spawned:.1f}x)")
+    row(
+        "spawn",
+        f"Node.spawn of a function, call to result ({kernel})",
+        spawned * 1e3,
+        "ms",
+        note=f"median of {rounds}; a fresh interpreter in the namespace: {fresh * 1e3:.1f} ms ({fresh / spawned:.1f}x)",
+    )
     if observe_bytes:
         observe_overhead(rounds, observe_bytes)
     probe_cost(rounds)
@@ -146,7 +196,11 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--bytes", type=int, default=1_000_000_000, help="bytes per bulk and HTTP transfer")
     parser.add_argument("--seconds", type=int, default=3, help="length of each iperf3 run")
-    parser.add_argument("--observe-bytes", type=int, default=250_000_000,
-                        help="bytes per transfer of the observe() overhead rounds at 1 Gbit/s (0: skip them)")
+    parser.add_argument(
+        "--observe-bytes",
+        type=int,
+        default=250_000_000,
+        help="bytes per transfer of the observe() overhead rounds at 1 Gbit/s (0: skip them)",
+    )
     args = parser.parse_args()
     main(args.rounds, args.bytes, args.seconds, args.observe_bytes)

@@ -34,7 +34,7 @@ def send(address, port, nbytes):
         block = b"b" * BLOCK
         left = nbytes
         while left:
-            left -= sock.send(block[:min(left, BLOCK)])
+            left -= sock.send(block[: min(left, BLOCK)])
 
 
 def nothing():

@@ -22,8 +22,19 @@ def record(figure, value, unit, note=""):
     """One row: the figure, its value, where it was measured."""
     if OUT:
         with open(OUT, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"figure": figure, "value": value, "unit": unit, "note": note,
-                                "backend": guest.backend(), "kernel": os.uname().release}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "figure": figure,
+                        "value": value,
+                        "unit": unit,
+                        "note": note,
+                        "backend": guest.backend(),
+                        "kernel": os.uname().release,
+                    }
+                )
+                + "\n"
+            )
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +48,12 @@ def lab():
 def test_netem_rtt(lab, rtt_ms):
     """The path's base RTT as the sender's TCP_INFO min_rtt saw it, against the netem delay asked for."""
     result = lab.pair(link=Link(rtt=f"{rtt_ms}ms")).transfer(200_000)
-    record(f"netem RTT {rtt_ms} ms: min_rtt - asked", (result.min_rtt_s - rtt_ms / 1e3) * 1e3, "ms",
-           f"min_rtt {result.min_rtt_s * 1e3:.2f} ms")
+    record(
+        f"netem RTT {rtt_ms} ms: min_rtt - asked",
+        (result.min_rtt_s - rtt_ms / 1e3) * 1e3,
+        "ms",
+        f"min_rtt {result.min_rtt_s * 1e3:.2f} ms",
+    )
 
 
 @pytest.mark.tcpnet_needs("netem", "cubic")
@@ -55,8 +70,12 @@ def test_htb_rate(lab, rate):
     """Goodput of a bulk download over the htb-shaped link, as a share of its payload rate."""
     bps = model.parse_rate(rate)
     result = lab.pair(link=Link(rate=rate)).transfer(duration=2.0, sndbuf=None)
-    record(f"htb {rate}: goodput / payload rate", 100 * result.throughput_bps / model.link_goodput(bps), "%",
-           f"{result.throughput_bps / 1e6:.1f} Mbit/s")
+    record(
+        f"htb {rate}: goodput / payload rate",
+        100 * result.throughput_bps / model.link_goodput(bps),
+        "%",
+        f"{result.throughput_bps / 1e6:.1f} Mbit/s",
+    )
 
 
 @pytest.mark.tcpnet_needs("netem")
@@ -64,8 +83,12 @@ def test_htb_1gbit_netem_10ms(lab):
     """htb 1 Gbit/s behind netem 10 ms RTT, buffers sized for the BDP: goodput / payload rate."""
     big = Host(sysctls={"net.ipv4.tcp_rmem": "4096 131072 8388608", "net.ipv4.tcp_wmem": "4096 65536 8388608"})
     result = lab.pair(link=Link(rate="1gbit", rtt="10ms"), client=big, server=big).transfer(duration=3.0, sndbuf=None)
-    record("htb 1 Gbit/s + netem 10 ms RTT: goodput / payload rate", 100 * result.throughput_bps /
-           model.link_goodput(1e9), "%", f"{result.throughput_bps / 1e6:.0f} Mbit/s")
+    record(
+        "htb 1 Gbit/s + netem 10 ms RTT: goodput / payload rate",
+        100 * result.throughput_bps / model.link_goodput(1e9),
+        "%",
+        f"{result.throughput_bps / 1e6:.0f} Mbit/s",
+    )
 
 
 def test_unshaped_bulk(lab):
@@ -77,8 +100,12 @@ def test_unshaped_bulk(lab):
 def test_advertised_window(lab):
     """C8: the window advertised for SO_RCVBUF 64 KB."""
     probe = lab.pair().measure_advertised_window(rcvbuf=65536)
-    record("C8: window advertised for SO_RCVBUF 64 KB", probe.window_bytes / 1e3, "kB",
-           f"model {model.advertised_window(65536, kernel=probe.kernel, sysctls=probe.sysctls) / 1e3:.1f} kB")
+    record(
+        "C8: window advertised for SO_RCVBUF 64 KB",
+        probe.window_bytes / 1e3,
+        "kB",
+        f"model {model.advertised_window(65536, kernel=probe.kernel, sysctls=probe.sysctls) / 1e3:.1f} kB",
+    )
 
 
 @pytest.mark.tcpnet_needs("netem", "cubic", "bbr")
@@ -95,8 +122,12 @@ def test_pacing(lab):
     """fq's maxrate-free pacing is the sender's: a bbr flow's pacing rate against its delivery rate at 20 Mbit/s."""
     pair = lab.pair(link=Link(rate="20mbit", rtt="20ms"), server=Host(cc="bbr"))
     result = pair.transfer(duration=3.0, sndbuf=None)
-    record("bbr at 20 Mbit/s, 20 ms: goodput / payload rate", 100 * result.throughput_bps / model.link_goodput(20e6),
-           "%", f"srtt {result.sender_tcp_info.get('rtt', 0) / 1e3:.1f} ms")
+    record(
+        "bbr at 20 Mbit/s, 20 ms: goodput / payload rate",
+        100 * result.throughput_bps / model.link_goodput(20e6),
+        "%",
+        f"srtt {result.sender_tcp_info.get('rtt', 0) / 1e3:.1f} ms",
+    )
 
 
 def test_starved_receiver(lab):
@@ -104,9 +135,13 @@ def test_starved_receiver(lab):
     pair = lab.pair()
     normal = pair.transfer(5_000_000)
     starved = pair.transfer(5_000_000, starve_receiver=True)
-    record("C10: starved receiver / unstarved goodput", starved.throughput_bps / normal.throughput_bps, "x",
-           f"{starved.throughput_bps / 1e6:.0f} vs {normal.throughput_bps / 1e6:.0f} Mbit/s on "
-           f"{len(os.sched_getaffinity(0))} CPU(s)")
+    record(
+        "C10: starved receiver / unstarved goodput",
+        starved.throughput_bps / normal.throughput_bps,
+        "x",
+        f"{starved.throughput_bps / 1e6:.0f} vs {normal.throughput_bps / 1e6:.0f} Mbit/s on "
+        f"{len(os.sched_getaffinity(0))} CPU(s)",
+    )
 
 
 def test_per_example_overhead(lab):
@@ -122,6 +157,7 @@ def test_per_example_overhead(lab):
 
 def test_process_costs():
     """What a guest's processes pay: a system call, a fork, first-touch page faults (Python allocating 100k dicts)."""
+
     def timed(function, repeat):
         t0 = time.perf_counter()
         for _ in range(repeat):
@@ -136,5 +172,9 @@ def test_process_costs():
 
     record("one system call (getppid)", timed(os.getppid, 5000) * 1e6, "us")
     record("fork + wait", timed(fork, 20) * 1e3, "ms")
-    record("allocate and free 100k small dicts", timed(lambda: [dict(a=i, b=str(i)) for i in range(100_000)], 5) * 1e3,
-           "ms", f"PYTHONMALLOC={os.environ.get('PYTHONMALLOC', 'default')}")
+    record(
+        "allocate and free 100k small dicts",
+        timed(lambda: [dict(a=i, b=str(i)) for i in range(100_000)], 5) * 1e3,
+        "ms",
+        f"PYTHONMALLOC={os.environ.get('PYTHONMALLOC', 'default')}",
+    )

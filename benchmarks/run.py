@@ -38,20 +38,27 @@ def commit():
 
     def git(*args):
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
     dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
     return (git("rev-parse", "--short", "HEAD") or "unknown") + dirty
 
 
 def rows_of(text):
-    return [json.loads(line[len("BENCH-ROW "):]) for line in text.splitlines() if line.startswith("BENCH-ROW ")]
+    return [json.loads(line[len("BENCH-ROW ") :]) for line in text.splitlines() if line.startswith("BENCH-ROW ")]
 
 
 def run_bench(path, args=(), timeout=1200):
     """Run one benchmark script; return (rows, other output, seconds, exit code)."""
     t0 = time.monotonic()
     try:
-        out = subprocess.run([sys.executable, path, *args], cwd=ROOT, capture_output=True, text=True,
-                             timeout=timeout, env=dict(os.environ, PYTHONPATH=ROOT))
+        out = subprocess.run(
+            [sys.executable, path, *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=dict(os.environ, PYTHONPATH=ROOT),
+        )
         text, code = out.stdout + out.stderr, out.returncode
     except subprocess.TimeoutExpired as exc:
         text, code = f"{exc.stdout or ''}\n(timed out after {timeout} s)", -1
@@ -75,11 +82,16 @@ def run_in_vm(timeout):
     kernel = resolve_kernel(None)
     sentinel = f"BENCH-STARTED-{secrets.token_hex(6)}"
     python = f"TCPNET_IN_VM=1 PYTHONPATH={ROOT} {sys.executable}"
-    steps = [f"echo {sentinel}", f"for m in {' '.join(GUEST_MODULES)}; do modprobe -q $m; done",
-             "mkdir -p /run/netns", f"cd {ROOT}", f"{python} benchmarks/bench_lab.py --quick",
-             # The guest carries ~0.6 Gbit/s: 50 MB per transfer keeps this to a minute or two.
-             "echo '== bench_workloads.py in the VM'",
-             f"{python} benchmarks/bench_workloads.py --rounds 3 --bytes 50000000 --seconds 2 --observe-bytes 0"]
+    steps = [
+        f"echo {sentinel}",
+        f"for m in {' '.join(GUEST_MODULES)}; do modprobe -q $m; done",
+        "mkdir -p /run/netns",
+        f"cd {ROOT}",
+        f"{python} benchmarks/bench_lab.py --quick",
+        # The guest carries ~0.6 Gbit/s: 50 MB per transfer keeps this to a minute or two.
+        "echo '== bench_workloads.py in the VM'",
+        f"{python} benchmarks/bench_workloads.py --rounds 3 --bytes 50000000 --seconds 2 --observe-bytes 0",
+    ]
     workdir = tempfile.mkdtemp(prefix="tcpnet-bench-vm-")
     try:
         boot = fastboot.prepare(kernel, qemu)
@@ -89,13 +101,31 @@ def run_in_vm(timeout):
         cmd = fastboot.qemu_command(qemu, boot, "tcg", 2, "2G", [workdir], run_sh)
         how = "fast boot"
     except fastboot.Unavailable as err:
-        cmd = [vng, "--run", kernel.path, "--cpus", "2", "--memory", "2G", "--force-9p", "--disable-kvm",
-               "--exec", "; ".join(steps)]
+        cmd = [
+            vng,
+            "--run",
+            kernel.path,
+            "--cpus",
+            "2",
+            "--memory",
+            "2G",
+            "--force-9p",
+            "--disable-kvm",
+            "--exec",
+            "; ".join(steps),
+        ]
         how = f"vng (fast boot unavailable: {err})"
     captured = io.StringIO()
     try:
-        result = launch(cmd, cwd=ROOT, sentinel=sentinel.encode(), boot_timeout=180, stdout=captured,
-                        stderr=io.StringIO(), after_start_timeout=timeout)
+        result = launch(
+            cmd,
+            cwd=ROOT,
+            sentinel=sentinel.encode(),
+            boot_timeout=180,
+            stdout=captured,
+            stderr=io.StringIO(),
+            after_start_timeout=timeout,
+        )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     text = captured.getvalue()
@@ -110,8 +140,9 @@ def table(rows):
     for r in rows:
         value = f"{r['value']:.2f}" if isinstance(r["value"], float) else str(r["value"])
         met = "" if r["met"] is None else ("yes" if r["met"] else "**no**")
-        lines.append(f"| {r['section']} | {r['metric']} | {value} | {r['unit']} | {r['goal'] or ''} | {met} | "
-                     f"{r['note']} |")
+        lines.append(
+            f"| {r['section']} | {r['metric']} | {value} | {r['unit']} | {r['goal'] or ''} | {met} | {r['note']} |"
+        )
     return "\n".join(lines)
 
 
@@ -123,9 +154,11 @@ def main():
     opts = ap.parse_args()
     started = datetime.datetime.now(datetime.timezone.utc)
     host = machine("host")
-    sections = [f"# Benchmark results\n\nDate: {started:%Y-%m-%d %H:%M} UTC  \nCommit: {commit()}  \n"
-                f"Machine: {host}  \nCommand: `flock /tmp/tcpnet-dev-vm.lock python benchmarks/run.py"
-                f"{' --vm' if opts.vm else ''}`\n"]
+    sections = [
+        f"# Benchmark results\n\nDate: {started:%Y-%m-%d %H:%M} UTC  \nCommit: {commit()}  \n"
+        f"Machine: {host}  \nCommand: `flock /tmp/tcpnet-dev-vm.lock python benchmarks/run.py"
+        f"{' --vm' if opts.vm else ''}`\n"
+    ]
     print(host)
 
     def write():
@@ -169,9 +202,10 @@ def run_vm_section(sections):
     print(header)
     print(others[-3000:])
     print(table(rows))
-    sections.append(f"## bench_lab.py --quick and bench_workloads.py in a VM ({time.monotonic() - t0:.0f} s incl. boot)"
-                    f"\n\n{header}\n\n" + (table(rows) + "\n\n" if rows else "")
-                    + "```\n" + others.strip()[-4000:] + "\n```\n")
+    sections.append(
+        f"## bench_lab.py --quick and bench_workloads.py in a VM ({time.monotonic() - t0:.0f} s incl. boot)"
+        f"\n\n{header}\n\n" + (table(rows) + "\n\n" if rows else "") + "```\n" + others.strip()[-4000:] + "\n```\n"
+    )
 
 
 if __name__ == "__main__":

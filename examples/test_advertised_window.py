@@ -35,8 +35,9 @@ def test_the_model_predicts_the_window_on_this_kernel(tcpnet, request_bytes):
     assert_receive_window_within(probe, predicted, rel=REL)
 
 
-@pytest.mark.xfail(NEW_KERNEL, reason="C8: 6.6+ uses scaling_ratio, not tcp_adv_win_scale", strict=True,
-                   raises=AssertionError)
+@pytest.mark.xfail(
+    NEW_KERNEL, reason="C8: 6.6+ uses scaling_ratio, not tcp_adv_win_scale", strict=True, raises=AssertionError
+)
 def test_window_is_half_the_doubled_rcvbuf(tcpnet):
     """C8's rule as the source states it (window = half the doubled SO_RCVBUF): measures the window for
     SO_RCVBUF 64 KB; asserts it is 64 KB ±10%. Expected to fail (strict xfail) on kernels >= 6.6."""

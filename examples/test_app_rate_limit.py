@@ -28,8 +28,9 @@ def test_curl_limit_rate_averages_the_limit_but_bursts_far_above_it(tcpnet):
     The average is therefore judged by a majority of up to three downloads.
     """
     pair = tcpnet.pair(link=Link(rate="100mbit"))
-    result = assert_throughput_within(lambda: pair.http_download(4_000_000, limit_rate="200k"), LIMIT * 8,
-                                      rel=0.15, trials=3)
+    result = assert_throughput_within(
+        lambda: pair.http_download(4_000_000, limit_rate="200k"), LIMIT * 8, rel=0.15, trials=3
+    )
     peak = max(bps for _, bps in result.rate_series(0.1, source="socket")) / 8
     assert peak >= 3 * LIMIT, f"highest 100 ms rate {peak / 1024:.0f} KiB/s\n{result.describe()}"
 
@@ -51,7 +52,9 @@ def test_a_small_receive_buffer_smooths_what_the_wire_carries(tcpnet):
     pair = tcpnet.pair()
     default = pair.transfer(60_000, reader=Pace(chunk=1024, per_second=20))
     small = pair.transfer(60_000, reader=Pace(chunk=1024, per_second=20), rcvbuf=2048)
-    peaks = {name: max(bps for _, bps in r.rate_series(0.1, source="socket")) / 8
-             for name, r in (("default", default), ("small", small))}
+    peaks = {
+        name: max(bps for _, bps in r.rate_series(0.1, source="socket")) / 8
+        for name, r in (("default", default), ("small", small))
+    }
     assert peaks["small"] < peaks["default"] / 5, peaks
     assert peaks["small"] < 2 * 20 * 1024, peaks

@@ -61,8 +61,10 @@ def test_bbr_takes_a_doubled_rate_within_two_seconds(tcpnet):
         srtt_ms = [(t, us / 1e3) for t, us in _series_on_schedule_clock(result, "rtt")]
         after = [ms for t, ms in srtt_ms if 7.0 <= t < 9.0]
         before = [ms for t, ms in srtt_ms if t < 3.0]
-        print(f"{cc}: srtt before the steps, lowest {before and round(min(before), 1)} ms; 0-2 s after the step "
-              f"down {after and round(min(after), 1)}-{after and round(max(after), 1)} ms")
+        print(
+            f"{cc}: srtt before the steps, lowest {before and round(min(before), 1)} ms; 0-2 s after the step "
+            f"down {after and round(min(after), 1)}-{after and round(max(after), 1)} ms"
+        )
     for result in results.values():
         judged = assert_follows_schedule(result, rel=0.2, settle=1.0, against="link")
         assert [phase.number for phase, _, _ in judged] == [0, 1, 2], figures
@@ -109,9 +111,15 @@ def test_each_step_carries_netem_s_whole_parameter_set(tcpnet):
     queue, with 1% loss throughout: netem's change keeps what it is not sent (sch_netem's netem_change), so the
     zeros go explicitly; asserts the kernel then holds delay 30 ms one way, loss 1%, corrupt, jitter and
     duplicate 0, reorder 5%, and the limit the new phase needs (its delay line plus the 300-packet queue)."""
-    link = Link(rtt=Schedule([(0, "20ms"), (1, "60ms")]), loss="1%", corrupt=Schedule([(0, "1%"), (1, 0)]),
-                jitter=Schedule([(0, "5ms"), (1, 0)]), duplicate=Schedule([(0, "1%"), (1, 0)]),
-                reorder=Schedule([(0, 0), (1, "5%")]), limit=Schedule([(0, 100), (1, 300)]))
+    link = Link(
+        rtt=Schedule([(0, "20ms"), (1, "60ms")]),
+        loss="1%",
+        corrupt=Schedule([(0, "1%"), (1, 0)]),
+        jitter=Schedule([(0, "5ms"), (1, 0)]),
+        duplicate=Schedule([(0, "1%"), (1, 0)]),
+        reorder=Schedule([(0, 0), (1, "5%")]),
+        limit=Schedule([(0, 100), (1, 300)]),
+    )
     result = tcpnet.pair(link).transfer(duration=2)
     figures = result.describe() + "\n" + "\n".join(map(str, result.link_changes))
     assert len(result.link_changes) == 2, figures  # both directions, one message

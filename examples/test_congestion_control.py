@@ -27,8 +27,13 @@ def test_bbr_is_several_times_faster_than_cubic_under_random_loss(tcpnet):
     the 95% interval of the ratio is clear of 3x (2-6 trials); retransmits reported for both.
     """
     pair = tcpnet.pair(link=LOSSY_LFN)
-    trials = assert_faster(lambda: pair.iperf3(duration=4, cc="bbr"), lambda: pair.iperf3(duration=4, cc="cubic"),
-                           factor=3, label_a="bbr", label_b="cubic")
+    trials = assert_faster(
+        lambda: pair.iperf3(duration=4, cc="bbr"),
+        lambda: pair.iperf3(duration=4, cc="cubic"),
+        factor=3,
+        label_a="bbr",
+        label_b="cubic",
+    )
     for trial in trials:
         assert trial.a.cc == "bbr" and trial.b.cc == "cubic"
         assert trial.a.retransmits is not None and trial.b.retransmits is not None

@@ -24,13 +24,24 @@ def test_every_correlation_asked_for_is_what_tc_shows_and_what_the_result_reads_
     """Source 001: `delay 100ms 10ms 30%`, `loss 1%` (correlated here: `loss 1% 25%`), `delay 10ms reorder 25% 50%`,
     duplicate and corrupt: builds them as one Link; asserts `tc qdisc show` in the router shows each as tc
     would have set it, and every result reads the same values back from the kernel."""
-    link = Link(delay="100ms", jitter="10ms", jitter_correlation="30%", loss="1%", loss_correlation="25%",
-                duplicate="1%", duplicate_correlation="10%", corrupt="0.1%", corrupt_correlation="5%",
-                to_server={"reorder": "25%", "reorder_correlation": "50%"})
+    link = Link(
+        delay="100ms",
+        jitter="10ms",
+        jitter_correlation="30%",
+        loss="1%",
+        loss_correlation="25%",
+        duplicate="1%",
+        duplicate_correlation="10%",
+        corrupt="0.1%",
+        corrupt_correlation="5%",
+        to_server={"reorder": "25%", "reorder_correlation": "50%"},
+    )
     pair = tcpnet.pair(link=link)
     shown = pair.router.run(["tc", "qdisc", "show"], check=True).stdout
-    lines = {ifname: next(line for line in shown.splitlines() if "netem" in line and f"dev {ifname} " in line)
-             for ifname in ("veth-cli", "veth-srv")}
+    lines = {
+        ifname: next(line for line in shown.splitlines() if "netem" in line and f"dev {ifname} " in line)
+        for ifname in ("veth-cli", "veth-srv")
+    }
     for ifname, line in lines.items():
         text = " ".join(line.split())
         for words in ("delay 100ms 10ms 30%", "loss 1% 25%", "duplicate 1% 10%", "corrupt 0.1% 5%"):
@@ -38,10 +49,19 @@ def test_every_correlation_asked_for_is_what_tc_shows_and_what_the_result_reads_
     assert "reorder 25% 50%" in " ".join(lines["veth-srv"].split()), lines["veth-srv"]
     assert "reorder" not in lines["veth-cli"], lines["veth-cli"]
     # The same, read back over netlink into what every result records (its qdiscs' settings).
-    settings = {ifname: next(q["settings"] for q in qdiscs if q["kind"] == "netem")
-                for ifname, qdiscs in pair.router_qdisc_stats().items()}
-    expected = dict(loss=1.0, loss_correlation=25.0, jitter_correlation=30.0, duplicate=1.0,
-                    duplicate_correlation=10.0, corrupt=0.1, corrupt_correlation=5.0)
+    settings = {
+        ifname: next(q["settings"] for q in qdiscs if q["kind"] == "netem")
+        for ifname, qdiscs in pair.router_qdisc_stats().items()
+    }
+    expected = dict(
+        loss=1.0,
+        loss_correlation=25.0,
+        jitter_correlation=30.0,
+        duplicate=1.0,
+        duplicate_correlation=10.0,
+        corrupt=0.1,
+        corrupt_correlation=5.0,
+    )
     for ifname, got in settings.items():
         assert {k: got[k] for k in expected} == pytest.approx(expected, rel=1e-4), (ifname, got)
     assert (settings["veth-srv"]["reorder"], settings["veth-srv"]["reorder_correlation"]) == pytest.approx((25.0, 50.0))
@@ -53,8 +73,11 @@ def test_gap_5_sends_every_fifth_packet_ahead_of_the_others(tcpnet):
     download at the client through Link(delay="10ms", gap=5) toward it; asserts tc shows `reorder 100% gap 5`
     (what tc itself wants for it) and tshark flags 60-85% of the data segments out of order."""
     pair = tcpnet.pair(link=Link(delay="10ms", gap=5, to_server={"gap": None, "reorder": None}))
-    line = next(line for line in pair.router.run(["tc", "qdisc", "show"], check=True).stdout.splitlines()
-                if "netem" in line and "dev veth-cli " in line)
+    line = next(
+        line
+        for line in pair.router.run(["tc", "qdisc", "show"], check=True).stdout.splitlines()
+        if "netem" in line and "dev veth-cli " in line
+    )
     assert "reorder 100% gap 5" in " ".join(line.split()), line
     with Capture(pair.client, directory=pair.lab.artifact_dir) as seen_at_client:
         pair.transfer(2_000_000)
@@ -86,8 +109,10 @@ def test_a_distribution_shapes_the_delay_as_its_table_says(tcpnet, distribution)
     p5 = statistics.quantiles(rtts, n=20)[0]
     lower_spread = statistics.median(rtts) - p5
     below = sum(r < statistics.median(rtts) - 0.010 for r in rtts) / len(rtts)
-    figures = (f"median - p5 {lower_spread * 1e3:.1f} ms, {below:.1%} more than 10 ms under the median "
-               f"({statistics.median(rtts) * 1e3:.1f} ms), of {len(rtts)} RTTs")
+    figures = (
+        f"median - p5 {lower_spread * 1e3:.1f} ms, {below:.1%} more than 10 ms under the median "
+        f"({statistics.median(rtts) * 1e3:.1f} ms), of {len(rtts)} RTTs"
+    )
     if distribution == "uniform":
         assert 0.0050 <= lower_spread <= 0.0095 and min(rtts) >= 0.0498, figures
     else:
@@ -107,8 +132,11 @@ def test_gilbert_elliott_loses_in_bursts(tcpnet):
     one-sided, and what the kernel holds is read from `tc qdisc show`.
     """
     pair = tcpnet.pair(link=Link(to_server={"loss": GilbertElliott(p="5%", r="25%")}))
-    line = next(line for line in pair.router.run(["tc", "qdisc", "show"], check=True).stdout.splitlines()
-                if "netem" in line and "dev veth-srv " in line)
+    line = next(
+        line
+        for line in pair.router.run(["tc", "qdisc", "show"], check=True).stdout.splitlines()
+        if "netem" in line and "dev veth-srv " in line
+    )
     assert "loss gemodel p 5% r 25% 1-h 100% 1-k 0%" in " ".join(line.split()), line
     arrived = nodecalls.probe_udp(pair, count=1000, interval=0.002, arrived=True)
     lost = [n not in arrived for n in range(1000)]

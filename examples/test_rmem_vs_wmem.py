@@ -23,8 +23,13 @@ def test_client_rmem_hurts_more_than_server_wmem(tcpnet):
     read 2.6-14.1x and the interleaved verdict passed 3 of 3 (after 3, 6 and 4 trials)."""
     tiny_rmem = tcpnet.pair(client=Host(sysctls=TINY_RMEM))
     tiny_wmem = tcpnet.pair(server=Host(sysctls=TINY_WMEM))
-    assert_faster(lambda: tiny_wmem.transfer(nbytes=50_000_000), lambda: tiny_rmem.transfer(nbytes=20_000_000),
-                  factor=3, label_a="server wmem 4096", label_b="client rmem 4096")
+    assert_faster(
+        lambda: tiny_wmem.transfer(nbytes=50_000_000),
+        lambda: tiny_rmem.transfer(nbytes=20_000_000),
+        factor=3,
+        label_a="server wmem 4096",
+        label_b="client rmem 4096",
+    )
 
 
 def _window_full_at_sender(tcpnet, client, server, nbytes=100_000):

@@ -45,10 +45,16 @@ def test_a_near_flow_takes_more_of_a_shared_bottleneck_than_a_far_one(tcpnet):
     # The queue matters: it adds the same wait to both RTTs and so evens them out. Beside a CPU hog in
     # the emulated guest, 3 runs each: 30 packets gave 4.2-6.6x (srtt 25-41 vs 86 ms); 100 packets
     # (60 ms) 1.4-2.3x (srtt 59-69 vs 82-86 ms), too close to the claim to judge it.
-    bell = tcpnet.dumbbell(2, bottleneck=Link(rate="20mbit", limit=30), access=[Link(rtt="10ms"), Link(rtt="80ms")],
-                           servers=Host(cc="cubic"))
+    bell = tcpnet.dumbbell(
+        2,
+        bottleneck=Link(rate="20mbit", limit=30),
+        access=[Link(rtt="10ms"), Link(rtt="80ms")],
+        servers=Host(cc="cubic"),
+    )
     result = bell.concurrent([Flow(duration=8.0, cc="cubic"), Flow(duration=8.0, cc="cubic")])
     near, far = result.flows
     assert 0.010 <= near.min_rtt_s < 0.014 and 0.080 <= far.min_rtt_s < 0.084, result.describe()
     near_bps, far_bps = result.rates_between(2.0, 8.0)
-    assert near_bps >= 1.5 * far_bps, f"near {near_bps / 1e6:.2f} vs far {far_bps / 1e6:.2f} Mbit/s\n{result.describe()}"
+    assert near_bps >= 1.5 * far_bps, (
+        f"near {near_bps / 1e6:.2f} vs far {far_bps / 1e6:.2f} Mbit/s\n{result.describe()}"
+    )

@@ -36,10 +36,13 @@ def test_small_writes_keep_one_send_buffer_in_flight(tcpnet):
     assert result.throughput_bps < 0.2 * link.rate_bps
 
 
-@pytest.mark.parametrize("link", [
-    pytest.param(Link(rate="100mbit", rtt="20ms"), marks=pytest.mark.tcpnet_needs("netem"), id="20ms"),
-    pytest.param(Link(rate="100mbit"), marks=pytest.mark.tcpnet_needs("htb"), id="rate-only"),
-])
+@pytest.mark.parametrize(
+    "link",
+    [
+        pytest.param(Link(rate="100mbit", rtt="20ms"), marks=pytest.mark.tcpnet_needs("netem"), id="20ms"),
+        pytest.param(Link(rate="100mbit"), marks=pytest.mark.tcpnet_needs("htb"), id="rate-only"),
+    ],
+)
 def test_large_writes_overshoot_the_send_buffer(tcpnet, link):
     """C11, why the source's law did not reproduce: measures a 3 MB bulk download (1 MB writes) with
     SO_SNDBUF 16 KB, sampling TCP_INFO every 5 ms; asserts the most data in flight exceeded the 32 KB

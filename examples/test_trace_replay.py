@@ -21,7 +21,8 @@ def test_a_cubic_download_follows_a_replayed_trace(tcpnet):
     5 ms of its time (measured 0.17-0.26 ms late quiet, at most 0.66 ms beside the hogs)."""
     schedule = Schedule.from_mahimahi(TRACE)
     assert [(at, model.parse_rate(value)) for at, value in schedule.steps] == [
-        (float(second), mbit * 1e6) for second, mbit in enumerate(LEVELS_MBIT)]
+        (float(second), mbit * 1e6) for second, mbit in enumerate(LEVELS_MBIT)
+    ]
     result = tcpnet.pair(Link(rate=schedule)).transfer(duration=6, cc="cubic")
     figures = result.describe() + "\n" + "\n".join(map(str, result.link_changes))
     assert all(0 <= step["applied_at"] - step["at"] <= 0.005 for step in result.link_changes), figures

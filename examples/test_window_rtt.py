@@ -59,6 +59,7 @@ def test_window_limited_throughput_is_window_over_rtt(tcpnet, link, rcvbuf):
         if predict_from_path:
             # The model from the conditions: the kernel's window for the buffer, the path's RTT, slow start.
             assert_throughput_within(result, rel=REL_MODEL)
+
     with tcpnet.pair(link=link) as pair:
         # A failing example is measured once more before hypothesis sees it, so noise cannot steer shrinking.
         confirm_failure(lambda: pair.transfer(nbytes, rcvbuf=rcvbuf), check)

@@ -20,8 +20,7 @@ def test_a_pausing_reader_closes_the_window_and_the_flow_resumes(tcpnet):
     TCPWinProbe; ~90 sampled snd_wnd == 0. Asserted: at least one of each, every byte arrives,
     data flows again after the pause.
     """
-    result = tcpnet.pair().transfer(3_000_000, rcvbuf=262144, reader=Pause(after=500_000, seconds=1.0),
-                                    capture=True)
+    result = tcpnet.pair().transfer(3_000_000, rcvbuf=262144, reader=Pause(after=500_000, seconds=1.0), capture=True)
     assert result.nbytes == 3_000_000
     assert_zero_window(result)
     assert result.events["zero_window_probe"] >= 1, result.events  # 1 s outlasts the first persist timeout
@@ -29,5 +28,5 @@ def test_a_pausing_reader_closes_the_window_and_the_flow_resumes(tcpnet):
     assert result.zero_windows_advertised >= 1
     assert result.counter("TcpExt.TCPWinProbe", side="sender") >= 1
     assert any(wnd == 0 for _, wnd in result.series("snd_wnd"))
-    (paused_at, resumed_at), = result.receiver["pauses"]
+    ((paused_at, resumed_at),) = result.receiver["pauses"]
     assert result.receiver["last_byte_at"] > resumed_at  # the window reopened and data kept coming

@@ -10,10 +10,12 @@ def main(argv=None) -> int:
         from .doctor import main as doctor
 
         return doctor()
-    sys.stderr.write("usage: python -m pytest_tcpnet doctor\n"
-                     "  doctor  what this machine can do (privilege, qdiscs, tools, kernels and backends for "
-                     "--tcpnet-vm) and the command that fixes each gap\n"
-                     "(reports: python -m pytest_tcpnet.report --help)\n")
+    sys.stderr.write(
+        "usage: python -m pytest_tcpnet doctor\n"
+        "  doctor  what this machine can do (privilege, qdiscs, tools, kernels and backends for "
+        "--tcpnet-vm) and the command that fixes each gap\n"
+        "(reports: python -m pytest_tcpnet.report --help)\n"
+    )
     return 0 if argv[:1] in (["-h"], ["--help"]) else 2
 
 

@@ -17,8 +17,10 @@ def main():
         print("pytest-tcpnet cleanup: needs CAP_NET_ADMIN and CAP_SYS_ADMIN (run as root)", file=sys.stderr)
         return 1
     removed = netlink.sweep_stale_namespaces()
-    print(f"pytest-tcpnet cleanup: removed {len(removed)} namespace(s) of dead owners"
-          + (": " + " ".join(removed) if removed else ""))
+    print(
+        f"pytest-tcpnet cleanup: removed {len(removed)} namespace(s) of dead owners"
+        + (": " + " ".join(removed) if removed else "")
+    )
     return 0
 
 

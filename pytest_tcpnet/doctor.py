@@ -32,8 +32,14 @@ def _privilege() -> list:
     blocker = rootless.userns_blocker()
     if blocker is None:
         return [_line(OK, "privilege", "not root; unprivileged user namespaces work: sessions re-run rootless")]
-    return [_line(MISSING, "privilege", f"not root, and rootless labs are impossible: {blocker}",
-                  "run as root, or allow unprivileged user namespaces as said")]
+    return [
+        _line(
+            MISSING,
+            "privilege",
+            f"not root, and rootless labs are impossible: {blocker}",
+            "run as root, or allow unprivileged user namespaces as said",
+        )
+    ]
 
 
 def _host_kernel() -> list:
@@ -49,8 +55,14 @@ def _host_kernel() -> list:
     ccs = " ".join(sorted(netlink.available_congestion_controls()))
     out = [_line(OK, f"host kernel {release}", f"qdiscs/actions: {' '.join(have)}; congestion controls: {ccs}")]
     if lacking:
-        out.append(_line("note", "not in the host kernel", " ".join(lacking),
-                         "tests that need them run under --tcpnet-vm (a kernel line below that has them)"))
+        out.append(
+            _line(
+                "note",
+                "not in the host kernel",
+                " ".join(lacking),
+                "tests that need them run under --tcpnet-vm (a kernel line below that has them)",
+            )
+        )
     return out
 
 
@@ -84,8 +96,16 @@ def _probe_uml(build) -> str:
         os.makedirs(os.path.join(workdir, "memory"))
         cmd = uml.command(build, "256M", init, os.path.join(workdir, "uml"), f"tcpnet-doctor-{secrets.token_hex(4)}")
         started = time.monotonic()
-        result = launch(cmd, cwd=workdir, sentinel=sentinel.encode(), boot_timeout=20, echo=False,
-                        after_start_timeout=10, cleanup=workdir, env={"TMPDIR": os.path.join(workdir, "memory")})
+        result = launch(
+            cmd,
+            cwd=workdir,
+            sentinel=sentinel.encode(),
+            boot_timeout=20,
+            echo=False,
+            after_start_timeout=10,
+            cleanup=workdir,
+            env={"TMPDIR": os.path.join(workdir, "memory")},
+        )
         if result.started:
             return f"boots ({time.monotonic() - started:.1f} s to power-off)"
         return f"does NOT boot: {(result.tail or ['no output'])[-1]}"
@@ -100,8 +120,15 @@ def _kvm() -> tuple[list, bool]:
 
     usable, why_not = accel.kvm_usable()
     if not usable:
-        return [_line("no", "KVM", why_not, "a host with hardware virtualisation (GitHub's x64 runners have it); "
-                      "without it UML (below) runs at host speed")], False
+        return [
+            _line(
+                "no",
+                "KVM",
+                why_not,
+                "a host with hardware virtualisation (GitHub's x64 runners have it); "
+                "without it UML (below) runs at host speed",
+            )
+        ], False
     cached = []
     try:
         import json
@@ -113,11 +140,22 @@ def _kvm() -> tuple[list, bool]:
     if cached:
         last = max(cached, key=lambda v: v.get("when", ""))
         works = last["accel"] == "kvm"
-        return [_line(OK if works else "no", "KVM", f"{'works' if works else 'does not boot a guest'}: "
-                      f"{last['reason']} (cached {last['when']} in {accel.cache_path()})")], works
+        return [
+            _line(
+                OK if works else "no",
+                "KVM",
+                f"{'works' if works else 'does not boot a guest'}: "
+                f"{last['reason']} (cached {last['when']} in {accel.cache_path()})",
+            )
+        ], works
     works, detail = _probe_kvm()
-    return [_line(OK if works else "no", "KVM", f"{'works' if works else 'does not boot a guest'}: {detail} "
-                  "(probed now, not cached)")], works
+    return [
+        _line(
+            OK if works else "no",
+            "KVM",
+            f"{'works' if works else 'does not boot a guest'}: {detail} (probed now, not cached)",
+        )
+    ], works
 
 
 def _probe_kvm() -> tuple[bool, str]:
@@ -133,8 +171,9 @@ def _probe_kvm() -> tuple[bool, str]:
     try:
         image = kernel.default_kernel()
         try:
-            boot = fastboot.FastBoot(fastboot.vmlinux_for(image, Path(scratch)),
-                                     fastboot.initramfs_for(image, Path(scratch)))
+            boot = fastboot.FastBoot(
+                fastboot.vmlinux_for(image, Path(scratch)), fastboot.initramfs_for(image, Path(scratch))
+            )
         except (fastboot.Unavailable, OSError, ValueError, ImportError):
             boot = None
         plan = ProbeTools(qemu=qemu, vng=vng, kernel=image)
@@ -154,31 +193,55 @@ def _kernels(kvm_works: bool) -> list:
     qemu = shutil.which(qemu_name())
     out = []
     if not qemu:
-        out.append(_line("no", "qemu", "not installed: KVM and TCG backends unavailable", qemu_hint().split(": ", 1)[1]))
+        out.append(
+            _line("no", "qemu", "not installed: KVM and TCG backends unavailable", qemu_hint().split(": ", 1)[1])
+        )
     lines = backend.lines_installed()
     if not lines:
-        out.append(_line(MISSING, "kernels for --tcpnet-vm", "none installed",
-                         f"{uml.SETUP_HINT}; or, for qemu, {kernel.INSTALL_HINT}"))
+        out.append(
+            _line(
+                MISSING,
+                "kernels for --tcpnet-vm",
+                "none installed",
+                f"{uml.SETUP_HINT}; or, for qemu, {kernel.INSTALL_HINT}",
+            )
+        )
     for line, (image, build) in lines.items():
         if image is not None:
             netem = "sch_netem" if kernel.has_module(image, "sch_netem") else "NO sch_netem"
             ways = ("TCG" + (" and KVM" if kvm_works else "") + " (not booted here)") if qemu else "nothing (no qemu)"
-            out.append(_line(OK if qemu else MISSING, f"kernel line {line}: qemu image {image.release}",
-                             f"{image.path}, {netem}; boots on {ways}"))
+            out.append(
+                _line(
+                    OK if qemu else MISSING,
+                    f"kernel line {line}: qemu image {image.release}",
+                    f"{image.path}, {netem}; boots on {ways}",
+                )
+            )
         if build is not None:
             netem = "sch_netem" if uml.has_module(build, "sch_netem") else "NO sch_netem"
             booted = _probe_uml(build)
-            out.append(_line(OK if booted.startswith("boots") else MISSING,
-                             f"kernel line {line}: User-Mode Linux {build.release}", f"{build.binary}, {netem}; {booted}",
-                             "" if booted.startswith("boots") else uml.SETUP_HINT))
+            out.append(
+                _line(
+                    OK if booted.startswith("boots") else MISSING,
+                    f"kernel line {line}: User-Mode Linux {build.release}",
+                    f"{build.binary}, {netem}; {booted}",
+                    "" if booted.startswith("boots") else uml.SETUP_HINT,
+                )
+            )
         elif line in ("6.1", "6.12"):
             out.append(_line(MISSING, f"kernel line {line}: User-Mode Linux", "not installed", uml.SETUP_HINT))
     for line in ("6.1", "6.12"):
         if line not in lines:
             out.append(_line(MISSING, f"kernel line {line}", "neither a qemu image nor a UML build", uml.SETUP_HINT))
     if qemu and not find_vng():
-        out.append(_line("note", "vng", "not installed: kernels fast boot cannot start have no fallback",
-                         "pip install 'pytest-tcpnet[vm]'"))
+        out.append(
+            _line(
+                "note",
+                "vng",
+                "not installed: kernels fast boot cannot start have no fallback",
+                "pip install 'pytest-tcpnet[vm]'",
+            )
+        )
     return out
 
 
@@ -186,8 +249,9 @@ def report() -> str:
     """The whole report, as text."""
     sections = [("this machine", _privilege() + _host_kernel()), ("tools", _tools())]
     kvm, kvm_works = _kvm()
-    sections.append(("kernels for --tcpnet-vm (--tcpnet-vm-backend=auto: KVM, else UML, else TCG)",
-                     kvm + _kernels(kvm_works)))
+    sections.append(
+        ("kernels for --tcpnet-vm (--tcpnet-vm-backend=auto: KVM, else UML, else TCG)", kvm + _kernels(kvm_works))
+    )
     text = [f"pytest-tcpnet doctor ({sys.executable}, Python {sys.version.split()[0]})"]
     for title, lines in sections:
         text += ["", title] + lines

@@ -29,6 +29,7 @@ def program_path(program, *, package, capability=None, description=None):
     """Path of program on PATH, or MissingCapability naming the Debian package that provides it."""
     path = shutil.which(program)
     if path is None:
-        raise MissingCapability(capability or program,
-                                f"{description or program} is not on PATH (apt-get install {package})")
+        raise MissingCapability(
+            capability or program, f"{description or program} is not on PATH (apt-get install {package})"
+        )
     return path

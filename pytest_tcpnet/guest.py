@@ -8,8 +8,17 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["IN_VM_ENV", "BACKEND_ENV", "WHY_ENV", "BACKEND_NAMES", "inside_vm", "backend", "why", "software_emulated",
-           "conditions"]
+__all__ = [
+    "IN_VM_ENV",
+    "BACKEND_ENV",
+    "WHY_ENV",
+    "BACKEND_NAMES",
+    "inside_vm",
+    "backend",
+    "why",
+    "software_emulated",
+    "conditions",
+]
 
 #: Set to "1" in the guest's environment; also what stops the guest from recursing.
 IN_VM_ENV = "TCPNET_IN_VM"
@@ -27,7 +36,7 @@ def inside_vm() -> bool:
 
 
 def backend() -> str:
-    """"host", or the guest's backend: "kvm", "tcg", "uml"."""
+    """ "host", or the guest's backend: "kvm", "tcg", "uml"."""
     if not inside_vm():
         return "host"
     return os.environ.get(BACKEND_ENV) or "unknown"

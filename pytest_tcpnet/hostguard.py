@@ -15,10 +15,14 @@ __all__ = ["VOLATILE_SYSCTLS", "snapshot", "differences"]
 
 #: Sysctls the kernel changes on its own, whoever runs: counters, lazily made keys, and the list
 #: of loaded congestion-control modules (a per-socket TCP_CONGESTION may load one): not configuration.
-VOLATILE_SYSCTLS = frozenset({
-    "net/netfilter/nf_conntrack_count", "net/ipv4/tcp_fastopen_key", "net/core/netdev_rss_key",
-    "net/ipv4/tcp_available_congestion_control",
-})
+VOLATILE_SYSCTLS = frozenset(
+    {
+        "net/netfilter/nf_conntrack_count",
+        "net/ipv4/tcp_fastopen_key",
+        "net/core/netdev_rss_key",
+        "net/ipv4/tcp_available_congestion_control",
+    }
+)
 _NETWORK_KINDS = ("links", "addresses", "routes", "rules", "qdiscs")
 
 
@@ -27,7 +31,7 @@ def _sysctls():
     for root, _, files in os.walk("/proc/sys/net"):
         for name in files:
             path = os.path.join(root, name)
-            key = path[len("/proc/sys/"):]
+            key = path[len("/proc/sys/") :]
             if key in VOLATILE_SYSCTLS:
                 continue
             try:
@@ -54,6 +58,6 @@ def differences(before, after):
     for name in sorted(set(before["sysctls"]) | set(after["sysctls"])):
         old, now = before["sysctls"].get(name), after["sysctls"].get(name)
         if old != now:
-            show = (lambda v: "(absent)" if v is None else repr(" ".join(v.split())))
+            show = lambda v: "(absent)" if v is None else repr(" ".join(v.split()))
             diffs.append(f"sysctl {name.replace('/', '.')}: {show(old)} -> {show(now)}")
     return diffs

@@ -17,8 +17,14 @@ from typing import Callable
 
 from .guest import inside_vm
 
-__all__ = ["CONTENTION_WARNING_CORES", "HostContention", "cpu_snapshot", "host_snapshot", "others_cpus",
-           "snapshot_elsewhere"]
+__all__ = [
+    "CONTENTION_WARNING_CORES",
+    "HostContention",
+    "cpu_snapshot",
+    "host_snapshot",
+    "others_cpus",
+    "snapshot_elsewhere",
+]
 
 #: Other processes' average use of host CPUs during a session (or one flow of it) above which the VM runner
 #: warns and a flow's description says its rates and timings were the busy host's, not the path's.
@@ -72,7 +78,7 @@ def _process_cpu(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
             stat = f.read()
-        return sum(int(x) for x in stat[stat.rfind(")") + 2:].split()[11:15]) / os.sysconf("SC_CLK_TCK")
+        return sum(int(x) for x in stat[stat.rfind(")") + 2 :].split()[11:15]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError):
         return 0.0
 
@@ -92,7 +98,7 @@ def _live_descendants_cpu(root: int) -> float:
                 stat = f.read()
         except OSError:
             continue  # gone meanwhile
-        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid ...
+        fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state ppid ...
         try:
             parents[int(entry)] = int(fields[1])
             ticks[int(entry)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
@@ -112,8 +118,12 @@ def _live_descendants_cpu(root: int) -> float:
 def cpu_snapshot(root: int | None = None) -> dict:
     """The host's busy seconds, root's process tree's (default: this process), and the time: two of them give
     others_cpus()."""
-    return {"busy_s": host_busy_seconds(), "own_s": own_cpu_seconds(root), "at": time.monotonic(),
-            "cpus": os.cpu_count()}
+    return {
+        "busy_s": host_busy_seconds(),
+        "own_s": own_cpu_seconds(root),
+        "at": time.monotonic(),
+        "cpus": os.cpu_count(),
+    }
 
 
 def others_cpus(before: dict | None, after: dict | None) -> float | None:

@@ -74,8 +74,10 @@ def open_lock_file(name):
         try:
             fd = os.open(name, _FILE_FLAGS, 0o600, dir_fd=dir_fd)
         except OSError as exc:
-            raise LabError(f"lock file {os.path.join(directory, name)}: cannot open it safely "
-                           f"({exc.strerror}); a symlink there is refused") from exc
+            raise LabError(
+                f"lock file {os.path.join(directory, name)}: cannot open it safely "
+                f"({exc.strerror}); a symlink there is refused"
+            ) from exc
     finally:
         os.close(dir_fd)
     info = os.fstat(fd)
@@ -118,8 +120,9 @@ def _open_directory(path):
     try:
         fd = os.open(path, _DIRECTORY_FLAGS)
     except OSError as exc:
-        raise LabError(f"lock directory {path}: cannot open it safely ({exc.strerror}); "
-                       "it must be a real directory, not a symlink") from exc
+        raise LabError(
+            f"lock directory {path}: cannot open it safely ({exc.strerror}); it must be a real directory, not a symlink"
+        ) from exc
     problem = _directory_problem(os.fstat(fd), path)
     if problem:
         os.close(fd)

@@ -25,33 +25,46 @@ _machine_described = pytest.StashKey[bool]()
 def pytest_addoption(parser):
     group = parser.getgroup("tcpnet", "TCP labs in network namespaces (pytest-tcpnet)")
     group.addoption(
-        "--tcpnet-strict", dest="tcpnet_strict", choices=_STRICT_CHOICES,
+        "--tcpnet-strict",
+        dest="tcpnet_strict",
+        choices=_STRICT_CHOICES,
         default=os.environ.get("TCPNET_STRICT", "off"),
         help="turn 'skipped: capability missing' into a failure: 'all' for every test (use where the "
-             "capability must be present, e.g. in the VM run of CI), 'undeclared' only for tests that "
-             "hit a missing capability without declaring it with @pytest.mark.tcpnet_needs "
-             "(default: $TCPNET_STRICT or off)")
+        "capability must be present, e.g. in the VM run of CI), 'undeclared' only for tests that "
+        "hit a missing capability without declaring it with @pytest.mark.tcpnet_needs "
+        "(default: $TCPNET_STRICT or off)",
+    )
     from . import vm
+
     vm.add_options(group)
     session.add_report_options(group)
     group.addoption(
-        "--tcpnet-host-guard", dest="tcpnet_host_guard", action="store_true",
+        "--tcpnet-host-guard",
+        dest="tcpnet_host_guard",
+        action="store_true",
         default=os.environ.get("TCPNET_HOST_GUARD") == "1",
         help="snapshot the host namespace's links, addresses, routes (all tables), rules, qdiscs and net "
-             "sysctls at session start and fail the session, naming each difference, if any changed by its "
-             "end (env TCPNET_HOST_GUARD=1)")
+        "sysctls at session start and fail the session, naming each difference, if any changed by its "
+        "end (env TCPNET_HOST_GUARD=1)",
+    )
     from .rootless import MODE_ENV, MODES
+
     group.addoption(
-        "--tcpnet-rootless", dest="tcpnet_rootless", choices=MODES, default=os.environ.get(MODE_ENV) or "auto",
+        "--tcpnet-rootless",
+        dest="tcpnet_rootless",
+        choices=MODES,
+        default=os.environ.get(MODE_ENV) or "auto",
         help="without root, re-run the session in a user namespace of its own so labs still build: 'auto' "
-             "(default; where unprivileged user namespaces are allowed), 'on' (fail if they are not), 'off' "
-             "(lab tests skip). Env: TCPNET_ROOTLESS")
+        "(default; where unprivileged user namespaces are allowed), 'on' (fail if they are not), 'off' "
+        "(lab tests skip). Env: TCPNET_ROOTLESS",
+    )
 
 
 def _markable_needs():
     """{need: what it is} for every need with a needs_<need> marker; kernel versions are not identifiers."""
     from .model import KNOWN_CONGESTION_CONTROLS
     from .requirements import ACTION_NEEDS, MACHINE_NEEDS, QDISC_NEEDS, TOOL_NEEDS
+
     kinds = {"privilege": "CAP_NET_ADMIN and CAP_SYS_ADMIN", "root": "same as privilege", **MACHINE_NEEDS}
     kinds.update({q: f"qdisc sch_{q}" for q in QDISC_NEEDS})
     kinds.update({a: f"tc action act_{a}" for a in ACTION_NEEDS})
@@ -62,11 +75,13 @@ def _markable_needs():
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "tcpnet_needs(*needs): the test needs these from the machine: 'privilege', a qdisc "
+        "markers",
+        "tcpnet_needs(*needs): the test needs these from the machine: 'privilege', a qdisc "
         "('netem', 'htb', 'tbf', ...), a congestion control ('bbr', ...), a tool ('tshark', 'iperf3', 'curl', "
         "...) or a kernel version ('kernel>=6.6'; also <=, ==, >, <). Missing -> skipped with the reason (failed under "
         "--tcpnet-strict=all). Each need N also marks the test needs_N, so `-m needs_netem` selects what "
-        "must run under a netem kernel; kernel versions are not identifiers and get no needs_ marker.")
+        "must run under a netem kernel; kernel versions are not identifiers and get no needs_ marker.",
+    )
     # Every need a marker can name gets its needs_ marker, so --strict-markers accepts them all.
     for need, kind in _markable_needs().items():
         config.addinivalue_line("markers", f"needs_{need}: added automatically from tcpnet_needs('{need}') ({kind})")
@@ -76,12 +91,14 @@ def pytest_configure(config):
     if config.getoption("tcpnet_host_guard") and not hasattr(config, "workerinput"):
         config.pluginmanager.register(session.HostGuard(), "tcpnet-host-guard")  # xdist: the controller guards
     from . import vm
+
     vm.use_host_for_analysis()  # in a --tcpnet-vm guest: tshark and plots run on the host
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
     from . import rootless, vm
+
     code = vm.maybe_run_in_vm(config)
     return code if code is not None else rootless.maybe_run_rootless(config)
 
@@ -98,6 +115,7 @@ def _uses_tcpnet(item):
 
 def _describe_machine(config):
     from .requirements import describe_machine
+
     config.stash[_machine_described] = True
     return describe_machine()
 
@@ -123,6 +141,7 @@ def pytest_report_collectionfinish(config, items):
 def _tcpnet_sweep(request):
     """Remove what killed sessions left behind (their owner pid is dead), once per process, before the first lab."""
     from . import netlink
+
     if not netlink.has_net_admin():
         return
     removed = netlink.sweep_stale_namespaces()
@@ -173,6 +192,7 @@ def pytest_runtest_makereport(item, call):
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     from .requirements import check_needs
+
     needs = _declared_needs(item)
     try:
         check_needs(sorted(needs))
@@ -214,6 +234,7 @@ def tcpnet(request, _tcpnet_sweep):
     result the lab produced reaches the session summary, JUnit properties and results file.
     """
     from .lab import Lab
+
     reporting = request.config.pluginmanager.get_plugin("tcpnet-report")
     lab = Lab(sweep=False, artifact_dir=reporting.start_test(request.node))
     request.node.stash[session.LAB_KEY] = lab

@@ -7,18 +7,47 @@ from . import guest
 from .errors import MissingCapability, program_path
 from .model import KNOWN_CONGESTION_CONTROLS, KernelVersion
 
-__all__ = ["check_need", "check_needs", "describe_machine", "QDISC_NEEDS", "ACTION_NEEDS", "TOOL_NEEDS", "MACHINE_NEEDS"]
+__all__ = [
+    "check_need",
+    "check_needs",
+    "describe_machine",
+    "QDISC_NEEDS",
+    "ACTION_NEEDS",
+    "TOOL_NEEDS",
+    "MACHINE_NEEDS",
+]
 
-QDISC_NEEDS = frozenset({"netem", "htb", "tbf", "pfifo", "bfifo", "ingress", "clsact", "fq_codel", "codel", "cake",
-                         "pie", "fq_pie", "red", "fq"})
+QDISC_NEEDS = frozenset(
+    {
+        "netem",
+        "htb",
+        "tbf",
+        "pfifo",
+        "bfifo",
+        "ingress",
+        "clsact",
+        "fq_codel",
+        "codel",
+        "cake",
+        "pie",
+        "fq_pie",
+        "red",
+        "fq",
+    }
+)
 #: Actions a test can need, by their tc name ("police": act_police, probed on a match-all filter).
 ACTION_NEEDS = frozenset({"police"})
 TOOL_NEEDS = {"tshark": "tshark", "iperf3": "iperf3", "curl": "curl", "nsenter": "util-linux"}
 #: Needs of the machine itself: "smp", CPUs for two busy processes at once (a User-Mode Linux guest has one).
 MACHINE_NEEDS = {"smp": "two or more CPUs at once"}
 _KERNEL_NEED = re.compile(r"^kernel\s*(>=|<=|==|>|<)\s*(\d+\.\d+(?:\.\d+)?)$")
-_OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "==": lambda a, b: a == b,
-        ">": lambda a, b: a > b, "<": lambda a, b: a < b}
+_OPS = {
+    ">=": lambda a, b: a >= b,
+    "<=": lambda a, b: a <= b,
+    "==": lambda a, b: a == b,
+    ">": lambda a, b: a > b,
+    "<": lambda a, b: a < b,
+}
 
 
 def check_need(need):
@@ -32,21 +61,31 @@ def check_need(need):
         cpus = len(os.sched_getaffinity(0))
         if cpus < 2:
             where = f"a {guest.conditions()}" if guest.conditions() else "this machine"
-            raise MissingCapability(need, f"{where} gives this test {cpus} CPU, and it needs two busy at once (a "
-                                    "starved receiver beside its sender): run it on the host or on a qemu backend "
-                                    "(--tcpnet-vm-backend=tcg or kvm)")
+            raise MissingCapability(
+                need,
+                f"{where} gives this test {cpus} CPU, and it needs two busy at once (a "
+                "starved receiver beside its sender): run it on the host or on a qemu backend "
+                "(--tcpnet-vm-backend=tcg or kvm)",
+            )
         return
     if need in ("root", "privilege"):
         if not netlink.has_net_admin():
             from .rootless import privilege_hint
+
             raise MissingCapability(need, f"building a lab needs CAP_NET_ADMIN and CAP_SYS_ADMIN {privilege_hint()}")
         return
     if need in QDISC_NEEDS or need in ACTION_NEEDS:
         if not netlink.has_net_admin():
             raise MissingCapability(need, f"cannot probe for sch_{need} without CAP_NET_ADMIN (run as root)")
         if not netlink.qdisc_supported(need):
-            hint = ("; run the session under a kernel that has it: `pytest --tcpnet-vm` (README: 'Running under "
-                    "a chosen kernel')") if need == "netem" else ""
+            hint = (
+                (
+                    "; run the session under a kernel that has it: `pytest --tcpnet-vm` (README: 'Running under "
+                    "a chosen kernel')"
+                )
+                if need == "netem"
+                else ""
+            )
             module = f"act_{need}" if need in ACTION_NEEDS else f"sch_{need}"
             if need != "netem":
                 hint = "; run the session in the pinned-kernel VM: `pytest --tcpnet-vm` (docs/vm.md)"
@@ -55,8 +94,11 @@ def check_need(need):
     if need in KNOWN_CONGESTION_CONTROLS:
         available = netlink.available_congestion_controls()
         if need not in available:
-            raise MissingCapability(need, f"congestion control {need!r} is not available on kernel {release} "
-                                    f"(available: {' '.join(sorted(available))})")
+            raise MissingCapability(
+                need,
+                f"congestion control {need!r} is not available on kernel {release} "
+                f"(available: {' '.join(sorted(available))})",
+            )
         return
     if need in TOOL_NEEDS:
         program_path(need, package=TOOL_NEEDS[need])
@@ -65,11 +107,16 @@ def check_need(need):
     if match:
         op, wanted = match.groups()
         if not _OPS[op](KernelVersion.parse(release), KernelVersion.parse(wanted)):
-            raise MissingCapability(need, f"kernel {release} does not satisfy {op}{wanted}; "
-                                    f"run under another kernel with `pytest --tcpnet-vm --tcpnet-kernel=...`")
+            raise MissingCapability(
+                need,
+                f"kernel {release} does not satisfy {op}{wanted}; "
+                f"run under another kernel with `pytest --tcpnet-vm --tcpnet-kernel=...`",
+            )
         return
-    raise ValueError(f"unknown need {need!r}; known: privilege, smp, {', '.join(sorted(QDISC_NEEDS | ACTION_NEEDS))}, "
-                     f"a congestion control name, {', '.join(TOOL_NEEDS)}, or 'kernel>=X.Y' (>=, <=, ==, >, <)")
+    raise ValueError(
+        f"unknown need {need!r}; known: privilege, smp, {', '.join(sorted(QDISC_NEEDS | ACTION_NEEDS))}, "
+        f"a congestion control name, {', '.join(TOOL_NEEDS)}, or 'kernel>=X.Y' (>=, <=, ==, >, <)"
+    )
 
 
 def check_needs(needs):

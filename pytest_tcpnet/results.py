@@ -7,18 +7,26 @@ from .hostload import CONTENTION_WARNING_CORES
 from .model import Host, Link, format_rate, format_size, format_time
 from .records import SERIES_FIELDS
 
-__all__ = ["TransferResult", "ConcurrentResult", "LatencyResult", "RequestsResult", "UdpResult", "WindowProbe",
-           "Phase", "jain_index"]
+__all__ = [
+    "TransferResult",
+    "ConcurrentResult",
+    "LatencyResult",
+    "RequestsResult",
+    "UdpResult",
+    "WindowProbe",
+    "Phase",
+    "jain_index",
+]
 
 _TC_H_ROOT = 0xFFFFFFFF
 #: What a sender's samples say it had written, with notsent_bytes (sent at least once, less resends).
 _WRITTEN_FIELDS = ("bytes_sent", "bytes_retrans")
 
 
-
 def kernel_words(kernel):
     """The kernel a result ran under, and in which guest where it was not the host ("6.1.176 (User-Mode Linux guest)")."""
     return f"{kernel} ({guest.conditions()})" if guest.conditions() else f"{kernel}"
+
 
 @dataclass(frozen=True, eq=False)
 class TransferResult:
@@ -266,11 +274,22 @@ class TransferResult:
         # Once the application has written its last byte, what is left in flight drains: that time is the end of
         # the transfer, not the application holding data back (a 200 KB bulk flow at 22 Mbit/s spent half of
         # its samples draining a send buffer of a third of it, and read "app").
-        written = {t: (columns["bytes_sent"].get(t) or 0) - (columns["bytes_retrans"].get(t) or 0)
-                   + (columns["notsent_bytes"].get(t) or 0) for t in times}
+        written = {
+            t: (columns["bytes_sent"].get(t) or 0)
+            - (columns["bytes_retrans"].get(t) or 0)
+            + (columns["notsent_bytes"].get(t) or 0)
+            for t in times
+        }
         total = max(written.values(), default=0)
-        drain = next((t for t in times if written[t] >= total - 1
-                      and (columns["notsent_bytes"].get(t) or 0) < (columns["snd_mss"].get(t) or 1448)), None)
+        drain = next(
+            (
+                t
+                for t in times
+                if written[t] >= total - 1
+                and (columns["notsent_bytes"].get(t) or 0) < (columns["snd_mss"].get(t) or 1448)
+            ),
+            None,
+        )
         if drain is not None:
             times = [t for t in times if t < drain]
         return [{field: columns[field].get(t) for field in SAMPLE_FIELDS} for t in times]
@@ -317,6 +336,7 @@ class TransferResult:
     def plot(self, directory=None):
         """Write the plots (needs matplotlib: pip install 'pytest-tcpnet[plots]'); return their paths."""
         from .analysis.plots import plot_result
+
         return _plot_into(self, plot_result, directory)
 
     # -- router counters --------------------------------------------------------------------------
@@ -332,8 +352,11 @@ class TransferResult:
     @property
     def interface_drops(self):
         """Packets the veths themselves dropped (e.g. a receive backlog overflow), by 'role/ifname'."""
-        return {end: c["rx_dropped"] + c["tx_dropped"] for end, c in self.interfaces.items()
-                if c["rx_dropped"] + c["tx_dropped"]}
+        return {
+            end: c["rx_dropped"] + c["tx_dropped"]
+            for end, c in self.interfaces.items()
+            if c["rx_dropped"] + c["tx_dropped"]
+        }
 
     def goodput_between(self, start_s, end_s):
         """Goodput (bit/s) the receiving application saw between two times: seconds on the schedule's clock for a
@@ -368,17 +391,27 @@ class TransferResult:
             inside = [v for t, v in rtts if start <= t < end]
             before = [v for t, v in retrans if t < start]
             upto = [v for t, v in retrans if t < end]
-            phases.append(Phase(number=number, scheduled_at=at, start_s=start, end_s=end, link=self.link.at(at),
-                                goodput_bps=self.goodput_between(start, end),
-                                rtt_s=sum(inside) / len(inside) if inside else None,
-                                retransmits=(upto[-1] - (before[-1] if before else 0)) if upto else None))
+            phases.append(
+                Phase(
+                    number=number,
+                    scheduled_at=at,
+                    start_s=start,
+                    end_s=end,
+                    link=self.link.at(at),
+                    goodput_bps=self.goodput_between(start, end),
+                    rtt_s=sum(inside) / len(inside) if inside else None,
+                    retransmits=(upto[-1] - (before[-1] if before else 0)) if upto else None,
+                )
+            )
         return phases
 
     def describe(self):
         """The conditions, one per line, for failure reports."""
-        app = [f"reader {self.reader.describe()}" if self.reader else "",
-               f"writer {self.writer.describe()}" if self.writer else "",
-               "receiver starved of CPU" if self.starved_receiver else ""]
+        app = [
+            f"reader {self.reader.describe()}" if self.reader else "",
+            f"writer {self.writer.describe()}" if self.writer else "",
+            "receiver starved of CPU" if self.starved_receiver else "",
+        ]
         lines = [
             f"{self.workload}: {format_size(self.nbytes)} {self.direction} in {format_time(self.duration_s)} "
             f"= {format_rate(self.throughput_bps)}",
@@ -392,21 +425,27 @@ class TransferResult:
             lines.append("application: " + ", ".join(a for a in app if a))
         info = self.sender_tcp_info
         if info:
-            lines.append(f"sender TCP_INFO: rtt {info.get('rtt', 0) / 1000:.3g} ms, cwnd {info.get('snd_cwnd')}, "
-                         f"retrans {info.get('total_retrans')} (dsack {info.get('dsack_dups')}), "
-                         f"rwnd_limited {info.get('rwnd_limited', 0) / 1000:.4g} ms, "
-                         f"sndbuf_limited {info.get('sndbuf_limited', 0) / 1000:.4g} ms, "
-                         f"busy {info.get('busy_time', 0) / 1000:.4g} ms")
+            lines.append(
+                f"sender TCP_INFO: rtt {info.get('rtt', 0) / 1000:.3g} ms, cwnd {info.get('snd_cwnd')}, "
+                f"retrans {info.get('total_retrans')} (dsack {info.get('dsack_dups')}), "
+                f"rwnd_limited {info.get('rwnd_limited', 0) / 1000:.4g} ms, "
+                f"sndbuf_limited {info.get('sndbuf_limited', 0) / 1000:.4g} ms, "
+                f"busy {info.get('busy_time', 0) / 1000:.4g} ms"
+            )
         if self.qdiscs:
             marks = self.queue_ecn_marks
-            lines.append(f"router qdisc drops: {self.emulator_drops}; veth drops: {self.interface_drops or 0}"
-                         + ("" if marks is None else f"; queue CE marks: {marks}, sender delivered_ce: {self.ce_marks}"))
+            lines.append(
+                f"router qdisc drops: {self.emulator_drops}; veth drops: {self.interface_drops or 0}"
+                + ("" if marks is None else f"; queue CE marks: {marks}, sender delivered_ce: {self.ce_marks}")
+            )
         if self.capture is not None:
             lines.append(f"capture: {self.capture.pcap}")
         if self.host_contention_cpus is not None and self.host_contention_cpus >= CONTENTION_WARNING_CORES:
-            lines.append(f"host: other processes kept {self.host_contention_cpus:.1f} CPUs busy while this flow ran; "
-                         f"a guest's links and endpoints run only when the host gives it CPU, so its rates and "
-                         f"timings may be the busy host's rather than the path's: judge them again on a quiet host")
+            lines.append(
+                f"host: other processes kept {self.host_contention_cpus:.1f} CPUs busy while this flow ran; "
+                f"a guest's links and endpoints run only when the host gives it CPU, so its rates and "
+                f"timings may be the busy host's rather than the path's: judge them again on a quiet host"
+            )
         lines += [phase.describe() for phase in self.phases]
         return "\n".join(lines)
 
@@ -426,11 +465,13 @@ class Phase:
     retransmits: "int | None"
 
     def describe(self):
-        return (f"phase {self.number} ({format_time(self.start_s)}-{format_time(self.end_s)}, scheduled at "
-                f"{format_time(self.scheduled_at)}): {format_rate(self.goodput_bps)}"
-                + (f", srtt {format_time(self.rtt_s)}" if self.rtt_s is not None else "")
-                + (f", {self.retransmits} retransmitted" if self.retransmits is not None else "")
-                + f"; link {self.link.describe()}")
+        return (
+            f"phase {self.number} ({format_time(self.start_s)}-{format_time(self.end_s)}, scheduled at "
+            f"{format_time(self.scheduled_at)}): {format_rate(self.goodput_bps)}"
+            + (f", srtt {format_time(self.rtt_s)}" if self.rtt_s is not None else "")
+            + (f", {self.retransmits} retransmitted" if self.retransmits is not None else "")
+            + f"; link {self.link.describe()}"
+        )
 
 
 def _plot_into(result, draw, directory):
@@ -492,10 +533,15 @@ class UdpResult:
 
     def describe(self):
         """Rate, loss and one-way delay, one line."""
-        delays = (f"one-way delay p50 {format_time(self.one_way_delay_s(50))}, p95 {format_time(self.one_way_delay_s(95))}"
-                  if self.arrivals else "nothing arrived")
-        return (f"{self.spec.describe()}: {self.sent} sent ({self.send_errors} refused locally), {self.received} "
-                f"received, loss {self.loss * 100:.3g}%, {format_rate(self.throughput_bps)} received; {delays}")
+        delays = (
+            f"one-way delay p50 {format_time(self.one_way_delay_s(50))}, p95 {format_time(self.one_way_delay_s(95))}"
+            if self.arrivals
+            else "nothing arrived"
+        )
+        return (
+            f"{self.spec.describe()}: {self.sent} sent ({self.send_errors} refused locally), {self.received} "
+            f"received, loss {self.loss * 100:.3g}%, {format_rate(self.throughput_bps)} received; {delays}"
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -535,8 +581,10 @@ class ConcurrentResult:
     def describe(self):
         """Each flow's goodput and cc, the sum and the fairness index."""
         lines = [f"{len(self.flows)} flows: total {format_rate(self.total_bps)}, Jain index {self.jain_index:.3f}"]
-        lines += [f"  flow {i}: {format_rate(f.throughput_bps)}, cc {f.cc}, {format_size(f.nbytes)}"
-                  for i, f in enumerate(self.flows)]
+        lines += [
+            f"  flow {i}: {format_rate(f.throughput_bps)}, cc {f.cc}, {format_size(f.nbytes)}"
+            for i, f in enumerate(self.flows)
+        ]
         lines += [f"  {u.describe()}" for u in self.udp]
         lines.append(f"link: {self.flows[0].link.describe()}; kernel: {kernel_words(self.flows[0].kernel)}")
         return "\n".join(lines)
@@ -605,14 +653,20 @@ class LatencyResult:
     def describe(self):
         """Idle and loaded RTTs, the load, the link."""
         app_idle = _percentile([rtt for t, rtt in self.app_samples if t < self.idle_to], 50)
-        lines = [f"latency probe (TCP request/response every {format_time(self.interval)}"
-                 + ("" if self.stamped else ", no kernel timestamps: application times") + "): "
-                 f"{len(self.idle_samples)} idle samples, median {format_time(self.idle_rtt_s)}"
-                 + (f" (the application saw {format_time(app_idle)}: the endpoints' wake-ups)" if self.stamped else "")]
+        lines = [
+            f"latency probe (TCP request/response every {format_time(self.interval)}"
+            + ("" if self.stamped else ", no kernel timestamps: application times")
+            + "): "
+            f"{len(self.idle_samples)} idle samples, median {format_time(self.idle_rtt_s)}"
+            + (f" (the application saw {format_time(app_idle)}: the endpoints' wake-ups)" if self.stamped else "")
+        ]
         loaded = self.loaded_samples()
         if loaded:
-            lines.append("under load: " + ", ".join(f"p{p} {format_time(_percentile(loaded, p))}" for p in (50, 95, 99))
-                         + f" ({len(loaded)} samples); induced p95 {format_time(self.induced_latency_s(95))}")
+            lines.append(
+                "under load: "
+                + ", ".join(f"p{p} {format_time(_percentile(loaded, p))}" for p in (50, 95, 99))
+                + f" ({len(loaded)} samples); induced p95 {format_time(self.induced_latency_s(95))}"
+            )
         if self.flows is not None:
             lines.append(self.flows.describe())
         else:
@@ -627,6 +681,7 @@ class LatencyResult:
     def plot(self, directory=None):
         """RTT over time (idle and loaded spans shaded) and the CDFs of idle and loaded RTT; returns the paths."""
         from .analysis.plots import plot_latency
+
         return _plot_into(self, plot_latency, directory)
 
 
@@ -673,24 +728,31 @@ class RequestsResult:
     def describe(self):
         """The exchanges, their times and the model's, the conditions."""
         fct = self.fct_s
-        lines = [f"{len(fct)} requests of {format_size(self.request_size)} answered by "
-                 f"{format_size(self.response_size)}, "
-                 + ("a new connection each" if self.new_connection else "on one connection")
-                 + (f", one every {format_time(self.interval)}" if self.interval else ", back to back"),
-                 "FCT: " + ", ".join(f"p{p} {format_time(_percentile(fct, p))}" for p in (0, 50, 95, 100))
-                 + f"; model: first {format_time(self.expected_s[0])}"
-                 + (f", then {format_time(self.expected_s[-1])}" if len(self.expected_s) > 1 else ""),
-                 f"model: {self.why}"
-                 + (f"; at the srtt the server saw ({format_time(self.observed_rtt_s)}): first "
-                    f"{format_time(self.observed_expected_s[0])}" if self.observed_expected_s else ""),
-                 "per request (measured / model): " + ", ".join(
-                     f"{format_time(m)}/{format_time(e)}" for m, e in list(zip(fct, self.expected_s))[:8])
-                 + (" ..." if len(fct) > 8 else ""),
-                 f"link: {self.link.describe()}; server SO_SNDBUF "
-                 f"{format_size(self.sndbuf_requested) if self.sndbuf_requested else 'auto'}, client SO_RCVBUF "
-                 f"{format_size(self.rcvbuf_requested) if self.rcvbuf_requested else 'auto'}; slow start after idle "
-                 f"{self.sysctls.get('server', {}).get('net.ipv4.tcp_slow_start_after_idle', '?')}; "
-                 f"kernel {kernel_words(self.kernel)}"]
+        lines = [
+            f"{len(fct)} requests of {format_size(self.request_size)} answered by "
+            f"{format_size(self.response_size)}, "
+            + ("a new connection each" if self.new_connection else "on one connection")
+            + (f", one every {format_time(self.interval)}" if self.interval else ", back to back"),
+            "FCT: "
+            + ", ".join(f"p{p} {format_time(_percentile(fct, p))}" for p in (0, 50, 95, 100))
+            + f"; model: first {format_time(self.expected_s[0])}"
+            + (f", then {format_time(self.expected_s[-1])}" if len(self.expected_s) > 1 else ""),
+            f"model: {self.why}"
+            + (
+                f"; at the srtt the server saw ({format_time(self.observed_rtt_s)}): first "
+                f"{format_time(self.observed_expected_s[0])}"
+                if self.observed_expected_s
+                else ""
+            ),
+            "per request (measured / model): "
+            + ", ".join(f"{format_time(m)}/{format_time(e)}" for m, e in list(zip(fct, self.expected_s))[:8])
+            + (" ..." if len(fct) > 8 else ""),
+            f"link: {self.link.describe()}; server SO_SNDBUF "
+            f"{format_size(self.sndbuf_requested) if self.sndbuf_requested else 'auto'}, client SO_RCVBUF "
+            f"{format_size(self.rcvbuf_requested) if self.rcvbuf_requested else 'auto'}; slow start after idle "
+            f"{self.sysctls.get('server', {}).get('net.ipv4.tcp_slow_start_after_idle', '?')}; "
+            f"kernel {kernel_words(self.kernel)}",
+        ]
         return "\n".join(lines)
 
 

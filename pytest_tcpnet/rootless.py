@@ -22,8 +22,16 @@ import signal
 import subprocess
 import sys
 
-__all__ = ["MODES", "MODE_ENV", "INSIDE_ENV", "inside", "userns_blocker", "privilege_hint",
-           "maybe_run_rootless", "rootless_command"]
+__all__ = [
+    "MODES",
+    "MODE_ENV",
+    "INSIDE_ENV",
+    "inside",
+    "userns_blocker",
+    "privilege_hint",
+    "maybe_run_rootless",
+    "rootless_command",
+]
 
 MODES = ("auto", "on", "off")
 #: Default of --tcpnet-rootless.
@@ -37,14 +45,25 @@ _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
 
 # (sysctl file, value that forbids unprivileged user namespaces, what it is, how to allow them)
 _BLOCKING_SETTINGS = (
-    ("/proc/sys/user/max_user_namespaces", "0", "user.max_user_namespaces=0",
-     "sudo sysctl -w user.max_user_namespaces=15000"),
-    ("/proc/sys/kernel/unprivileged_userns_clone", "0", "kernel.unprivileged_userns_clone=0 (Debian/Arch patch)",
-     "sudo sysctl -w kernel.unprivileged_userns_clone=1"),
-    ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1",
-     "kernel.apparmor_restrict_unprivileged_userns=1 (Ubuntu's AppArmor restriction)",
-     "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or an AppArmor profile that grants "
-     f"'userns,' to {os.path.realpath(sys.executable)}"),
+    (
+        "/proc/sys/user/max_user_namespaces",
+        "0",
+        "user.max_user_namespaces=0",
+        "sudo sysctl -w user.max_user_namespaces=15000",
+    ),
+    (
+        "/proc/sys/kernel/unprivileged_userns_clone",
+        "0",
+        "kernel.unprivileged_userns_clone=0 (Debian/Arch patch)",
+        "sudo sysctl -w kernel.unprivileged_userns_clone=1",
+    ),
+    (
+        "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+        "1",
+        "kernel.apparmor_restrict_unprivileged_userns=1 (Ubuntu's AppArmor restriction)",
+        "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or an AppArmor profile that grants "
+        f"'userns,' to {os.path.realpath(sys.executable)}",
+    ),
 )
 
 
@@ -123,6 +142,7 @@ def _run(argv, cwd):
     # (a directory this user owns) instead of root's.
     env["USER"] = env["LOGNAME"] = _user_name()
     from .locks import REAL_UID_ENV, real_uid
+
     env[REAL_UID_ENV] = str(real_uid())
     proc = subprocess.Popen(argv, cwd=cwd, env=env)
 
@@ -131,8 +151,10 @@ def _run(argv, cwd):
 
     # The terminal sends Ctrl-C to the whole foreground group, the child included: passing it on
     # as well would interrupt the child's teardown a second time.
-    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, forward),
-                signal.SIGINT: signal.signal(signal.SIGINT, lambda *_: None)}
+    previous = {
+        signal.SIGTERM: signal.signal(signal.SIGTERM, forward),
+        signal.SIGINT: signal.signal(signal.SIGINT, lambda *_: None),
+    }
     try:
         code = proc.wait()
     finally:
@@ -162,8 +184,10 @@ def _say(message):
 
 def _mount_tmpfs(target, mode):
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.mount(b"tcpnet", target.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
-                  f"mode={mode:o}".encode()) != 0:
+    if (
+        libc.mount(b"tcpnet", target.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, f"mode={mode:o}".encode())
+        != 0
+    ):
         err = ctypes.get_errno()
         raise OSError(err, f"mount tmpfs on {target}: {os.strerror(err)}")
 

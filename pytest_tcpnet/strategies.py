@@ -28,10 +28,16 @@ SWEEP_PROFILE = "tcpnet-sweep"
 SWEEP_CI_PROFILE = "tcpnet-sweep-ci"
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large]
-settings.register_profile(SWEEP_PROFILE, deadline=None, max_examples=8, suppress_health_check=_SLOW_OK,
-                          print_blob=True)
-settings.register_profile(SWEEP_CI_PROFILE, deadline=None, max_examples=5, suppress_health_check=_SLOW_OK,
-                          derandomize=True, database=None, print_blob=True)
+settings.register_profile(SWEEP_PROFILE, deadline=None, max_examples=8, suppress_health_check=_SLOW_OK, print_blob=True)
+settings.register_profile(
+    SWEEP_CI_PROFILE,
+    deadline=None,
+    max_examples=5,
+    suppress_health_check=_SLOW_OK,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+)
 sweep = settings.get_profile(SWEEP_PROFILE)
 sweep_ci = settings.get_profile(SWEEP_CI_PROFILE)
 
@@ -47,6 +53,7 @@ def _log_range(field, low, high, parse, *, round_to=None):
     def point(step):
         value = lo * (hi / lo) ** (step / _STEPS)
         return min(hi, max(lo, round(value / round_to) * round_to if round_to else value))
+
     return st.integers(0, _STEPS).map(point)
 
 
@@ -88,13 +95,14 @@ def links(*, rtt=None, rate=None, loss=None, jitter=None, limit=None):
     }
     for name, value in (("rtt", rtt), ("rate", rate), ("loss", loss), ("jitter", jitter), ("limit", limit)):
         if value is not None and not isinstance(value, SearchStrategy):
-            for end in (value if isinstance(value, (tuple, list)) else (value,)):
+            for end in value if isinstance(value, (tuple, list)) else (value,):
                 Link(**{name: end, **({"rtt": "1s"} if name == "jitter" else {})})
     if limit is not None and isinstance(limit, (tuple, list)):
         parts["limit"] = parts["limit"].map(lambda v: max(1, int(v)))
 
     def build(values):
         return Link(**{k: v for k, v in values.items() if v is not None})
+
     return st.fixed_dictionaries(parts).map(build)
 
 
@@ -102,7 +110,9 @@ def buffer_sizes(min_size="4kb", max_size="256kb"):
     """Strategy of socket buffer requests in bytes (ints), log-uniform over [min_size, max_size], shrinking to min."""
     lo, hi = parse_size(min_size, "min_size"), parse_size(max_size, "max_size")
     if not (1 <= lo <= hi <= 2**31 - 1):
-        raise ValueError(f"buffer_sizes: need 1 <= min_size <= max_size <= 2^31-1 bytes, got {min_size!r}, {max_size!r}")
+        raise ValueError(
+            f"buffer_sizes: need 1 <= min_size <= max_size <= 2^31-1 bytes, got {min_size!r}, {max_size!r}"
+        )
     return _log_range("buffer_sizes", lo, hi, parse_size, round_to=1).map(int)
 
 
@@ -129,6 +139,7 @@ def hosts(*, cc=None, rmem=None, wmem=None, sysctls=None):
         if isinstance(value, (tuple, list)):
             return buffer_sizes(*value)
         return st.just(int(parse_size(value, field)))
+
     Host(sysctls=sysctls or {})
 
     def build(values):
@@ -137,6 +148,7 @@ def hosts(*, cc=None, rmem=None, wmem=None, sysctls=None):
             if size is not None:
                 extra[key] = (size, size, size)
         return Host(sysctls=extra, cc=values["cc"])
-    return st.fixed_dictionaries({"cc": cc_strategy, "rmem": sizes("rmem", rmem),
-                                  "wmem": sizes("wmem", wmem)}).map(build)
 
+    return st.fixed_dictionaries({"cc": cc_strategy, "rmem": sizes("rmem", rmem), "wmem": sizes("wmem", wmem)}).map(
+        build
+    )

@@ -67,8 +67,11 @@ class Children:
             if proc.poll() is not None:
                 out, err = proc.communicate()
                 import pytest
-                pytest.fail(f"{_name(proc)} exited ({proc.returncode}) before {what}:\n{(out or '')[-6000:]}"
-                            f"{(err or '')[-6000:]}")
+
+                pytest.fail(
+                    f"{_name(proc)} exited ({proc.returncode}) before {what}:\n{(out or '')[-6000:]}"
+                    f"{(err or '')[-6000:]}"
+                )
             if time.monotonic() > deadline:
                 self.communicate(proc, timeout=0.01)  # fails with its stacks, its group killed
             time.sleep(0.05)
@@ -83,8 +86,11 @@ class Children:
             self._signal(proc, signal.SIGKILL)
             out, err = proc.communicate()
             import pytest
-            pytest.fail(f"{_name(proc)} did not finish within {timeout} s; killed its process group.\n"
-                        f"--- stdout ---\n{(out or '')[-6000:]}\n--- stderr ---\n{(err or '')[-12000:]}")
+
+            pytest.fail(
+                f"{_name(proc)} did not finish within {timeout} s; killed its process group.\n"
+                f"--- stdout ---\n{(out or '')[-6000:]}\n--- stderr ---\n{(err or '')[-12000:]}"
+            )
 
     @staticmethod
     def _signal(proc, sig):
@@ -105,8 +111,13 @@ class Children:
         self._procs.clear()
         if killed:
             # The killed children had no teardown: their namespaces are removed by the sweeper (dead owners only).
-            subprocess.run([sys.executable, "-m", "pytest_tcpnet.cleanup"], env=checkout_env(), cwd=ROOT,
-                           capture_output=True, timeout=120)
+            subprocess.run(
+                [sys.executable, "-m", "pytest_tcpnet.cleanup"],
+                env=checkout_env(),
+                cwd=ROOT,
+                capture_output=True,
+                timeout=120,
+            )
         return killed
 
 

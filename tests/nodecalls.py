@@ -80,6 +80,7 @@ def udp_echo(address, port, idle_s=3.0):
 def _await_echo(sock, peer, timeout=20.0):
     """Send hellos until the echo answers one: it is bound (a sleep was not enough beside a CPU hog in the guest)."""
     import select
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         sock.sendto(UDP_HELLO, peer)
@@ -97,6 +98,7 @@ def udp_probe(address, port, count, interval):
     """
     import select
     import struct
+
     sent, rtts = [], {}
     peer = (address, port)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
@@ -122,6 +124,7 @@ def probe_udp(pair, count=400, interval=0.003, *, arrived=False):
     datagram (processes of their own, so no GIL between the probe's clock and its socket). arrived=True: the
     numbers of the datagrams that reached the server instead (a loss on the way there, counted where it shows)."""
     import struct
+
     echo = pair.server.spawn(udp_echo, pair.server.address, 9300)  # the probe waits until it answers
     probes = pair.client.spawn(udp_probe, pair.server.address, 9300, count, interval).result(timeout=30)
     got = echo.result(timeout=10)

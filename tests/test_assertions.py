@@ -9,11 +9,24 @@ from pytest_tcpnet.workload.fake import fake_result
 
 def _result(nbytes=10_000_000, duration_s=2.0):
     # A result as a transfer returns it; made up because only the arithmetic is under test.
-    return fake_result(nbytes=nbytes, duration_s=duration_s, kernel="6.18.44",
-                       link=Link(rate="50mbit", rtt="20ms"), client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"}),
-                       sender_buffers={"cc": "cubic", "sndbuf": 87040}, receiver_buffers={"rcvbuf": 8192},
-                       sender_tcp_info={"rtt": 20500, "snd_cwnd": 10, "total_retrans": 3, "dsack_dups": 0,
-                                        "rwnd_limited": 1_500_000, "sndbuf_limited": 0, "busy_time": 2_000_000})
+    return fake_result(
+        nbytes=nbytes,
+        duration_s=duration_s,
+        kernel="6.18.44",
+        link=Link(rate="50mbit", rtt="20ms"),
+        client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"}),
+        sender_buffers={"cc": "cubic", "sndbuf": 87040},
+        receiver_buffers={"rcvbuf": 8192},
+        sender_tcp_info={
+            "rtt": 20500,
+            "snd_cwnd": 10,
+            "total_retrans": 3,
+            "dsack_dups": 0,
+            "rwnd_limited": 1_500_000,
+            "sndbuf_limited": 0,
+            "busy_time": 2_000_000,
+        },
+    )
 
 
 def test_throughput_within_passes_inside_the_band():
@@ -25,8 +38,16 @@ def test_throughput_failure_shows_numbers_and_conditions():
     with pytest.raises(AssertionError) as info:
         assert_throughput_within(_result(), 50e6, rel=0.1)
     message = str(info.value)
-    for words in ("40 Mbit/s", "80.0% of the expected 50 Mbit/s", "allowed 90%..110%", "RTT 20 ms",
-                  "tcp_rmem=4096 4096 4096", "kernel: 6.18.44", "rwnd_limited 1500 ms", "retrans 3"):
+    for words in (
+        "40 Mbit/s",
+        "80.0% of the expected 50 Mbit/s",
+        "allowed 90%..110%",
+        "RTT 20 ms",
+        "tcp_rmem=4096 4096 4096",
+        "kernel: 6.18.44",
+        "rwnd_limited 1500 ms",
+        "retrans 3",
+    ):
         assert words in message, message
 
 
@@ -37,16 +58,28 @@ def test_throughput_tolerance_must_be_meaningful(rel):
 
 
 def _probe(window, kernel, adv_win_scale="1"):
-    return WindowProbe(window_bytes=window, rcvbuf_requested=65536, rcvbuf_effective=131072, kernel=kernel,
-                       sysctls={"net.ipv4.tcp_adv_win_scale": adv_win_scale}, transfer=_result())
+    return WindowProbe(
+        window_bytes=window,
+        rcvbuf_requested=65536,
+        rcvbuf_effective=131072,
+        kernel=kernel,
+        sysctls={"net.ipv4.tcp_adv_win_scale": adv_win_scale},
+        transfer=_result(),
+    )
 
 
 def test_window_failure_on_a_new_kernel_names_scaling_ratio():
     with pytest.raises(AssertionError) as info:
         assert_receive_window_within(_probe(80732, "6.18.44-fc"), 65536, rel=0.1)
     message = str(info.value)
-    for words in ("80732 B is 123%", "scaling_ratio", ">= 6.6", "ignored since 6.6", "62% of the 131.1 kB buffer",
-                  "doubles"):
+    for words in (
+        "80732 B is 123%",
+        "scaling_ratio",
+        ">= 6.6",
+        "ignored since 6.6",
+        "62% of the 131.1 kB buffer",
+        "doubles",
+    ):
         assert words in message, message
 
 

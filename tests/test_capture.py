@@ -13,6 +13,7 @@ TINY_RMEM = Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"})
 # millisecond (measured: exactly 1 Window Full in 3 of 3 runs); a 1 MB initial buffer never is.
 TUNED_RMEM = Host(sysctls={"net.ipv4.tcp_rmem": "4096 1048576 6291456"})
 
+
 def test_capture_is_ready_before_and_flushed_after_the_flow(tcpnet, tmp_path):
     pair = tcpnet.pair()
     with Capture(pair.server, directory=tmp_path) as cap:

@@ -18,13 +18,41 @@ def _capture(tmp_path, kinds_per_segment, segments=100, in_flight=2000, acks=())
     acks: (time, advertised window) of the receiver's ACKs."""
     packets = []
     for i in range(segments):
-        packets.append(Packet(time=i * 0.001, stream=0, src="10.0.0.2:80", dst="10.0.0.1:5000", direction="data",
-                              seq=1 + i * 1000, ack=1, window=65536, peer_window=2000, len=1000,
-                              bytes_in_flight=in_flight, flags="A", expert=tuple(kinds_per_segment.get(i, ()))))
+        packets.append(
+            Packet(
+                time=i * 0.001,
+                stream=0,
+                src="10.0.0.2:80",
+                dst="10.0.0.1:5000",
+                direction="data",
+                seq=1 + i * 1000,
+                ack=1,
+                window=65536,
+                peer_window=2000,
+                len=1000,
+                bytes_in_flight=in_flight,
+                flags="A",
+                expert=tuple(kinds_per_segment.get(i, ())),
+            )
+        )
     for t, window in acks:
-        packets.append(Packet(time=t, stream=0, src="10.0.0.1:5000", dst="10.0.0.2:80", direction="ack", seq=1,
-                              ack=1, window=window, peer_window=None, len=0, bytes_in_flight=None, flags="A",
-                              expert=()))
+        packets.append(
+            Packet(
+                time=t,
+                stream=0,
+                src="10.0.0.1:5000",
+                dst="10.0.0.2:80",
+                direction="ack",
+                seq=1,
+                ack=1,
+                window=window,
+                peer_window=None,
+                len=0,
+                bytes_in_flight=None,
+                flags="A",
+                expert=(),
+            )
+        )
     packets.sort(key=lambda p: p.time)
     capture = CaptureResult(tmp_path / "synthetic.pcap", "server/veth-rtr", "tcp", 134)
     capture.__dict__["packets"] = packets  # what tshark would have decoded
@@ -45,6 +73,7 @@ class _Result:
 def _no_plots(monkeypatch):
     # Failure messages draw plots when matplotlib is there; these tests check the words only.
     from pytest_tcpnet.analysis import plots
+
     monkeypatch.setattr(plots, "plot_result", lambda result, directory: [directory / "timeseq.png"])
 
 
@@ -97,8 +126,11 @@ def test_duplicate_acks_per_loss_scale_with_the_segments_in_flight(tmp_path):
     assert wide.segments_in_flight == 150
     assert_loss_signature(wide, 0.01)
     narrow = _capture(tmp_path, kinds, segments=1000, in_flight=2000)  # the same counts with 2 in flight: too many
-    with pytest.raises(AssertionError, match=r"duplicate_ack rate 13\.000% .* not within 0\.333%\.\.6\.000% "
-                                             r"\(loss 1\.00% x 2\.0 segments in flight on average, factor 3\)"):
+    with pytest.raises(
+        AssertionError,
+        match=r"duplicate_ack rate 13\.000% .* not within 0\.333%\.\.6\.000% "
+        r"\(loss 1\.00% x 2\.0 segments in flight on average, factor 3\)",
+    ):
         assert_loss_signature(narrow, 0.01)
     with pytest.raises(AssertionError, match=r"resent segment rate 1\.000% .* not within 1\.667%\.\.15\.000%"):
         assert_loss_signature(wide, 0.05)  # 1% and 5% are told apart by the resends, whatever the window
@@ -114,8 +146,11 @@ def test_window_full_in_start_up_is_forgiven_only_when_asked(tmp_path):
     assert_no_window_full(early, after="slow_start")
     assert_no_window_full(early, after=0.016)
     late = _capture(tmp_path, {3: ["window_full"], 60: ["window_full"]}, acks=acks)
-    with pytest.raises(AssertionError, match=r"^1 TCP Window Full events after 20\.0 ms \(slow_start; 1 before it\)"
-                                             r"(.|\n)*first window_full packets:\n  t=0\.060000s"):
+    with pytest.raises(
+        AssertionError,
+        match=r"^1 TCP Window Full events after 20\.0 ms \(slow_start; 1 before it\)"
+        r"(.|\n)*first window_full packets:\n  t=0\.060000s",
+    ):
         assert_no_window_full(late, after="slow_start")
     for bad in ("steady", -1, True):
         with pytest.raises(ValueError, match="after"):

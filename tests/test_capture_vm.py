@@ -60,5 +60,7 @@ def test_c11_small_sndbuf_time_sequence(tcpnet, tmp_path):
     in_flight = max(p.bytes_in_flight or 0 for p in cap.result.packets)
     # What the 6.1 kernel really does (measured: 170 KB in flight with SO_SNDBUF 16384 -> 32768):
     # the flight is not capped at the send buffer; it grows round by round as in slow start.
-    print(f"C11: effective SO_SNDBUF {transfer.sender['buffers']['sndbuf']} B, max bytes in flight {in_flight} B, "
-          f"{_rounds(ts, 0.020)} rounds, plots {[str(p) for p in paths]}")
+    print(
+        f"C11: effective SO_SNDBUF {transfer.sender['buffers']['sndbuf']} B, max bytes in flight {in_flight} B, "
+        f"{_rounds(ts, 0.020)} rounds, plots {[str(p) for p in paths]}"
+    )

@@ -20,27 +20,88 @@ from pytest_tcpnet.netlink.namespaces import _sysctl_path, write_sysctls
 EXPECTED = (ValueError, TypeError, TcpnetError)
 LINK_FIELDS = tuple(inspect.signature(Link).parameters)
 DIRECTION_FIELDS = ("rate", "delay", "jitter", "loss", "reorder", "duplicate", "corrupt", "limit")
-UNITS = ("", "bit", "kbit", "mbit", "Mbit", "gbit", "tbit", "bps", "kbps", "ms", "us", "s", "m", "%", "kb", "MB",
-         "KiB", " mbit", "e3", "e999", "nan", "inf", "-", "..", "mbit/s", "\n", "\x00")
-TRICKY_SYSCTL_NAMES = (
-    "net.ipv4.tcp_rmem\n", "net.ipv4.tcp_rmem\x00", "net/../../etc/passwd", "net.ipv4/../../../proc/self/mem",
-    "net.ipv4.tcp_rmem/../../../x", "net..ipv4", "net.", "net", "../net.ipv4.tcp_rmem", "net.ipv4.conf.all.forwarding",
-    "net.core.rmem_max", "kernel.panic", "net.ipv4.tcp_rmem ", " net.ipv4.tcp_rmem", "net.ipv4.TCP_RMEM",
-    "net.ipv4.tcp_rmem\r", "net.ipv4.tcp_rmem\t", "net.ipv4.\u0130",
+UNITS = (
+    "",
+    "bit",
+    "kbit",
+    "mbit",
+    "Mbit",
+    "gbit",
+    "tbit",
+    "bps",
+    "kbps",
+    "ms",
+    "us",
+    "s",
+    "m",
+    "%",
+    "kb",
+    "MB",
+    "KiB",
+    " mbit",
+    "e3",
+    "e999",
+    "nan",
+    "inf",
+    "-",
+    "..",
+    "mbit/s",
+    "\n",
+    "\x00",
 )
-TRICKY_SYSCTL_VALUES = ("1\n0", "4096 8192 16384\n4096 4096 4096", "1\x00", "\n", "cubic\nbbr", "1\r", "\x1b[0m",
-                        "4096\t8192\t16384", "-1", "99999999999999999999999", "4096 4096", "bbr", "")
+TRICKY_SYSCTL_NAMES = (
+    "net.ipv4.tcp_rmem\n",
+    "net.ipv4.tcp_rmem\x00",
+    "net/../../etc/passwd",
+    "net.ipv4/../../../proc/self/mem",
+    "net.ipv4.tcp_rmem/../../../x",
+    "net..ipv4",
+    "net.",
+    "net",
+    "../net.ipv4.tcp_rmem",
+    "net.ipv4.conf.all.forwarding",
+    "net.core.rmem_max",
+    "kernel.panic",
+    "net.ipv4.tcp_rmem ",
+    " net.ipv4.tcp_rmem",
+    "net.ipv4.TCP_RMEM",
+    "net.ipv4.tcp_rmem\r",
+    "net.ipv4.tcp_rmem\t",
+    "net.ipv4.\u0130",
+)
+TRICKY_SYSCTL_VALUES = (
+    "1\n0",
+    "4096 8192 16384\n4096 4096 4096",
+    "1\x00",
+    "\n",
+    "cubic\nbbr",
+    "1\r",
+    "\x1b[0m",
+    "4096\t8192\t16384",
+    "-1",
+    "99999999999999999999999",
+    "4096 4096",
+    "bbr",
+    "",
+)
 
 numbers = st.one_of(st.integers(min_value=-(2**80), max_value=2**80), st.floats(allow_nan=True, allow_infinity=True))
 unit_strings = st.builds(lambda n, u: f"{n}{u}", numbers, st.sampled_from(UNITS))
 scalars = st.one_of(st.none(), st.booleans(), numbers, st.text(max_size=20), unit_strings, st.binary(max_size=8))
-hostile = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.tuples(inner, inner),
-    st.dictionaries(st.one_of(st.sampled_from(DIRECTION_FIELDS), st.text(max_size=8)), inner, max_size=3)),
-    max_leaves=6)
+hostile = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.tuples(inner, inner),
+        st.dictionaries(st.one_of(st.sampled_from(DIRECTION_FIELDS), st.text(max_size=8)), inner, max_size=3),
+    ),
+    max_leaves=6,
+)
 sysctl_names = st.one_of(
-    st.sampled_from(TRICKY_SYSCTL_NAMES), st.text(max_size=40),
-    st.builds(lambda parts: "net." + ".".join(parts), st.lists(st.text(max_size=10), min_size=1, max_size=4)))
+    st.sampled_from(TRICKY_SYSCTL_NAMES),
+    st.text(max_size=40),
+    st.builds(lambda parts: "net." + ".".join(parts), st.lists(st.text(max_size=10), min_size=1, max_size=4)),
+)
 sysctl_values = st.one_of(st.sampled_from(TRICKY_SYSCTL_VALUES), hostile)
 
 
@@ -67,8 +128,10 @@ def test_link_accepts_or_refuses_with_a_documented_error(kwargs):
 
 
 @settings(max_examples=1000, deadline=None)
-@given(st.one_of(st.dictionaries(sysctl_names, sysctl_values, max_size=4), hostile),
-       st.one_of(st.none(), st.sampled_from(sorted(KNOWN_CONGESTION_CONTROLS)), hostile))
+@given(
+    st.one_of(st.dictionaries(sysctl_names, sysctl_values, max_size=4), hostile),
+    st.one_of(st.none(), st.sampled_from(sorted(KNOWN_CONGESTION_CONTROLS)), hostile),
+)
 def test_host_accepts_or_refuses_with_a_documented_error(sysctls, cc):
     try:
         host = Host(sysctls=sysctls, cc=cc)
@@ -131,11 +194,16 @@ lab_settings = settings(deadline=None, suppress_health_check=[HealthCheck.too_sl
 
 @needs_lab
 @settings(lab_settings, max_examples=200)
-@given(st.one_of(hostile, st.builds(Link, rate=st.sampled_from(["10mbit", "1gbit"]))),
-       st.one_of(hostile.filter(lambda value: value is not None),  # None would mean a default Host
-                 st.builds(lambda name: Host(sysctls={name: 1}),
-                           st.from_regex(r"net\.ipv4\.zz_fuzz_[a-z]{1,8}", fullmatch=True))),
-       hostile)
+@given(
+    st.one_of(hostile, st.builds(Link, rate=st.sampled_from(["10mbit", "1gbit"]))),
+    st.one_of(
+        hostile.filter(lambda value: value is not None),  # None would mean a default Host
+        st.builds(
+            lambda name: Host(sysctls={name: 1}), st.from_regex(r"net\.ipv4\.zz_fuzz_[a-z]{1,8}", fullmatch=True)
+        ),
+    ),
+    hostile,
+)
 def test_a_refused_pair_creates_nothing(link, client, server):
     before = _ours()
     with Lab(sweep=False) as lab:
@@ -145,14 +213,24 @@ def test_a_refused_pair_creates_nothing(link, client, server):
     assert _ours() == before
 
 
-WRITABLE_SYSCTLS = ("net.ipv4.tcp_syn_retries", "net.ipv4.tcp_fin_timeout", "net.ipv4.ip_default_ttl",
-                    "net.ipv4.tcp_adv_win_scale", "net.ipv4.ip_local_port_range", "net.ipv4.tcp_notsent_lowat")
+WRITABLE_SYSCTLS = (
+    "net.ipv4.tcp_syn_retries",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.ip_default_ttl",
+    "net.ipv4.tcp_adv_win_scale",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.tcp_notsent_lowat",
+)
 
 
 @needs_lab
 @settings(lab_settings, max_examples=12)
-@given(st.sampled_from(WRITABLE_SYSCTLS), st.one_of(
-    st.integers(min_value=-(2**63), max_value=2**63), st.sampled_from(["1 0", "70000 1", "-5", "1 2 3", "x", "0"])))
+@given(
+    st.sampled_from(WRITABLE_SYSCTLS),
+    st.one_of(
+        st.integers(min_value=-(2**63), max_value=2**63), st.sampled_from(["1 0", "70000 1", "-5", "1 2 3", "x", "0"])
+    ),
+)
 def test_a_value_the_kernel_refuses_leaves_nothing_behind(key, value):
     before = _ours()
     with Lab(sweep=False) as lab:
@@ -188,12 +266,18 @@ def _is_a_size(text):
 
 assert _is_a_size("1KBIT") and not _is_a_size("1 KB!")  # once drawn as "invalid" text: bits are a size too
 
-invalid_nbytes = st.one_of(st.integers(max_value=0), st.booleans(), st.floats(),
-                           st.text(max_size=8).filter(lambda text: not _is_a_size(text)),
-                           st.lists(st.integers(), max_size=2))
+invalid_nbytes = st.one_of(
+    st.integers(max_value=0),
+    st.booleans(),
+    st.floats(),
+    st.text(max_size=8).filter(lambda text: not _is_a_size(text)),
+    st.lists(st.integers(), max_size=2),
+)
 transfer_kwargs = st.dictionaries(
     st.sampled_from(["direction", "sndbuf", "rcvbuf", "cc", "timeout", "sample_interval", "duration"]),
-    st.one_of(hostile, st.sampled_from(["download", "upload", "bbr", "reno", "64kb"])), max_size=5)
+    st.one_of(hostile, st.sampled_from(["download", "upload", "bbr", "reno", "64kb"])),
+    max_size=5,
+)
 
 
 @needs_lab

@@ -14,7 +14,7 @@ from pytest_tcpnet import netlink
 
 pytestmark = pytest.mark.tcpnet_needs("privilege")
 
-PROJECT = textwrap.dedent('''
+PROJECT = textwrap.dedent("""
     import os, time
     from pytest_tcpnet import Host, Link
 
@@ -40,7 +40,7 @@ PROJECT = textwrap.dedent('''
         with open(MARK + ".ready", "w"):
             pass
         time.sleep(600)
-''')
+""")
 
 
 @pytest.fixture
@@ -52,11 +52,18 @@ def project(tmp_path):
 def _session(children, project, selection):
     # This checkout's pytest_tcpnet first: the installed one may belong to another checkout.
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, TCPNET_TEST_MARK=str(project / "mark.txt"),
-               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-    return children.popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-k", selection,
-                           "test_project.py"], cwd=project, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT)
+    env = dict(
+        os.environ,
+        TCPNET_TEST_MARK=str(project / "mark.txt"),
+        PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+    )
+    return children.popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-k", selection, "test_project.py"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def _interrupted_session_in_its_test(children, project):

@@ -21,7 +21,7 @@ def test_frames_round_trip_in_any_pieces():
     for piece in (1, 7, 4096, len(stream)):
         reader, got = hostcall.FrameReader(), []
         for i in range(0, len(stream), piece):
-            reader.feed(stream[i:i + piece])
+            reader.feed(stream[i : i + piece])
             while (frame := reader.next()) is not None:
                 got.append(frame)
         assert got == frames and not reader.partial
@@ -30,7 +30,7 @@ def test_frames_round_trip_in_any_pieces():
 def test_reader_skips_garbage_and_broken_frames_to_the_next_one():
     good = hostcall.encode({"id": "ok"}, b"payload")
     oversized = hostcall.MAGIC + (hostcall.MAX_HEADER + 1).to_bytes(4, "big") + (0).to_bytes(8, "big")
-    not_json = hostcall.encode({"id": "x"})[:hostcall._PREFIX.size] + b"{not json"
+    not_json = hostcall.encode({"id": "x"})[: hostcall._PREFIX.size] + b"{not json"
     reader = hostcall.FrameReader()
     reader.feed(b"noise" + oversized + not_json + good)
     assert reader.next() == ({"id": "ok"}, b"payload")
@@ -67,8 +67,11 @@ def server(tmp_path):
 def guest_side(server, monkeypatch):
     """The guest's decode and plots handed to the server, with a socket where the guest has its port."""
     client = _Client(server.path)
-    monkeypatch.setattr(hostcall, "call", lambda op, header=None, payload=b"", timeout=0: client.ask(
-        {**(header or {}), "id": "g", "op": op}, payload))
+    monkeypatch.setattr(
+        hostcall,
+        "call",
+        lambda op, header=None, payload=b"", timeout=0: client.ask({**(header or {}), "id": "g", "op": op}, payload),
+    )
     decode.run_elsewhere(hostcall.decode_on_host)
     plots.draw_elsewhere(hostcall.draw_on_host)
     yield server
@@ -112,8 +115,14 @@ def test_a_guest_decoding_on_the_host_gets_the_same_packets(tiny_rmem_capture, g
 
 def test_server_draws_plots_from_plain_data(tmp_path, server):
     pytest.importorskip("matplotlib")
-    data = {"rate": [[0.1, 1e6], [0.2, 3e6], [0.3, 2e6]], "smoothed": None, "predicted_bps": 2e6,
-            "predicted_label": "model (rwnd)", "interval": 0.1, "title": "a test"}
+    data = {
+        "rate": [[0.1, 1e6], [0.2, 3e6], [0.3, 2e6]],
+        "smoothed": None,
+        "predicted_bps": 2e6,
+        "predicted_label": "model (rwnd)",
+        "interval": 0.1,
+        "title": "a test",
+    }
     reply, png = _Client(server.path).ask({"id": "p", "op": "plot", "kind": "throughput"}, json.dumps(data).encode())
     assert reply == {"id": "p", "ok": True} and png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
 

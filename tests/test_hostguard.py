@@ -58,8 +58,12 @@ def _add_qdisc(ipr):
 
 
 PLANTS = {
-    "links": _add_link, "addresses": _add_address, "routes": _add_route_in_another_table,
-    "routes ": _add_ipv6_route, "rules": _add_rule, "qdiscs": _add_qdisc,
+    "links": _add_link,
+    "addresses": _add_address,
+    "routes": _add_route_in_another_table,
+    "routes ": _add_ipv6_route,
+    "rules": _add_rule,
+    "qdiscs": _add_qdisc,
 }
 
 
@@ -80,7 +84,7 @@ def test_a_changed_sysctl_is_named_with_both_values(scratch_namespace):
     assert changes == [f"sysctl net.ipv4.tcp_rmem: '{old}' -> '4096 8192 16384'"]
 
 
-PROJECT = textwrap.dedent('''
+PROJECT = textwrap.dedent("""
     import os, subprocess
     from pytest_tcpnet import Link
 
@@ -90,15 +94,25 @@ PROJECT = textwrap.dedent('''
     def test_plants_a_link_when_asked():
         if os.environ.get("PLANT"):
             subprocess.run(["ip", "link", "add", "planted0", "type", "veth", "peer", "name", "planted1"], check=True)
-''')
+""")
 
 
 def _guarded_session(children, tmp_path, plant):
     (tmp_path / "test_project.py").write_text(PROJECT)
     env = dict(os.environ, PYTHONPATH=REPO, PLANT="1" if plant else "")
     # Its own network namespace is this session's "host": a plant there never reaches the real one.
-    argv = [shutil.which("unshare"), "--net", "--", sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-            "--tcpnet-host-guard", "test_project.py"]
+    argv = [
+        shutil.which("unshare"),
+        "--net",
+        "--",
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--tcpnet-host-guard",
+        "test_project.py",
+    ]
     return children.run(argv, cwd=tmp_path, env=env, timeout=180)
 
 

@@ -15,13 +15,20 @@ USERAPP = os.path.join(os.path.dirname(__file__), "userapp.py")
 
 def _addresses(namespace, family):
     with IPRoute(netns=namespace) as ipr:
-        return sorted(a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=family)
-                      if a.get_attr("IFA_ADDRESS") not in ("127.0.0.1", "::1") and a["scope"] == 0)
+        return sorted(
+            a.get_attr("IFA_ADDRESS")
+            for a in ipr.get_addr(family=family)
+            if a.get_attr("IFA_ADDRESS") not in ("127.0.0.1", "::1") and a["scope"] == 0
+        )
 
 
 def test_an_ipv6_pair_is_addressed_from_the_benchmarking_prefix_without_dad(tcpnet):
     pair = tcpnet.pair(family="ipv6")
-    assert (pair.client.address, pair.router.address, pair.server.address) == ("2001:2::2", "2001:2::1", "2001:2:0:100::2")
+    assert (pair.client.address, pair.router.address, pair.server.address) == (
+        "2001:2::2",
+        "2001:2::1",
+        "2001:2:0:100::2",
+    )
     assert _addresses(pair.client.namespace, 10) == ["2001:2::2"] and _addresses(pair.client.namespace, 2) == []
     assert _addresses(pair.router.namespace, 10) == ["2001:2:0:100::1", "2001:2::1"]
     # Usable at once: the global addresses are added without DAD, so a connection works the moment the pair
@@ -30,11 +37,13 @@ def test_an_ipv6_pair_is_addressed_from_the_benchmarking_prefix_without_dad(tcpn
     shown = pair.client.run(["ip", "-6", "addr", "show", "dev", "veth-rtr"], check=True).stdout
     global_line = next(line for line in shown.splitlines() if "2001:2::2/64" in line)
     assert "nodad" in global_line and "tentative" not in global_line, shown
-    out = pair.client.run([sys.executable, "-c", "import socket; socket.create_connection(('2001:2:0:100::2', 9), 2)"],
-                          timeout=10)
+    out = pair.client.run(
+        [sys.executable, "-c", "import socket; socket.create_connection(('2001:2:0:100::2', 9), 2)"], timeout=10
+    )
     assert "ConnectionRefusedError" in out.stderr, out.stderr
     assert netlink.read_sysctls(pair.router.namespace, ["net.ipv6.conf.all.forwarding"]) == {
-        "net.ipv6.conf.all.forwarding": "1"}
+        "net.ipv6.conf.all.forwarding": "1"
+    }
 
 
 def test_an_ipv6_pair_carries_its_payload_rate_and_the_model_knows_the_longer_header(tcpnet):
@@ -46,7 +55,9 @@ def test_an_ipv6_pair_carries_its_payload_rate_and_the_model_knows_the_longer_he
     expected = model.link_goodput(20e6, model.PAYLOAD_PER_FRAME_IPV6)
     assert abs(result.throughput_bps - expected) <= 0.06 * expected, result.describe()
     prediction = model.expected_throughput(result)
-    assert prediction.bps == pytest.approx(expected, rel=1e-3) and "1428 payload bytes" in prediction.why, prediction.why
+    assert prediction.bps == pytest.approx(expected, rel=1e-3) and "1428 payload bytes" in prediction.why, (
+        prediction.why
+    )
     assert_throughput_within(result, rel=0.06)
     # Sampled from both ends over IPv6 sockets.
     assert result.series("snd_cwnd") and result.series("rcv_space", side="receiver")
@@ -72,8 +83,9 @@ def test_a_dual_stack_pair_speaks_both_families(tcpnet):
     pair = tcpnet.pair(link=Link(rate="20mbit"), family="dual")
     assert pair.server.address == "198.19.0.2" and pair.server.addresses == ["198.19.0.2", "2001:2:0:100::2"]
     for address in pair.server.addresses:
-        out = pair.client.run([sys.executable, "-c", f"import socket; socket.create_connection(('{address}', 9), 2)"],
-                              timeout=10)
+        out = pair.client.run(
+            [sys.executable, "-c", f"import socket; socket.create_connection(('{address}', 9), 2)"], timeout=10
+        )
         assert "ConnectionRefusedError" in out.stderr, (address, out.stderr)
     assert "." in pair.transfer(200_000).sender["local"][0]  # IPv4 is the primary family
 
@@ -93,8 +105,11 @@ def test_an_ipv6_star_shapes_each_server_and_an_ipv6_dumbbell_routes_every_pair(
 
 def test_a_family_other_than_ipv4_ipv6_dual_is_refused_before_anything_exists():
     with Lab() as lab:
-        for call in (lambda: lab.pair(family="ipv5"), lambda: lab.star(servers=2, family=6),
-                     lambda: lab.dumbbell(2, family="inet6")):
+        for call in (
+            lambda: lab.pair(family="ipv5"),
+            lambda: lab.star(servers=2, family=6),
+            lambda: lab.dumbbell(2, family="inet6"),
+        ):
             with pytest.raises(ValueError, match="family: must be one of 'ipv4', 'ipv6', 'dual'"):
                 call()
         assert lab.pairs == []

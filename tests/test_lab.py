@@ -15,7 +15,9 @@ pytestmark = pytest.mark.tcpnet_needs("privilege")
 
 def _addresses(namespace):
     with IPRoute(netns=namespace) as ipr:
-        return sorted(a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=2) if a.get_attr("IFA_ADDRESS") != "127.0.0.1")
+        return sorted(
+            a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=2) if a.get_attr("IFA_ADDRESS") != "127.0.0.1"
+        )
 
 
 def _routes(namespace):
@@ -36,8 +38,9 @@ def test_pair_builds_three_addressed_namespaces(tcpnet):
 
 def test_nodes_run_commands_in_their_namespace(tcpnet):
     pair = tcpnet.pair()
-    out = pair.client.run([sys.executable, "-c", "import socket; s = socket.create_connection(('198.19.0.2', 9), 2)"],
-                          timeout=10)
+    out = pair.client.run(
+        [sys.executable, "-c", "import socket; s = socket.create_connection(('198.19.0.2', 9), 2)"], timeout=10
+    )
     # Port 9 is closed on the server: the router forwarded the SYN and the server's RST came back.
     assert "ConnectionRefusedError" in out.stderr
     listing = pair.server.run(["cat", "/proc/net/dev"]).stdout
@@ -88,14 +91,19 @@ def test_router_sees_wire_sized_packets_only(tcpnet):
 def _largest_frame_at_router_ingress(pair, tmp_path):
     """Capture the server -> router veth with tshark during a transfer; return the largest frame seen."""
     pcap = tmp_path / f"{pair.router.namespace}.pcap"
-    capture = pair.router.popen(["tshark", "-q", "-i", "veth-srv", "-w", str(pcap)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    capture = pair.router.popen(
+        ["tshark", "-q", "-i", "veth-srv", "-w", str(pcap)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     # tshark says "Capturing on ..." once the capture is live.
     assert "Capturing on" in capture.stderr.readline() + capture.stderr.readline()
     pair.transfer(nbytes=3_000_000)
     pair.router.processes.stop(capture)
-    lengths = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-e", "frame.len"],
-                             capture_output=True, text=True, check=True).stdout.split()
+    lengths = subprocess.run(
+        ["tshark", "-r", str(pcap), "-T", "fields", "-e", "frame.len"], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert len(lengths) > 100
     return max(int(n) for n in lengths)
 
@@ -136,7 +144,8 @@ def test_result_records_conditions(tcpnet):
     assert result.sender["buffers"]["sndbuf"] == model.effective_socket_buffer(65536, _core_max("wmem_max"))
     assert result.receiver["buffers"]["rcvbuf"] == model.effective_socket_buffer(65536, _core_max("rmem_max"))
     assert {"net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.ipv4.tcp_congestion_control"} <= set(
-        result.sysctls["client"])
+        result.sysctls["client"]
+    )
     assert result.sender_tcp_info["bytes_acked"] >= 1_000_000
     assert "100 Mbit/s" in result.describe()
 
@@ -174,6 +183,7 @@ def test_closing_a_pair_removes_everything_it_made():
 def test_a_failed_build_leaves_nothing(monkeypatch):
     # Break a late step of the build (shaping) and check the steps before it were undone.
     from pytest_tcpnet import lab as lab_module
+
     before = _ours()
 
     def broken(*args, **kwargs):
@@ -197,7 +207,8 @@ def test_lab_works_from_a_plain_script(tmp_path):
         "from pytest_tcpnet import Lab, Link\n"
         "with Lab() as lab:\n"
         "    r = lab.pair(link=Link(rate='20mbit')).transfer(nbytes=1_000_000)\n"
-        "    print(round(r.throughput_bps / 1e6))\n")
+        "    print(round(r.throughput_bps / 1e6))\n"
+    )
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert 15 <= int(out.stdout) <= 21
@@ -207,6 +218,7 @@ def test_missing_netem_is_a_clear_skip_reason():
     if netlink.qdisc_supported("netem"):
         pytest.skip("this kernel has netem; the message is for kernels without it")
     from pytest_tcpnet import MissingCapability
+
     with Lab() as lab, pytest.raises(MissingCapability) as info:
         lab.pair(link=Link(rtt="20ms"))
     assert info.value.capability == "netem"
@@ -220,7 +232,8 @@ def test_a_short_queue_overflows_and_the_drops_are_counted_once(tcpnet):
     leaf = [q for q in result.qdiscs["veth-cli"] if q["kind"] == "pfifo"][0]
     assert leaf["drops"] > 0
     assert result.emulator_drops == leaf["drops"] + sum(
-        q["drops"] for q in result.qdiscs["veth-srv"] if q["kind"] == "htb")
+        q["drops"] for q in result.qdiscs["veth-srv"] if q["kind"] == "htb"
+    )
     assert result.retransmits > 0
 
 

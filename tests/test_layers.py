@@ -52,6 +52,14 @@ def test_a_core_module_importing_the_vm_runner_breaks_the_layers(tmp_path):
     with open(copy / "results.py", "a", encoding="utf-8") as f:
         f.write("\nfrom .vm import runner as _runner_breaks_the_layers  # noqa\n")
     shutil.copy(os.path.join(ROOT, "pyproject.toml"), tmp_path / "pyproject.toml")
-    done = subprocess.run([_lint_imports()], capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
-    assert done.returncode != 0 and "pytest_tcpnet.results -> pytest_tcpnet.vm.runner" in done.stdout, done.stdout[-3000:]
+    done = subprocess.run(
+        [_lint_imports()],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert done.returncode != 0 and "pytest_tcpnet.results -> pytest_tcpnet.vm.runner" in done.stdout, done.stdout[
+        -3000:
+    ]

@@ -26,10 +26,12 @@ from pytest_tcpnet import (
 from pytest_tcpnet.errors import LabError
 from pytest_tcpnet.netlink import ownership
 
-pytestmark = [pytest.mark.tcpnet_needs("privilege"),
-              # Root-only: look-alikes are planted with `ip netns add` in the host's /run/netns and the
-              # host's sweeper is what is tested; a rootless session has neither.
-              pytest.mark.skipif(rootless.inside(), reason="root-only: plants namespaces in the host's /run/netns")]
+pytestmark = [
+    pytest.mark.tcpnet_needs("privilege"),
+    # Root-only: look-alikes are planted with `ip netns add` in the host's /run/netns and the
+    # host's sweeper is what is tested; a rootless session has neither.
+    pytest.mark.skipif(rootless.inside(), reason="root-only: plants namespaces in the host's /run/netns"),
+]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -52,15 +54,23 @@ def lookalike():
 
 def _child(children, body):
     """Start a Python child (owned by the test) that runs `body` with a Lab; it prints READY at the point to kill it."""
-    script = STACKS_ON_SIGUSR1 + textwrap.dedent("""
+    script = (
+        STACKS_ON_SIGUSR1
+        + textwrap.dedent("""
         import os, sys, time
         sys.path.insert(0, {root!r})
         from pytest_tcpnet import Lab, Link, Host
         lab = Lab()
-    """).format(root=ROOT) + textwrap.dedent(body)
+    """).format(root=ROOT)
+        + textwrap.dedent(body)
+    )
     # Many slots: the child must not queue behind this session's other transfers (it takes the highest free one).
-    return children.popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          env=checkout_env(TCPNET_MEASUREMENT_SLOTS=64))
+    return children.popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=checkout_env(TCPNET_MEASUREMENT_SLOTS=64),
+    )
 
 
 def _await_ready(proc, timeout=60):
@@ -86,8 +96,9 @@ def _ours(pid):
 
 
 def _cleanup():
-    out = subprocess.run([sys.executable, "-m", "pytest_tcpnet.cleanup"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest_tcpnet.cleanup"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -166,7 +177,7 @@ def _sigkill_builds_after(children, lookalike, delay_ms, builds):
     """Run `builds` (a loop of lab builds) in a child, SIGKILL it part-way, clean up: nothing of it is left."""
     before = hoststate.snapshot()["links"]
     proc = _child(children, 'print("READY", os.getpid(), flush=True)\n' + textwrap.dedent(builds))
-    pid, = _await_ready(proc)
+    (pid,) = _await_ready(proc)
     time.sleep(0.2 + delay_ms / 1000)
     proc.kill()
     proc.wait()
@@ -179,10 +190,15 @@ def _sigkill_builds_after(children, lookalike, delay_ms, builds):
 @pytest.mark.parametrize("delay_ms", [5, 15, 30])
 def test_sigkill_during_builds_leaves_nothing_after_cleanup(children, lookalike, delay_ms):
     """Killed at different points of back-to-back builds (a build is ~20-40 ms here): creation, wiring, shaping."""
-    _sigkill_builds_after(children, lookalike, delay_ms, """
+    _sigkill_builds_after(
+        children,
+        lookalike,
+        delay_ms,
+        """
         while True:
             lab.pair(link=Link(rate="10mbit"), client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 8192 16384"})).close()
-    """)
+    """,
+    )
 
 
 @pytest.mark.parametrize("delay_ms", [10, 40])
@@ -190,15 +206,22 @@ def test_sigkill_during_topology_builds_leaves_nothing_after_cleanup(children, l
     """Dumbbells and stars (dual-stack, u32 classes, port filters) built back to back, killed part-way: each
     of their namespaces carries its owner's record, so the cleanup removes every one (a 4-pair dumbbell is
     10 namespaces, ~25 ms to build here)."""
-    _sigkill_builds_after(children, lookalike, delay_ms, """
+    _sigkill_builds_after(
+        children,
+        lookalike,
+        delay_ms,
+        """
         while True:
             lab.dumbbell(4, bottleneck=Link(rate="10mbit"), access=Link(rate="5mbit", ports=[5201]), family="dual").close()
             lab.star(servers=3, links=Link(rate="10mbit"), family="ipv6").close()
-    """)
+    """,
+    )
 
 
 def test_sigkill_during_a_transfer_leaves_nothing_after_cleanup(children, lookalike):
-    proc = _child(children, """
+    proc = _child(
+        children,
+        """
         import threading
         pair = lab.pair(link=Link(rate="1mbit"))
         def announce():
@@ -208,7 +231,8 @@ def test_sigkill_during_a_transfer_leaves_nothing_after_cleanup(children, lookal
             print("READY", os.getpid(), *pids, flush=True)
         threading.Thread(target=announce, daemon=True).start()
         pair.transfer(nbytes=50_000_000)
-    """)
+    """,
+    )
     pid, *workload = _await_ready(proc)
     assert workload  # the bulk server and client were running
     proc.kill()
@@ -221,7 +245,9 @@ def test_sigkill_during_a_transfer_leaves_nothing_after_cleanup(children, lookal
 # TCPNET_REPEAT_CTRL_C=50 repeats it inside a full session (issue 18: it hung only beside other tests).
 @pytest.mark.parametrize("attempt", range(int(os.environ.get("TCPNET_REPEAT_CTRL_C", "1"))))
 def test_ctrl_c_during_a_transfer_leaves_nothing(children, lookalike, attempt, request):
-    proc = _child(children, """
+    proc = _child(
+        children,
+        """
         import threading
         pair = lab.pair(link=Link(rate="1mbit"))
         def announce():
@@ -234,7 +260,8 @@ def test_ctrl_c_during_a_transfer_leaves_nothing(children, lookalike, attempt, r
             pair.transfer(nbytes=50_000_000)
         finally:
             lab.close()
-    """)
+    """,
+    )
     pid, *workload = _await_ready(proc)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
@@ -253,7 +280,9 @@ def test_ctrl_c_during_a_transfer_leaves_nothing(children, lookalike, attempt, r
 def test_a_ctrl_c_the_interpreter_dropped_still_interrupts_the_transfer(children, lookalike):
     """CPython drops a KeyboardInterrupt raised inside a weakref callback ("Exception ignored in ..."): CI saw one
     land in importlib's module-lock callback, and a 50 MB transfer at 1 Mbit/s ran on. The lab raises it again."""
-    proc = _child(children, """
+    proc = _child(
+        children,
+        """
         import signal, weakref
         pair = lab.pair(link=Link(rate="1mbit"))
 
@@ -275,8 +304,9 @@ def test_a_ctrl_c_the_interpreter_dropped_still_interrupts_the_transfer(children
         finally:
             print(f"interrupted after {time.monotonic() - started:.3f} s", file=sys.stderr, flush=True)
             lab.close()
-    """)
-    pid, = _await_ready(proc)
+    """,
+    )
+    (pid,) = _await_ready(proc)
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -305,14 +335,17 @@ def test_ctrl_c_at_any_stage_beside_a_busy_session_exits_promptly(children, look
     observation let both captures settle (0.4 s each) before the interrupt could leave."""
     neighbour = _child(children, BUSY_NEIGHBOUR)
     _await_ready(neighbour)
-    proc = _child(children, """
+    proc = _child(
+        children,
+        """
         print("READY", os.getpid(), flush=True)
         try:
             lab.pair(link=Link(rate="1mbit")).transfer(nbytes=50_000_000, capture=True)
         finally:
             lab.close()
-    """)
-    pid, = _await_ready(proc)
+    """,
+    )
+    (pid,) = _await_ready(proc)
     time.sleep(delay_s)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
@@ -329,7 +362,7 @@ def test_ctrl_c_at_any_stage_beside_a_busy_session_exits_promptly(children, look
     _assert_lookalike_untouched(lookalike)
 
 
-XDIST_PROJECT = textwrap.dedent('''
+XDIST_PROJECT = textwrap.dedent("""
     import os, time
     from pytest_tcpnet import Link
 
@@ -339,15 +372,19 @@ XDIST_PROJECT = textwrap.dedent('''
         with open(os.environ["TCPNET_TEST_MARK"], "w") as f:
             f.write(f"{os.getpid()} {sleeper.pid}")
         time.sleep(600)
-''')
+""")
 
 
 def test_sigkill_of_an_xdist_worker_leaves_nothing_after_cleanup(children, tmp_path, lookalike):
     (tmp_path / "test_project.py").write_text(XDIST_PROJECT)
     mark = tmp_path / "mark"
-    proc = children.popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "1",
-                           "test_project.py"], cwd=tmp_path, env=checkout_env(TCPNET_TEST_MARK=str(mark)),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = children.popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "1", "test_project.py"],
+        cwd=tmp_path,
+        env=checkout_env(TCPNET_TEST_MARK=str(mark)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     children.wait_until(proc, lambda: mark.exists() and mark.read_text(), 120, "its worker built a lab")
     worker, sleeper = (int(x) for x in mark.read_text().split())
     os.kill(worker, signal.SIGKILL)

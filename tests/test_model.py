@@ -8,8 +8,18 @@ from pytest_tcpnet import GilbertElliott, Host, Link, model
 from pytest_tcpnet.model import KernelVersion, OneWay
 
 
-@pytest.mark.parametrize("text, bps", [("100mbit", 100e6), ("1gbit", 1e9), ("64kbit", 64e3), ("10mbps", 80e6),
-                                       ("1.5Mbit", 1.5e6), (50e6, 50e6), ("1kibit", 1024)])
+@pytest.mark.parametrize(
+    "text, bps",
+    [
+        ("100mbit", 100e6),
+        ("1gbit", 1e9),
+        ("64kbit", 64e3),
+        ("10mbps", 80e6),
+        ("1.5Mbit", 1.5e6),
+        (50e6, 50e6),
+        ("1kibit", 1024),
+    ],
+)
 def test_parse_rate_uses_tc_units(text, bps):
     assert model.parse_rate(text) == pytest.approx(bps)
 
@@ -75,8 +85,11 @@ def test_link_is_immutable():
 
 def test_host_normalizes_sysctls_and_cc():
     host = Host(sysctls={"net.ipv4.tcp_rmem": (4096, 4096, 4096), "net.ipv4.tcp_sack": 0}, cc="bbr")
-    assert host.sysctls == {"net.ipv4.tcp_rmem": "4096 4096 4096", "net.ipv4.tcp_sack": "0",
-                            "net.ipv4.tcp_congestion_control": "bbr"}
+    assert host.sysctls == {
+        "net.ipv4.tcp_rmem": "4096 4096 4096",
+        "net.ipv4.tcp_sack": "0",
+        "net.ipv4.tcp_congestion_control": "bbr",
+    }
     assert host.cc == "bbr"
     assert Host(sysctls={"net.ipv4.tcp_congestion_control": "cubic"}).cc == "cubic"
 
@@ -108,21 +121,26 @@ def test_mathis_bound_falls_with_sqrt_of_loss():
     assert one / four == pytest.approx(2.0)
 
 
-@pytest.mark.parametrize("release, expected, scaling", [
-    ("6.1.0-56-amd64", (6, 1, 0), False), ("6.18.44-fc-v669", (6, 18, 44), True), ("6.6", (6, 6, 0), True)])
+@pytest.mark.parametrize(
+    "release, expected, scaling",
+    [("6.1.0-56-amd64", (6, 1, 0), False), ("6.18.44-fc-v669", (6, 18, 44), True), ("6.6", (6, 6, 0), True)],
+)
 def test_kernel_version(release, expected, scaling):
     version = KernelVersion.parse(release)
     assert (version.major, version.minor, version.patch) == expected
     assert version.uses_scaling_ratio is scaling
 
 
-@pytest.mark.parametrize("release, rule, window", [
-    ("6.1.0-56-amd64", "1/2^tcp_adv_win_scale, kernel < 6.6", 64240),  # measured 64240 (docs/model.md)
-    ("6.6.0", "the 2024 halving", 32768 // 1448 * 1448),  # a quarter of the doubled request: the report's halving
-    ("6.9.12", "the 2024 halving", 32768 // 1448 * 1448),
-    ("6.12.95+deb12-amd64", "kernel >= 6.10", 79640),  # measured 76.9 KB (-3.4%)
-    ("6.18.44-fc", "kernel >= 6.10", 79640),  # measured 77836-81500
-])
+@pytest.mark.parametrize(
+    "release, rule, window",
+    [
+        ("6.1.0-56-amd64", "1/2^tcp_adv_win_scale, kernel < 6.6", 64240),  # measured 64240 (docs/model.md)
+        ("6.6.0", "the 2024 halving", 32768 // 1448 * 1448),  # a quarter of the doubled request: the report's halving
+        ("6.9.12", "the 2024 halving", 32768 // 1448 * 1448),
+        ("6.12.95+deb12-amd64", "kernel >= 6.10", 79640),  # measured 76.9 KB (-3.4%)
+        ("6.18.44-fc", "kernel >= 6.10", 79640),  # measured 77836-81500
+    ],
+)
 def test_each_release_names_its_window_rule_and_a_64_kb_so_rcvbuf_gets_its_window(release, rule, window):
     """The 2024 case (source 002): SO_RCVBUF 64 KB under 6.1, 6.6-6.9 and 6.10+ rules."""
     version = KernelVersion.parse(release)
@@ -132,11 +150,18 @@ def test_each_release_names_its_window_rule_and_a_64_kb_so_rcvbuf_gets_its_windo
     assert model.advertised_window(None, kernel="6.7.0") == model.advertised_window(None, kernel="6.12.0")
 
 
-@pytest.mark.parametrize("call", [
-    lambda: model.bdp(0, 0.1), lambda: model.bdp(1e6, -1), lambda: model.window_limited_throughput(1000, 0),
-    lambda: model.mathis_throughput(1448, 0.1, 0), lambda: model.mathis_throughput(1448, 0.1, 1.5),
-    lambda: model.effective_socket_buffer(-1, 100), lambda: KernelVersion.parse("linux"),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: model.bdp(0, 0.1),
+        lambda: model.bdp(1e6, -1),
+        lambda: model.window_limited_throughput(1000, 0),
+        lambda: model.mathis_throughput(1448, 0.1, 0),
+        lambda: model.mathis_throughput(1448, 0.1, 1.5),
+        lambda: model.effective_socket_buffer(-1, 100),
+        lambda: KernelVersion.parse("linux"),
+    ],
+)
 def test_formulas_reject_nonsense(call):
     with pytest.raises(ValueError):
         call()

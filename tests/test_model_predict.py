@@ -18,16 +18,20 @@ def test_setsockopt_doubles_caps_and_floors():
 def test_window_before_6_6_is_half_the_doubled_buffer():
     # C8 on 6.1: SO_RCVBUF 64 KB -> 128 KB buffer -> 64 KB, offered as 44 whole 1460-byte segments.
     assert model.advertised_window(65536, kernel="6.1.0-56-amd64", sysctls=BIG_CAPS) == 64240  # measured: 64240
-    assert model.advertised_window(65536, kernel="6.1.0", sysctls={**BIG_CAPS, "net.ipv4.tcp_adv_win_scale": "2"}) \
+    assert (
+        model.advertised_window(65536, kernel="6.1.0", sysctls={**BIG_CAPS, "net.ipv4.tcp_adv_win_scale": "2"})
         == (131072 - 32768) // 1460 * 1460
+    )
 
 
-@pytest.mark.parametrize("request_bytes, measured", [(4096, 2920), (8192, 7300), (16384, 16060), (32768, 32120),
-                                                     (131072, 129624)])
+@pytest.mark.parametrize(
+    "request_bytes, measured", [(4096, 2920), (8192, 7300), (16384, 16060), (32768, 32120), (131072, 129624)]
+)
 def test_window_on_6_1_matches_the_vm(request_bytes, measured):
     # Measured in the 6.1 VM with pair.measure_advertised_window (rmem_max 212992 there).
-    assert model.advertised_window(request_bytes, kernel="6.1.0", sysctls={"net.core.rmem_max": "212992"}) \
-        == pytest.approx(measured, rel=0.01)
+    assert model.advertised_window(
+        request_bytes, kernel="6.1.0", sysctls={"net.core.rmem_max": "212992"}
+    ) == pytest.approx(measured, rel=0.01)
 
 
 def test_window_from_6_6_uses_the_learned_scaling_ratio():
@@ -46,7 +50,9 @@ def test_window_without_setsockopt_comes_from_tcp_rmem():
 
 
 def test_rmem_max_caps_the_request():
-    assert model.advertised_window(1 << 20, kernel="6.1", sysctls={"net.core.rmem_max": "212992"}) == 212992 // 1460 * 1460
+    assert (
+        model.advertised_window(1 << 20, kernel="6.1", sysctls={"net.core.rmem_max": "212992"}) == 212992 // 1460 * 1460
+    )
 
 
 def test_send_window_small_writes_keep_the_buffer_in_flight():
@@ -65,8 +71,9 @@ def test_send_window_large_writes_overshoot_by_the_whole_write_on_every_kernel()
 def test_prediction_names_the_binding_bound():
     link_bound = model.expected_throughput(model.Conditions(kernel="6.18", rtt_s=0.0001, rate_bps=50e6))
     assert link_bound.bound == "link" and link_bound.bps == pytest.approx(50e6 * 1448 / 1514)
-    rwnd = model.expected_throughput(model.Conditions(kernel="6.1", rtt_s=0.05, rate_bps=100e6, so_rcvbuf=32768,
-                                                      receiver_sysctls=BIG_CAPS))
+    rwnd = model.expected_throughput(
+        model.Conditions(kernel="6.1", rtt_s=0.05, rate_bps=100e6, so_rcvbuf=32768, receiver_sysctls=BIG_CAPS)
+    )
     # Sustained: one 1460-byte segment short of the 32120-byte maximum (measured 30408 in the VM).
     assert rwnd.bound == "rwnd" and rwnd.bps == pytest.approx((32120 - 1460) * 8 / 0.05)
     assert "30.66 kB receive window" in rwnd.why and "6.6" in rwnd.why
@@ -75,8 +82,9 @@ def test_prediction_names_the_binding_bound():
 
 
 def test_no_loss_bound_for_bbr():
-    prediction = model.expected_throughput(model.Conditions(kernel="6.1", rtt_s=0.1, rate_bps=100e6, loss=0.01,
-                                                            cc="bbr"))
+    prediction = model.expected_throughput(
+        model.Conditions(kernel="6.1", rtt_s=0.1, rate_bps=100e6, loss=0.01, cc="bbr")
+    )
     assert "loss" not in prediction.bounds and model.loss_bound("bbr", 0.1, 0.01) is None
 
 
@@ -85,8 +93,10 @@ def test_nothing_to_bound_is_an_error():
         model.expected_throughput(model.Conditions(kernel="6.18", rtt_s=0))
 
 
-@pytest.mark.parametrize("kwargs, field", [({"rtt_s": -1}, "rtt_s"), ({"rtt_s": 0.1, "loss": 1.5}, "loss"),
-                                           ({"rtt_s": 0.1, "rate_bps": 0}, "rate_bps")])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [({"rtt_s": -1}, "rtt_s"), ({"rtt_s": 0.1, "loss": 1.5}, "loss"), ({"rtt_s": 0.1, "rate_bps": 0}, "rate_bps")],
+)
 def test_conditions_are_validated(kwargs, field):
     with pytest.raises(ValueError, match=field):
         model.Conditions(kernel="6.1", **kwargs)
@@ -126,24 +136,37 @@ def test_limited_by_falls_back_to_the_chrono_counters_without_samples():
 
 
 #: Shaped like the 6.1 VM's C11 flow: SO_SNDBUF 32 KB effective, ~24 segments in flight, cwnd 150.
-BLOCKED_ON_SNDBUF = {"notsent_bytes": 0, "wmem_queued": 46_000, "sndbuf": 32768, "unacked": 24, "snd_cwnd": 150,
-                     "snd_wnd": 131_072, "snd_mss": 1448}
+BLOCKED_ON_SNDBUF = {
+    "notsent_bytes": 0,
+    "wmem_queued": 46_000,
+    "sndbuf": 32768,
+    "unacked": 24,
+    "snd_cwnd": 150,
+    "snd_wnd": 131_072,
+    "snd_mss": 1448,
+}
 
 
-@pytest.mark.parametrize("change, label", [
-    ({}, "sndbuf"),  # everything written in flight, buffer full, room in both windows
-    ({"wmem_queued": 8_000}, "app"),  # nothing unsent and room in the buffer: the application is not writing
-    ({"notsent_bytes": 65_536, "snd_wnd": 24 * 1448}, "rwnd"),  # data waits, the peer's window is full
-    ({"notsent_bytes": 65_536, "snd_wnd": 2_920, "unacked": 2}, "rwnd"),  # a 4 KB receiver: no room for a segment
-    ({"notsent_bytes": 65_536, "snd_wnd": 4_096, "unacked": 0}, "rwnd"),  # ... just acked: room for 2, cwnd far bigger
-    ({"notsent_bytes": 65_536, "snd_cwnd": 24}, "cwnd"),  # data waits, cwnd is full
-    ({"notsent_bytes": 65_536}, "cwnd"),  # data waits with room in both windows: pacing, the path
-    ({"snd_cwnd": 24}, "cwnd"),  # the buffer is full but so is cwnd
-    ({"snd_wnd": 24 * 1448}, "rwnd"),  # ... or the peer's window
-    # A stop-and-wait protocol (16 KB per application ACK, cwnd 25) waiting for its own reply:
-    ({"notsent_bytes": 0, "unacked": 11, "snd_cwnd": 25, "wmem_queued": 24_000, "sndbuf": 87_040}, "app"),
-    ({"notsent_bytes": 0, "unacked": 0, "snd_cwnd": 25, "wmem_queued": 0, "sndbuf": 87_040}, "app"),
-])
+@pytest.mark.parametrize(
+    "change, label",
+    [
+        ({}, "sndbuf"),  # everything written in flight, buffer full, room in both windows
+        ({"wmem_queued": 8_000}, "app"),  # nothing unsent and room in the buffer: the application is not writing
+        ({"notsent_bytes": 65_536, "snd_wnd": 24 * 1448}, "rwnd"),  # data waits, the peer's window is full
+        ({"notsent_bytes": 65_536, "snd_wnd": 2_920, "unacked": 2}, "rwnd"),  # a 4 KB receiver: no room for a segment
+        (
+            {"notsent_bytes": 65_536, "snd_wnd": 4_096, "unacked": 0},
+            "rwnd",
+        ),  # ... just acked: room for 2, cwnd far bigger
+        ({"notsent_bytes": 65_536, "snd_cwnd": 24}, "cwnd"),  # data waits, cwnd is full
+        ({"notsent_bytes": 65_536}, "cwnd"),  # data waits with room in both windows: pacing, the path
+        ({"snd_cwnd": 24}, "cwnd"),  # the buffer is full but so is cwnd
+        ({"snd_wnd": 24 * 1448}, "rwnd"),  # ... or the peer's window
+        # A stop-and-wait protocol (16 KB per application ACK, cwnd 25) waiting for its own reply:
+        ({"notsent_bytes": 0, "unacked": 11, "snd_cwnd": 25, "wmem_queued": 24_000, "sndbuf": 87_040}, "app"),
+        ({"notsent_bytes": 0, "unacked": 0, "snd_cwnd": 25, "wmem_queued": 0, "sndbuf": 87_040}, "app"),
+    ],
+)
 def test_each_sample_names_what_held_the_sender(change, label):
     assert classify_sample(dict(BLOCKED_ON_SNDBUF, **change)) == label
 
@@ -153,8 +176,10 @@ def test_samples_decide_and_the_chrono_only_without_enough_of_them():
     label, shares, basis = limited_by(busy, samples=[BLOCKED_ON_SNDBUF] * 3)
     assert (label, basis, shares["sndbuf"]) == ("sndbuf", "3 samples", 1.0)
     idle = dict(BLOCKED_ON_SNDBUF, wmem_queued=0)
-    assert limited_by(busy, samples=[BLOCKED_ON_SNDBUF, idle, idle])[:2] == ("app", {
-        "rwnd": 0.0, "sndbuf": pytest.approx(1 / 3), "cwnd": 0.0, "app": pytest.approx(2 / 3)})
+    assert limited_by(busy, samples=[BLOCKED_ON_SNDBUF, idle, idle])[:2] == (
+        "app",
+        {"rwnd": 0.0, "sndbuf": pytest.approx(1 / 3), "cwnd": 0.0, "app": pytest.approx(2 / 3)},
+    )
     assert limited_by(busy, samples=[BLOCKED_ON_SNDBUF] * 2)[::2] == ("cwnd", "chrono")  # too few samples
     assert limited_by(busy, samples=[{"unacked": 3}] * 5)[2] == "chrono"  # no socket memory sampled
     assert sample_shares([]) == ({}, 0)
@@ -178,15 +203,22 @@ def test_the_applications_own_window_and_pace_bound_the_flow():
 
 def test_a_window_beyond_the_bdp_is_explained_by_the_queue_the_spec_builds():
     # cubic, 40 ms, 20 Mbit/s (BDP 100 kB), tcp_rmem max 6 MB: the window waits in the 1000-packet FIFO.
-    c = model.Conditions(kernel="6.1", rtt_s=0.04, rate_bps=20e6, cc="cubic", queue_packets=1000,
-                         receiver_sysctls={"net.ipv4.tcp_rmem": "4096 131072 6291456"})
+    c = model.Conditions(
+        kernel="6.1",
+        rtt_s=0.04,
+        rate_bps=20e6,
+        cc="cubic",
+        queue_packets=1000,
+        receiver_sysctls={"net.ipv4.tcp_rmem": "4096 131072 6291456"},
+    )
     p = model.expected_throughput(c)
     assert p.bound == "link"
     queue_s = 1000 * 1448 * 8 / model.link_goodput(20e6)  # the full queue drains in ~0.61 s
     assert p.loaded_rtt_s == pytest.approx(0.04 + queue_s, rel=1e-6)
     assert "stand in the 1000-packet bottleneck queue: RTT under load ~" in p.why and "overflows" in p.why
-    small = model.expected_throughput(model.Conditions(kernel="6.1", rtt_s=0.04, rate_bps=20e6, cc="cubic",
-                                                       queue_packets=1000, so_rcvbuf=65536))
+    small = model.expected_throughput(
+        model.Conditions(kernel="6.1", rtt_s=0.04, rate_bps=20e6, cc="cubic", queue_packets=1000, so_rcvbuf=65536)
+    )
     assert small.bound == "rwnd" and small.loaded_rtt_s == 0.04 and "queue" not in small.why  # below the BDP
     bbr = model.expected_throughput(model.Conditions(**{**c.__dict__, "cc": "bbr"}))
     assert bbr.loaded_rtt_s == 0.04  # bbr keeps its queue near empty

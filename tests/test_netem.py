@@ -27,8 +27,10 @@ def test_delay_is_split_per_direction(tcpnet):
 
 def test_c1_window_over_rtt_law(tcpnet):
     """C1: with tcp_rmem 4096 the window is ~1 KB, so throughput x RTT stays constant as RTT grows."""
-    results = {rtt: tcpnet.pair(link=Link(rtt=f"{rtt}ms"), client=TINY_RMEM, server=TINY_RMEM)
-               .transfer(nbytes=60_000) for rtt in (10, 40)}
+    results = {
+        rtt: tcpnet.pair(link=Link(rtt=f"{rtt}ms"), client=TINY_RMEM, server=TINY_RMEM).transfer(nbytes=60_000)
+        for rtt in (10, 40)
+    }
     # The law holds for the RTT the flow saw (srtt), not the configured one: beside a CPU hog the
     # emulated guest's 10 ms path read srtt 16 ms, and throughput x 10 ms made the windows 0.76x apart
     # (986 vs 1292 B, a fresh-clone CI run); with srtt they were 1578 and 1469 B (7% apart).
@@ -77,8 +79,9 @@ def test_every_impairment_reaches_the_kernel(tcpnet):
     """Read netem's parameters back from the kernel: what the spec asked, per direction."""
     from pyroute2 import IPRoute
 
-    pair = tcpnet.pair(link=Link(rtt="20ms", jitter="2ms", loss="1%", duplicate="0.5%", corrupt="0.1%",
-                                 to_server={"reorder": "25%"}))
+    pair = tcpnet.pair(
+        link=Link(rtt="20ms", jitter="2ms", loss="1%", duplicate="0.5%", corrupt="0.1%", to_server={"reorder": "25%"})
+    )
     options = {}
     with IPRoute(netns=pair.router.namespace) as ipr:
         for ifname in ("veth-cli", "veth-srv"):

@@ -82,8 +82,13 @@ def test_a_recycled_session_thread_serves_the_next_namespace_from_outside_the_la
 def test_batched_requests_name_the_refused_one_and_leave_the_socket_usable(name):
     session = netlink.create_namespace(name)
     with pytest.raises(LabError, match=rf"addr add index=99 .*{name}|{name}.*addr add index=99"):
-        session.batch("addressing", [("link", "set", {"index": 1, "state": "up"}),
-                                     ("addr", "add", {"index": 99, "address": "198.18.9.1", "prefixlen": 24})])
+        session.batch(
+            "addressing",
+            [
+                ("link", "set", {"index": 1, "state": "up"}),
+                ("addr", "add", {"index": 99, "address": "198.18.9.1", "prefixlen": 24}),
+            ],
+        )
     session.batch("addressing", [("addr", "add", {"index": 1, "address": "198.18.9.1", "prefixlen": 24})])
     (answer,) = session.query("reading", [("link", "get", {"index": 1})])
     assert answer[0].get_attr("IFLA_IFNAME") == "lo"

@@ -22,15 +22,19 @@ USERAPP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "userapp.py")
 
 def _serve(pair, *options):
     """The user's server in the server namespace (stopped with the pair), once it listens."""
-    server = pair.server.popen([sys.executable, USERAPP, "serve", pair.server.address, "9000", *options],
-                               stdout=__import__("subprocess").PIPE, text=True)
+    server = pair.server.popen(
+        [sys.executable, USERAPP, "serve", pair.server.address, "9000", *options],
+        stdout=__import__("subprocess").PIPE,
+        text=True,
+    )
     assert server.stdout.readline().strip() == "listening"
     return server
 
 
 def _client(pair, command, nbytes, *options):
-    out = pair.client.run([sys.executable, USERAPP, command, pair.server.address, "9000", str(nbytes), *options],
-                          timeout=120, check=True)
+    out = pair.client.run(
+        [sys.executable, USERAPP, command, pair.server.address, "9000", str(nbytes), *options], timeout=120, check=True
+    )
     assert int(out.stdout) == nbytes, out
 
 
@@ -61,8 +65,12 @@ def test_a_users_download_is_measured_like_a_built_in_flow(tcpnet):
     with pair.observe(capture=True) as seen:
         _client(pair, "get", 10_000_000)
     (flow,) = seen.flows
-    assert (flow.nbytes, flow.direction, flow.sender_role, flow.workload) == (10_000_000, "download", "server",
-                                                                               "observed")
+    assert (flow.nbytes, flow.direction, flow.sender_role, flow.workload) == (
+        10_000_000,
+        "download",
+        "server",
+        "observed",
+    )
     assert flow.throughput_bps == pytest.approx(model.link_goodput(40e6), rel=0.12), flow.describe()
     assert_throughput_within(flow, rel=0.15)  # the model's value, from what the sockets really had
     assert_no_window_full(flow, after="slow_start")  # 9-10 in the first 30 ms: autotuning catching up
@@ -126,6 +134,7 @@ def _trickle(address, port, chunks, pause):
     """A client that writes a PUT of 4 KB chunks with a pause between them: app-limited whatever the path."""
     import socket
     import time
+
     with socket.create_connection((address, port)) as sock:
         sock.sendall((b"PUT %d" % (chunks * 4096)).ljust(32))  # userapp.py's header
         for _ in range(chunks):

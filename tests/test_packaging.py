@@ -28,16 +28,20 @@ pytest.importorskip("twine", reason="needs the test extra: pip install -e '.[tes
 def dist(tmp_path_factory):
     """Build the sdist, then the wheel from it (as `python -m build` does), into a fresh directory."""
     outdir = tmp_path_factory.mktemp("dist")
-    out = subprocess.run([sys.executable, "-m", "build", "--outdir", str(outdir), str(REPO)],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(outdir), str(REPO)], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return outdir
 
 
 def source_files():
     """Every file of the package in the source tree, as a wheel names it (no bytecode)."""
-    return {path.relative_to(REPO).as_posix() for path in PACKAGE.rglob("*")
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"}
+    return {
+        path.relative_to(REPO).as_posix()
+        for path in PACKAGE.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    }
 
 
 def wheel_of(dist):
@@ -65,12 +69,22 @@ def test_wheel_registers_the_plugin_and_its_extras(dist):
     metadata = Parser().parsestr(wheel.read(f"{info}/METADATA").decode())
     assert {"vm", "plots", "iperf3", "hypothesis", "all", "test"} <= set(metadata.get_all("Provides-Extra"))
     requires = metadata.get_all("Requires-Dist")
-    for requirement in ('virtme-ng>=1.30; extra == "vm"', 'matplotlib>=3.5; extra == "plots"',
-                        'iperf3>=0.1.11; extra == "iperf3"', "pyroute2>=0.9.2", "pytest>=7.0"):
+    for requirement in (
+        'virtme-ng>=1.30; extra == "vm"',
+        'matplotlib>=3.5; extra == "plots"',
+        'iperf3>=0.1.11; extra == "iperf3"',
+        "pyroute2>=0.9.2",
+        "pytest>=7.0",
+    ):
         assert requirement in requires, requires
     everything = {r.split(";")[0] for r in requires if 'extra == "all"' in r}
-    assert everything == {"virtme-ng>=1.30", "zstandard>=0.22", "matplotlib>=3.5", "iperf3>=0.1.11",
-                          "hypothesis>=6.0"}  # no build/twine
+    assert everything == {
+        "virtme-ng>=1.30",
+        "zstandard>=0.22",
+        "matplotlib>=3.5",
+        "iperf3>=0.1.11",
+        "hypothesis>=6.0",
+    }  # no build/twine
     # Every extra a user's project may use is in "all" (a new user's 6.12 lost fast boot without zstandard).
     for extra in ("vm", "plots", "iperf3", "hypothesis"):
         assert {r.split(";")[0] for r in requires if f'extra == "{extra}"' in r} <= everything, extra
@@ -80,10 +94,15 @@ def test_wheel_registers_the_plugin_and_its_extras(dist):
 def test_sdist_holds_the_package_and_the_wheel_from_it_passes_twine_check(dist):
     (sdist,) = dist.glob("pytest_tcpnet-*.tar.gz")
     import tarfile
+
     with tarfile.open(sdist) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     assert {"pyproject.toml", "README.md"} <= names
     assert source_files() <= names
-    out = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *map(str, dist.iterdir())],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *map(str, dist.iterdir())],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0 and out.stdout.count("PASSED") == 2, out.stdout + out.stderr

@@ -8,7 +8,7 @@ import pytest
 
 pytestmark = pytest.mark.tcpnet_needs("privilege")
 
-PROJECT = textwrap.dedent('''
+PROJECT = textwrap.dedent("""
     import os
     import pytest
     from pytest_tcpnet import Host, Link
@@ -24,15 +24,19 @@ PROJECT = textwrap.dedent('''
         assert result.nbytes == 100_000
         with open(os.environ["TCPNET_NAMES"], "a") as f:
             f.write("\\n".join(n.namespace for p in pairs for n in p.nodes) + "\\n")
-''')
+""")
 
 
 def test_xdist_two_workers_build_48_pairs_without_collision(children, tmp_path):
     pytest.importorskip("xdist")
     (tmp_path / "test_many.py").write_text(PROJECT)
     names = tmp_path / "names.txt"
-    out = children.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "-q", "test_many.py"],
-                         cwd=tmp_path, env=dict(os.environ, TCPNET_NAMES=str(names)), timeout=300)
+    out = children.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "-q", "test_many.py"],
+        cwd=tmp_path,
+        env=dict(os.environ, TCPNET_NAMES=str(names)),
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout[-3000:]
     assert "24 passed" in out.stdout
     created = names.read_text().split()

@@ -14,8 +14,21 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def _packet(t, direction, seq=1, ack=1, length=0, window=8192, flags="A", expert=(), in_flight=None):
     src, dst = ("10.0.0.2:80", "10.0.0.1:5000") if direction == "data" else ("10.0.0.1:5000", "10.0.0.2:80")
-    return Packet(time=t, stream=0, src=src, dst=dst, direction=direction, seq=seq, ack=ack, window=window,
-                  peer_window=None, len=length, bytes_in_flight=in_flight, flags=flags, expert=tuple(expert))
+    return Packet(
+        time=t,
+        stream=0,
+        src=src,
+        dst=dst,
+        direction=direction,
+        seq=seq,
+        ack=ack,
+        window=window,
+        peer_window=None,
+        len=length,
+        bytes_in_flight=in_flight,
+        flags=flags,
+        expert=tuple(expert),
+    )
 
 
 def _synthetic_flow():
@@ -72,8 +85,14 @@ def test_plot_functions_write_pngs(tmp_path):
     paths = [
         plots.plot_time_sequence(ts, tmp_path / "ts.png", title="synthetic"),
         plots.plot_windows(capture_windows(_synthetic_flow()), tmp_path / "w.png", title="synthetic"),
-        plots.plot_throughput([(0.5, 8e6), (1.0, 4e6)], tmp_path / "tp.png", smoothed=[(0.5, 8e6), (1.0, 7e6)],
-                              predicted_bps=6e6, predicted_label="model (rwnd)", title="synthetic"),
+        plots.plot_throughput(
+            [(0.5, 8e6), (1.0, 4e6)],
+            tmp_path / "tp.png",
+            smoothed=[(0.5, 8e6), (1.0, 7e6)],
+            predicted_bps=6e6,
+            predicted_label="model (rwnd)",
+            title="synthetic",
+        ),
     ]
     for path in paths:
         assert path.read_bytes()[:8] == PNG_MAGIC and path.stat().st_size > 10_000

@@ -12,7 +12,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The subprocess imports this checkout's pytest_tcpnet, whatever else is installed.
 SUBPROCESS_ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
 
-PROJECT = textwrap.dedent('''
+PROJECT = textwrap.dedent("""
     import pytest
     from pytest_tcpnet import Link
 
@@ -30,23 +30,39 @@ PROJECT = textwrap.dedent('''
     @pytest.mark.tcpnet_needs("kernel>=2.6")
     def test_any_kernel():
         pass
-''')
+""")
 
 
 def _run(children, tmp_path, *args, unprivileged=False, env=None, quiet=True):
     (tmp_path / "test_project.py").write_text(PROJECT)
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rsf", *(["-q"] if quiet else []), *args,
-            "test_project.py"]
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-rsf",
+        *(["-q"] if quiet else []),
+        *args,
+        "test_project.py",
+    ]
     if unprivileged:
         # Root without CAP_NET_ADMIN/CAP_SYS_ADMIN, as a container or a CI job without privileges.
-        argv = [shutil.which("setpriv"), "--bounding-set=-net_admin,-sys_admin",
-                "--inh-caps=-net_admin,-sys_admin", "--", *argv]
+        argv = [
+            shutil.which("setpriv"),
+            "--bounding-set=-net_admin,-sys_admin",
+            "--inh-caps=-net_admin,-sys_admin",
+            "--",
+            *argv,
+        ]
         env = {"TCPNET_ROOTLESS": "off", **(env or {})}  # labs would otherwise build rootless (test_rootless.py)
     return children.run(argv, cwd=tmp_path, timeout=120, env=dict(SUBPROCESS_ENV, **(env or {})))
 
 
-needs_setpriv = pytest.mark.skipif(shutil.which("setpriv") is None or os.geteuid() != 0,
-                                   reason="needs root and util-linux's setpriv to drop capabilities")
+needs_setpriv = pytest.mark.skipif(
+    shutil.which("setpriv") is None or os.geteuid() != 0,
+    reason="needs root and util-linux's setpriv to drop capabilities",
+)
 
 
 @needs_setpriv
@@ -91,9 +107,16 @@ def test_needs_become_selectable_markers(children, tmp_path):
 
 def test_unknown_need_is_an_error(tmp_path):
     (tmp_path / "test_bad.py").write_text(
-        "import pytest\n@pytest.mark.tcpnet_needs('warp-drive')\ndef test_x():\n    pass\n")
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_bad.py"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=60, env=SUBPROCESS_ENV)
+        "import pytest\n@pytest.mark.tcpnet_needs('warp-drive')\ndef test_x():\n    pass\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_bad.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=SUBPROCESS_ENV,
+    )
     assert out.returncode == 1
     assert "unknown need 'warp-drive'" in out.stdout
 

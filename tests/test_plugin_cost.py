@@ -16,39 +16,72 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 # Written at the very end of the session, so everything any hook imported is in it.
-DUMP_MODULES = textwrap.dedent('''
+DUMP_MODULES = textwrap.dedent("""
     import json, os, sys
     def pytest_unconfigure(config):
         process = os.environ.get("PYTEST_XDIST_WORKER", "main")
         with open(f"modules-{process}.json", "w") as out:
             json.dump(sorted(sys.modules), out)
-''')
+""")
 
 UNRELATED_TEST = "def test_arithmetic():\n    assert 1 + 1 == 2\n"
 
-TCPNET_TEST = textwrap.dedent('''
+TCPNET_TEST = textwrap.dedent("""
     def test_uses_a_lab(tcpnet):
         assert tcpnet is not None
-''')
+""")
 
 # What the plugin itself may import in an unrelated session: the package's pure, stdlib-only parts.
 LIGHT_MODULES = {
-    "pytest_tcpnet", "pytest_tcpnet.plugin", "pytest_tcpnet.session", "pytest_tcpnet.errors", "pytest_tcpnet.requirements",
-    "pytest_tcpnet.privilege", "pytest_tcpnet.rootless", "pytest_tcpnet.guest",
-    "pytest_tcpnet.model", "pytest_tcpnet.model.kernel", "pytest_tcpnet.model.specs", "pytest_tcpnet.model.app",
-    "pytest_tcpnet.model.tcp", "pytest_tcpnet.model.units", "pytest_tcpnet.model.window", "pytest_tcpnet.model.predict",
-    "pytest_tcpnet.model.queues", "pytest_tcpnet.model.schedule",
-    "pytest_tcpnet.assertions", "pytest_tcpnet.assertions.schedule", "pytest_tcpnet.assertions.throughput", "pytest_tcpnet.assertions.window",
-    "pytest_tcpnet.assertions.events", "pytest_tcpnet.assertions.verdicts",
-    "pytest_tcpnet.report", "pytest_tcpnet.report.artifacts", "pytest_tcpnet.report.merge",
-    "pytest_tcpnet.report.results_file", "pytest_tcpnet.report.rows", "pytest_tcpnet.report.table",
-    "pytest_tcpnet.vm", "pytest_tcpnet.vm.options",
+    "pytest_tcpnet",
+    "pytest_tcpnet.plugin",
+    "pytest_tcpnet.session",
+    "pytest_tcpnet.errors",
+    "pytest_tcpnet.requirements",
+    "pytest_tcpnet.privilege",
+    "pytest_tcpnet.rootless",
+    "pytest_tcpnet.guest",
+    "pytest_tcpnet.model",
+    "pytest_tcpnet.model.kernel",
+    "pytest_tcpnet.model.specs",
+    "pytest_tcpnet.model.app",
+    "pytest_tcpnet.model.tcp",
+    "pytest_tcpnet.model.units",
+    "pytest_tcpnet.model.window",
+    "pytest_tcpnet.model.predict",
+    "pytest_tcpnet.model.queues",
+    "pytest_tcpnet.model.schedule",
+    "pytest_tcpnet.assertions",
+    "pytest_tcpnet.assertions.schedule",
+    "pytest_tcpnet.assertions.throughput",
+    "pytest_tcpnet.assertions.window",
+    "pytest_tcpnet.assertions.events",
+    "pytest_tcpnet.assertions.verdicts",
+    "pytest_tcpnet.report",
+    "pytest_tcpnet.report.artifacts",
+    "pytest_tcpnet.report.merge",
+    "pytest_tcpnet.report.results_file",
+    "pytest_tcpnet.report.rows",
+    "pytest_tcpnet.report.table",
+    "pytest_tcpnet.vm",
+    "pytest_tcpnet.vm.options",
 }
 # Never imported by the plugin in an unrelated session: netlink (pyroute2), labs and workloads, optional
 # heavy libraries (hypothesis may be there anyway: its own pytest plugin imports it).
-HEAVY_PREFIXES = ("pyroute2", "pytest_tcpnet.netlink", "pytest_tcpnet.lab", "pytest_tcpnet.workload",
-                  "pytest_tcpnet.measure", "pytest_tcpnet.capture", "pytest_tcpnet.analysis.plots",
-                  "pytest_tcpnet.vm.runner", "hypothesis", "matplotlib", "numpy", "iperf3")
+HEAVY_PREFIXES = (
+    "pyroute2",
+    "pytest_tcpnet.netlink",
+    "pytest_tcpnet.lab",
+    "pytest_tcpnet.workload",
+    "pytest_tcpnet.measure",
+    "pytest_tcpnet.capture",
+    "pytest_tcpnet.analysis.plots",
+    "pytest_tcpnet.vm.runner",
+    "hypothesis",
+    "matplotlib",
+    "numpy",
+    "iperf3",
+)
 
 
 def run_session(project, *args):
@@ -60,8 +93,14 @@ def run_session(project, *args):
         old.unlink()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     env.pop("TCPNET_STRICT", None)
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-                         cwd=project, capture_output=True, text=True, timeout=120, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     dumps = list(project.glob("modules-*.json"))
     assert dumps, "the conftest wrote no module list"

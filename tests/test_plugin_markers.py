@@ -15,15 +15,24 @@ ALL_NAMED_NEEDS = sorted({"privilege", "root", *QDISC_NEEDS, *KNOWN_CONGESTION_C
 
 def pytest_in(project, *args):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=project,
-                          capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def test_every_named_need_collects_under_strict_markers(tmp_path):
-    tests = "".join(f"@pytest.mark.tcpnet_needs({need!r})\ndef test_{need}():\n    pass\n\n" for need in ALL_NAMED_NEEDS)
-    (tmp_path / "test_needs.py").write_text("import pytest\n\n" + tests +
-                                            "@pytest.mark.tcpnet_needs('kernel>=6.6', 'htb')\n"
-                                            "def test_kernel_and_htb():\n    pass\n")
+    tests = "".join(
+        f"@pytest.mark.tcpnet_needs({need!r})\ndef test_{need}():\n    pass\n\n" for need in ALL_NAMED_NEEDS
+    )
+    (tmp_path / "test_needs.py").write_text(
+        "import pytest\n\n" + tests + "@pytest.mark.tcpnet_needs('kernel>=6.6', 'htb')\n"
+        "def test_kernel_and_htb():\n    pass\n"
+    )
     out = pytest_in(tmp_path, "--strict-markers", "--collect-only", "-q")
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"{len(ALL_NAMED_NEEDS) + 1} tests collected" in out.stdout
@@ -36,13 +45,15 @@ def test_every_named_need_collects_under_strict_markers(tmp_path):
 
 
 def test_unknown_need_is_a_clear_error_not_an_internal_error(tmp_path):
-    (tmp_path / "test_bad.py").write_text(textwrap.dedent('''
+    (tmp_path / "test_bad.py").write_text(
+        textwrap.dedent("""
         import pytest
 
         @pytest.mark.tcpnet_needs("warpdrive")
         def test_x():
             pass
-    '''))
+    """)
+    )
     out = pytest_in(tmp_path, "--strict-markers", "-q")
     assert out.returncode == 1, out.stdout + out.stderr
     assert "INTERNALERROR" not in out.stdout + out.stderr

@@ -24,8 +24,9 @@ KINDS = {
 }
 
 
-@pytest.mark.parametrize("kind", [pytest.param(kind, marks=pytest.mark.tcpnet_needs("privilege", "netem", kind))
-                                  for kind in KINDS])
+@pytest.mark.parametrize(
+    "kind", [pytest.param(kind, marks=pytest.mark.tcpnet_needs("privilege", "netem", kind)) for kind in KINDS]
+)
 def test_each_queue_is_built_as_asked_and_carries_the_link_s_rate(tcpnet, kind):
     """Builds a 20 Mbit/s, 20 ms link whose queue is `kind` (after netem's delay line) with options; asserts the
     kernel holds those options (read back by netlink, and named by tc) and a 3 s download carries >= 85% of the

@@ -21,27 +21,48 @@ BAD_QUEUES = [
     (dict(rate="10mbit", ecn=True), ValueError, ["ecn", "needs a queue", "queue="]),
     (dict(rate="10mbit", ecn="yes", queue="codel"), ValueError, ["ecn", "True or False"]),
     (dict(rate="10mbit", queue_options={"target": "5ms"}), ValueError, ["queue_options", "needs queue="]),
-    (dict(rate="10mbit", queue="fq_codel", queue_options={"limit": 100}), ValueError,
-     ["queue_options", "no option 'limit'", "limit="]),
-    (dict(rate="10mbit", queue="codel", queue_options={"flows": 1024}), ValueError,
-     ["codel has no option 'flows'", "interval"]),
-    (dict(rate="10mbit", queue="cake", queue_options={"bandwidth": "10mbit"}), ValueError,
-     ["bandwidth", "runs unlimited under it"]),
+    (
+        dict(rate="10mbit", queue="fq_codel", queue_options={"limit": 100}),
+        ValueError,
+        ["queue_options", "no option 'limit'", "limit="],
+    ),
+    (
+        dict(rate="10mbit", queue="codel", queue_options={"flows": 1024}),
+        ValueError,
+        ["codel has no option 'flows'", "interval"],
+    ),
+    (
+        dict(rate="10mbit", queue="cake", queue_options={"bandwidth": "10mbit"}),
+        ValueError,
+        ["bandwidth", "runs unlimited under it"],
+    ),
     (dict(rate="10mbit", queue="fq_codel", queue_options={"target": 0}), ValueError, ["queue_options.target", "> 0"]),
-    (dict(rate="10mbit", queue="fq_codel", queue_options={"target": "5 parsecs"}), ValueError,
-     ["queue_options.target", "unknown unit"]),
+    (
+        dict(rate="10mbit", queue="fq_codel", queue_options={"target": "5 parsecs"}),
+        ValueError,
+        ["queue_options.target", "unknown unit"],
+    ),
     (dict(rate="10mbit", queue="fq_codel", queue_options={"flows": 0}), ValueError, ["queue_options.flows", "1.."]),
     (dict(rate="10mbit", queue="pie", queue_options={"alpha": 33}), ValueError, ["queue_options.alpha", "1..32"]),
-    (dict(rate="10mbit", queue="pie", queue_options={"bytemode": 1}), ValueError,
-     ["queue_options.bytemode", "True or False"]),
-    (dict(rate="10mbit", queue="cake", queue_options={"flow_mode": "fair"}), ValueError,
-     ["queue_options.flow_mode", "triple-isolate"]),
+    (
+        dict(rate="10mbit", queue="pie", queue_options={"bytemode": 1}),
+        ValueError,
+        ["queue_options.bytemode", "True or False"],
+    ),
+    (
+        dict(rate="10mbit", queue="cake", queue_options={"flow_mode": "fair"}),
+        ValueError,
+        ["queue_options.flow_mode", "triple-isolate"],
+    ),
     (dict(rate="10mbit", queue="cake", limit=100), ValueError, ["limit", "cake sizes its queue by memory"]),
     (dict(rate="10mbit", queue="fq_codel", limit=0), ValueError, ["limit", ">= 1"]),
     (dict(rate="10mbit", queue="bfifo", limit="0kb"), ValueError, ["limit", "> 0"]),
     (dict(rate="10mbit", queue="red"), ValueError, ["limit", "red needs a limit"]),
-    (dict(rate="10mbit", queue="red", limit="100kb", queue_options={"min": "80kb", "max": "40kb"}), ValueError,
-     ["red needs 0 < min < max <= limit"]),
+    (
+        dict(rate="10mbit", queue="red", limit="100kb", queue_options={"min": "80kb", "max": "40kb"}),
+        ValueError,
+        ["red needs 0 < min < max <= limit"],
+    ),
     (dict(rate="10mbit", queue="fq_pie", queue_options={"ecn_prob": 0}), ValueError, ["queue_options.ecn_prob"]),
     (dict(rate="10mbit", queue="fq_codel", queue_options="target 5ms"), TypeError, ["queue_options", "dict"]),
     (dict(burst="30kb"), ValueError, ["burst", "police="]),
@@ -65,23 +86,82 @@ def test_a_link_wide_queue_goes_to_the_directions_that_have_a_rate():
 
 # Every option of every kind, encoded and decoded again: what the kernel is sent is what was asked.
 ROUND_TRIPS = [
-    dict(queue="fq_codel", ecn=True, limit=500, queue_options={
-        "target": "3ms", "interval": "50ms", "flows": 256, "quantum": 1514, "ce_threshold": "1ms",
-        "memory_limit": "4mb", "drop_batch": 32}),
-    dict(queue="codel", ecn=False, limit=300, queue_options={"target": "5ms", "interval": "100ms",
-                                                            "ce_threshold": "2ms"}),
-    dict(queue="pie", ecn=True, limit=400, queue_options={"target": "15ms", "tupdate": "15ms", "alpha": 2, "beta": 20,
-                                                         "bytemode": True, "dq_rate_estimator": True}),
-    dict(queue="fq_pie", ecn=True, limit=1000, queue_options={"flows": 512, "target": "10ms", "tupdate": "15ms",
-                                                             "alpha": 2, "beta": 20, "quantum": 1514,
-                                                             "memory_limit": "32mb", "ecn_prob": "10%",
-                                                             "bytemode": False, "dq_rate_estimator": False}),
-    dict(queue="cake", queue_options={"rtt": "50ms", "flow_mode": "dual-dsthost", "diffserv": "besteffort",
-                                      "ack_filter": True, "overhead": -4, "mpu": 64, "memory": "8mb", "nat": False,
-                                      "wash": True, "split_gso": False}),
-    dict(queue="fq", limit=5000, queue_options={"flow_limit": 50, "quantum": 3028, "initial_quantum": 15140,
-                                                "maxrate": "5mbit", "buckets": 1024, "ce_threshold": "2ms",
-                                                "horizon": "1s", "pacing": False}),
+    dict(
+        queue="fq_codel",
+        ecn=True,
+        limit=500,
+        queue_options={
+            "target": "3ms",
+            "interval": "50ms",
+            "flows": 256,
+            "quantum": 1514,
+            "ce_threshold": "1ms",
+            "memory_limit": "4mb",
+            "drop_batch": 32,
+        },
+    ),
+    dict(
+        queue="codel", ecn=False, limit=300, queue_options={"target": "5ms", "interval": "100ms", "ce_threshold": "2ms"}
+    ),
+    dict(
+        queue="pie",
+        ecn=True,
+        limit=400,
+        queue_options={
+            "target": "15ms",
+            "tupdate": "15ms",
+            "alpha": 2,
+            "beta": 20,
+            "bytemode": True,
+            "dq_rate_estimator": True,
+        },
+    ),
+    dict(
+        queue="fq_pie",
+        ecn=True,
+        limit=1000,
+        queue_options={
+            "flows": 512,
+            "target": "10ms",
+            "tupdate": "15ms",
+            "alpha": 2,
+            "beta": 20,
+            "quantum": 1514,
+            "memory_limit": "32mb",
+            "ecn_prob": "10%",
+            "bytemode": False,
+            "dq_rate_estimator": False,
+        },
+    ),
+    dict(
+        queue="cake",
+        queue_options={
+            "rtt": "50ms",
+            "flow_mode": "dual-dsthost",
+            "diffserv": "besteffort",
+            "ack_filter": True,
+            "overhead": -4,
+            "mpu": 64,
+            "memory": "8mb",
+            "nat": False,
+            "wash": True,
+            "split_gso": False,
+        },
+    ),
+    dict(
+        queue="fq",
+        limit=5000,
+        queue_options={
+            "flow_limit": 50,
+            "quantum": 3028,
+            "initial_quantum": 15140,
+            "maxrate": "5mbit",
+            "buckets": 1024,
+            "ce_threshold": "2ms",
+            "horizon": "1s",
+            "pacing": False,
+        },
+    ),
     dict(queue="pfifo", limit=77),
     dict(queue="bfifo", limit="64kb"),
 ]
@@ -101,8 +181,9 @@ def test_every_option_of_every_queue_is_encoded_as_asked(kwargs):
     assert {k["queue"] for k in ROUND_TRIPS} | {"red"} == set(QUEUE_KINDS)
 
 
-RED = dict(queue="red", limit="400000b", ecn=True,
-           queue_options={"min": 30000, "max": 90000, "burst": 55, "probability": 0.02})
+RED = dict(
+    queue="red", limit="400000b", ecn=True, queue_options={"min": 30000, "max": 90000, "burst": 55, "probability": 0.02}
+)
 
 
 @pytest.mark.parametrize("kwargs", ROUND_TRIPS + [RED], ids=[k["queue"] for k in ROUND_TRIPS + [RED]])
@@ -114,6 +195,7 @@ def test_every_queue_is_encoded_byte_for_byte_as_tc_sends_it(kwargs):
     import pathlib
 
     from pytest_tcpnet.netlink.queues import _attrs, options_flagged_nested
+
     golden = json.loads((pathlib.Path(__file__).parent / "data" / "tc_golden.json").read_text())["cases"]
     queue = Link(rate="10mbit", **kwargs).toward_client.queue
     kind, ours = queue_options(queue)
@@ -129,6 +211,7 @@ def test_the_model_lets_an_aqm_hold_the_standing_queue():
     """A cubic window far beyond the BDP: a 1000-packet FIFO at 20 Mbit/s and 20 ms stands ~600 ms deep; fq_codel
     holds it near its 5 ms target, and the prediction's `why` says which."""
     from pytest_tcpnet.model import Conditions, expected_throughput
+
     base = dict(kernel="6.1.0", rtt_s=0.02, rate_bps=20e6, cc="cubic", queue_packets=1000)
     fifo = expected_throughput(Conditions(**base))
     aqm = expected_throughput(Conditions(**base, queue=Link(rate="20mbit", queue="fq_codel").toward_client.queue))
@@ -137,10 +220,14 @@ def test_the_model_lets_an_aqm_hold_the_standing_queue():
 
 
 @pytest.mark.tcpnet_needs("privilege")
-@pytest.mark.parametrize("link, words", [
-    (Link(rate="10mbit", queue="fq_codel"), ["sch_fq_codel"]),
-    (Link(police="10mbit"), ["act_police"]),
-], ids=["fq_codel", "police"])
+@pytest.mark.parametrize(
+    "link, words",
+    [
+        (Link(rate="10mbit", queue="fq_codel"), ["sch_fq_codel"]),
+        (Link(police="10mbit"), ["act_police"]),
+    ],
+    ids=["fq_codel", "police"],
+)
 def test_a_queue_the_kernel_lacks_is_a_skip_naming_it_before_anything_is_built(tcpnet, link, words):
     kind = link.toward_client.queue.kind if link.toward_client.queue else "police"
     if netlink.qdisc_supported(kind):
@@ -161,8 +248,10 @@ def test_fifo_limits_are_read_back_from_the_kernel(tcpnet):
     leaves = {ifname: next(q for q in rows if q["kind"] in ("pfifo", "bfifo")) for ifname, rows in stats.items()}
     assert leaves["veth-cli"]["kind"] == "bfifo" and leaves["veth-cli"]["settings"] == {"limit": 30720}
     assert leaves["veth-srv"]["kind"] == "pfifo" and leaves["veth-srv"]["settings"] == {"limit": 77}
-    assert pair.qdisc_plan["veth-cli"] == [f"htb rate 10000000bit burst {netlink.htb_burst_bytes(10e6)}b",
-                                         "bfifo, limit 30.72 kB"]
+    assert pair.qdisc_plan["veth-cli"] == [
+        f"htb rate 10000000bit burst {netlink.htb_burst_bytes(10e6)}b",
+        "bfifo, limit 30.72 kB",
+    ]
 
 
 @pytest.mark.tcpnet_needs("privilege", "pfifo", "bfifo", "cubic")
@@ -172,7 +261,8 @@ def test_a_byte_limited_fifo_bounds_the_latency_a_bulk_flow_adds(tcpnet, tmp_pat
     flows = [Flow(duration=4, cc="cubic")]
     deep = tcpnet.pair(Link(rate="10mbit", limit=200)).latency_under_load(duration=4, flows=flows, idle=0.5)
     short = tcpnet.pair(Link(rate="10mbit", queue="bfifo", limit="30kb")).latency_under_load(
-        duration=4, flows=flows, idle=0.5)
+        duration=4, flows=flows, idle=0.5
+    )
     figures = f"pfifo 200:\n{deep.describe()}\nbfifo 30 KB:\n{short.describe()}"
     full_fifo = 200 * 1514 * 8 / 10e6
     full_bfifo = 30 * 1024 * 8 / 10e6

@@ -28,12 +28,19 @@ from pytest_tcpnet.workload.fake import fake_result
 def _result(nbytes=10_000_000, duration_s=2.0, kernel="6.18.44", rcvbuf=None):
     # A made-up result (the fake workload's records): only the row logic is under test
     # (tests/test_report_session.py feeds the same code real transfers).
-    return fake_result(nbytes=nbytes, duration_s=duration_s, kernel=kernel, link=Link(rate="50mbit", rtt="20ms"),
-                       client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"}),
-                       sysctls={"client": {"net.ipv4.tcp_rmem": "4096 4096 4096"}, "server": {}},
-                       rcvbuf_requested=rcvbuf, sender_buffers={"cc": "cubic", "sndbuf": 87040},
-                       receiver_buffers={"rcvbuf": 8192},
-                       sender_tcp_info={"rtt": 20500, "min_rtt": 20100, "total_retrans": 3}, workload="bulk")
+    return fake_result(
+        nbytes=nbytes,
+        duration_s=duration_s,
+        kernel=kernel,
+        link=Link(rate="50mbit", rtt="20ms"),
+        client=Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"}),
+        sysctls={"client": {"net.ipv4.tcp_rmem": "4096 4096 4096"}, "server": {}},
+        rcvbuf_requested=rcvbuf,
+        sender_buffers={"cc": "cubic", "sndbuf": 87040},
+        receiver_buffers={"rcvbuf": 8192},
+        sender_tcp_info={"rtt": 20500, "min_rtt": 20100, "total_retrans": 3},
+        workload="bulk",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +98,7 @@ def test_row_picks_up_later_attributes_and_the_model_prediction(monkeypatch):
 def test_a_model_that_cannot_predict_leaves_the_row_without_a_prediction(monkeypatch):
     def refuse(result):
         raise ValueError("no model for this path")
+
     monkeypatch.setattr(model, "expected_throughput", refuse, raising=False)
     row = flow_row(_result(), test="t.py::t")
     assert row["expected_bps"] is None and row["ratio"] is None and row["measured_bps"] == 40e6
@@ -98,12 +106,20 @@ def test_a_model_that_cannot_predict_leaves_the_row_without_a_prediction(monkeyp
 
 def test_a_window_probe_stands_for_its_transfer():
     transfer = _result()
-    probe = WindowProbe(window_bytes=65535, rcvbuf_requested=32768, rcvbuf_effective=65536, kernel="6.18.44",
-                        sysctls={}, transfer=transfer)
+    probe = WindowProbe(
+        window_bytes=65535,
+        rcvbuf_requested=32768,
+        rcvbuf_effective=65536,
+        kernel="6.18.44",
+        sysctls={},
+        transfer=transfer,
+    )
     other = _result(duration_s=4.0)
     rows = flow_rows([transfer, probe, other], test="t.py::t", outcome="failed")
-    assert [(r["flow"], r["kind"], r["measured_bps"]) for r in rows] == [(0, "window_probe", 40e6),
-                                                                         (1, "transfer", 20e6)]
+    assert [(r["flow"], r["kind"], r["measured_bps"]) for r in rows] == [
+        (0, "window_probe", 40e6),
+        (1, "transfer", 20e6),
+    ]
     assert rows[0]["advertised_window"] == 65535 and {r["outcome"] for r in rows} == {"failed"}
     assert "advertised window 65.53 kB" in summary_table(rows)
     names = [name for name, _ in junit_properties(rows)]
@@ -111,9 +127,17 @@ def test_a_window_probe_stands_for_its_transfer():
     assert not any(name.endswith(".window_full") for name in names)  # missing figures (no capture) are left out
 
 
-@pytest.mark.parametrize("keep, failed, kept", [
-    ("failed", True, True), ("failed", False, False), ("all", False, True), ("all", True, True),
-    ("none", True, False), ("none", False, False)])
+@pytest.mark.parametrize(
+    "keep, failed, kept",
+    [
+        ("failed", True, True),
+        ("failed", False, False),
+        ("all", False, True),
+        ("all", True, True),
+        ("none", True, False),
+        ("none", False, False),
+    ],
+)
 def test_artifact_retention_follows_keep(tmp_path, keep, failed, kept):
     store = ArtifactStore(tmp_path / "artifacts", keep)
     directory = store.directory_for("tests/test_a.py::test_b[x-1]")
@@ -166,8 +190,10 @@ def test_results_file_round_trip_and_bad_lines(tmp_path):
 
 
 def test_merge_puts_two_kernels_side_by_side(tmp_path, capsys):
-    host = _rows_file(tmp_path / "host.jsonl", flow_rows([_result(), _result(rcvbuf=16384, duration_s=8.0)],
-                                                        test="t.py::t", outcome="passed"))
+    host = _rows_file(
+        tmp_path / "host.jsonl",
+        flow_rows([_result(), _result(rcvbuf=16384, duration_s=8.0)], test="t.py::t", outcome="passed"),
+    )
     # A second kernel's file: the same flows as a real file of that kernel would hold them, one slower.
     vm_rows = [json.loads(line) for line in host.read_text().splitlines()]
     for row, bps in zip(vm_rows, (30e6, 10e6)):
@@ -188,8 +214,10 @@ def test_merge_puts_two_kernels_side_by_side(tmp_path, capsys):
 
 
 def test_merge_of_repeated_runs_shows_the_median_and_count(tmp_path, capsys):
-    files = [_rows_file(tmp_path / f"run{i}.jsonl", flow_rows([_result(duration_s=d)], test="t.py::t"))
-             for i, d in enumerate((2.0, 4.0, 1.0))]
+    files = [
+        _rows_file(tmp_path / f"run{i}.jsonl", flow_rows([_result(duration_s=d)], test="t.py::t"))
+        for i, d in enumerate((2.0, 4.0, 1.0))
+    ]
     comparison = compare(read_rows(files))
     assert comparison.groups == ["6.18.44"]
     assert "40 Mbit/s (n=3)" in comparison_table(comparison)
@@ -229,10 +257,17 @@ class _PlottingResult(TransferResult):
 
 def test_a_failure_gets_each_transfer_plotted_once_and_the_reasons_for_missing_plots(tmp_path):
     from pytest_tcpnet.report.artifacts import explain_failure
+
     base = _result()
     plotting = _PlottingResult(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
-    probe = WindowProbe(window_bytes=65535, rcvbuf_requested=None, rcvbuf_effective=65536, kernel="6.18.44",
-                        sysctls={}, transfer=plotting)
+    probe = WindowProbe(
+        window_bytes=65535,
+        rcvbuf_requested=None,
+        rcvbuf_effective=65536,
+        kernel="6.18.44",
+        sysctls={},
+        transfer=plotting,
+    )
 
     class Unplottable:
         def __getattr__(self, name):
@@ -241,10 +276,15 @@ def test_a_failure_gets_each_transfer_plotted_once_and_the_reasons_for_missing_p
         def plot(self, directory=None):
             raise RuntimeError("no capture: pass capture=True")
 
-    section, images = explain_failure([plotting, probe, Unplottable(), Unplottable()], tmp_path, test="t.py::t",
-                                      keep="failed")
+    section, images = explain_failure(
+        [plotting, probe, Unplottable(), Unplottable()], tmp_path, test="t.py::t", keep="failed"
+    )
     assert images == [tmp_path / "tsg-10000000.png"]
-    assert section.splitlines() == [f"artifacts (--tcpnet-keep=failed): {tmp_path}", "  flows.json",
-                                    "  tsg-10000000.png", "no plot: no capture: pass capture=True"]
+    assert section.splitlines() == [
+        f"artifacts (--tcpnet-keep=failed): {tmp_path}",
+        "  flows.json",
+        "  tsg-10000000.png",
+        "no plot: no capture: pass capture=True",
+    ]
     assert len(json.loads((tmp_path / "flows.json").read_text())) == 3  # the probe stands for its transfer
     assert explain_failure([], tmp_path / "empty", test="t.py::t", keep="failed") == (None, [])

@@ -76,18 +76,25 @@ def project(pytester, monkeypatch):
 
 
 def _testcases(junit):
-    return {case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
-            for case in ElementTree.parse(junit).getroot().iter("testcase")}
+    return {
+        case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
+        for case in ElementTree.parse(junit).getroot().iter("testcase")
+    }
 
 
 def test_xdist_session_reports_every_flow_keeps_failed_artifacts_and_writes_results(project):
-    result = project.runpytest("-p", "xdist", "-n", "2", "-p", "no:cacheprovider", "--junitxml=junit.xml",
-                               "--tcpnet-results=results.jsonl")
+    result = project.runpytest(
+        "-p", "xdist", "-n", "2", "-p", "no:cacheprovider", "--junitxml=junit.xml", "--tcpnet-results=results.jsonl"
+    )
     result.assert_outcomes(passed=4, failed=1)
     out = result.stdout.str()
     # The summary, built on the controller from what both workers sent.
-    result.stdout.fnmatch_lines(["*= tcpnet: 7 measured flow(s) =*", "test *outcome*link*buffers*cc*expected*measured*"
-                                 "ratio*limited by*win-full*retrans*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*= tcpnet: 7 measured flow(s) =*",
+            "test *outcome*link*buffers*cc*expected*measured*ratio*limited by*win-full*retrans*",
+        ]
+    )
     summary = out.split("tcpnet: 7 measured flow(s)")[1]
     for name, flows in FLOWS.items():
         lines = [line for line in summary.splitlines() if line.startswith(f"test_claims.py::{name} ")]
@@ -110,7 +117,8 @@ def test_xdist_session_reports_every_flow_keeps_failed_artifacts_and_writes_resu
     # Results: one JSON line per flow with its full conditions, written by the controller alone.
     rows = [json.loads(line) for line in (project.path / "results.jsonl").read_text().splitlines()]
     assert sorted((r["test"].split("::")[1], r["flow"]) for r in rows) == sorted(
-        (name, flow) for name, flows in FLOWS.items() for flow in range(flows))
+        (name, flow) for name, flows in FLOWS.items() for flow in range(flows)
+    )
     for row in rows:
         assert row["kernel"] and row["cc"] and row["link"]["toward_client"]["rate_bps"] in (10e6, 20e6, 40e6)
         assert "net.ipv4.tcp_rmem" in row["sysctls"]["client"] and row["buffers"]["rcvbuf"] > 0
@@ -118,14 +126,20 @@ def test_xdist_session_reports_every_flow_keeps_failed_artifacts_and_writes_resu
     assert {r["direction"] for r in rows if "two_flows" in r["test"]} == {"download", "upload"}
     assert {r["outcome"] for r in rows if "slow_claim" in r["test"]} == {"failed"}
     # The user's own program's flow (pair.observe) is a row like the built-in ones.
-    observed, = [r for r in rows if "test_observed" in r["test"]]
+    (observed,) = [r for r in rows if "test_observed" in r["test"]]
     assert observed["direction"] == "upload" and 15e6 < observed["measured_bps"] < 20e6, observed
 
 
 @pytest.mark.parametrize("keep, kept", [("all", 3), ("none", 0)])
 def test_keep_all_and_none(project, keep, kept):
-    result = project.runpytest("-p", "no:cacheprovider", f"--tcpnet-keep={keep}", "--tcpnet-artifacts=out/art",
-                               "-k", "fast or slow_claim or None")
+    result = project.runpytest(
+        "-p",
+        "no:cacheprovider",
+        f"--tcpnet-keep={keep}",
+        "--tcpnet-artifacts=out/art",
+        "-k",
+        "fast or slow_claim or None",
+    )
     result.assert_outcomes(passed=2, failed=1)
     assert len(list((project.path / "out" / "art").glob("*/flows.json"))) == kept  # of the three tests that ran
     assert ("tcpnet artifacts" in result.stdout.str()) is (keep == "all")
@@ -143,8 +157,14 @@ def test_artifacts_that_cannot_be_written_leave_the_outcomes_standing(project):
 
 def test_real_merge_of_two_runs(project, capsys):
     for label in ("first", "second"):
-        result = project.runpytest("-p", "no:cacheprovider", "-k", "fast or None",
-                                   f"--tcpnet-results={label}.jsonl", f"--tcpnet-results-label={label}")
+        result = project.runpytest(
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "fast or None",
+            f"--tcpnet-results={label}.jsonl",
+            f"--tcpnet-results-label={label}",
+        )
         result.assert_outcomes(passed=2)
         result.stdout.fnmatch_lines([f"tcpnet: 3 flow(s) written to *{label}.jsonl"])
     files = [str(project.path / f"{label}.jsonl") for label in ("first", "second")]
@@ -164,17 +184,20 @@ def test_real_merge_of_two_runs(project, capsys):
 
 def test_pytest_html_report_carries_the_failed_tests_images(project):
     pytest.importorskip("pytest_html")
-    png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
-    project.makepyfile(test_plot=f'''
+    png = base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    )
+    project.makepyfile(
+        test_plot=f"""
 from pytest_tcpnet import Link
 
 def test_plot_attached(tcpnet):
     tcpnet.pair(link=Link(rate="40mbit")).transfer(nbytes=200_000)
     (tcpnet.artifact_dir / "tsg.png").write_bytes({png!r})
     assert False, "show the plot"
-''')
-    result = project.runpytest("-p", "no:cacheprovider", "test_plot.py", "--html=report.html",
-                               "--self-contained-html")
+"""
+    )
+    result = project.runpytest("-p", "no:cacheprovider", "test_plot.py", "--html=report.html", "--self-contained-html")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*artifacts (--tcpnet-keep=failed)*", "  flows.json", "  tsg.png"])
     html = (project.path / "report.html").read_text()

@@ -19,29 +19,35 @@ def test_back_to_back_requests_keep_their_window_and_idle_ones_restart():
     assert warm[0] == pytest.approx(0.3047, abs=1e-3) and warm[1] < warm[0] and warm[2] < warm[1]
     idle = request_response_times(3, 100_000, rtt_s=0.1, window_bytes=4 << 20, rate_bps=95.6e6, interval_s=1.0)
     assert idle == pytest.approx([warm[0]] * 3)
-    kept = request_response_times(3, 100_000, rtt_s=0.1, window_bytes=4 << 20, rate_bps=95.6e6, interval_s=1.0,
-                                  slow_start_after_idle=False)
+    kept = request_response_times(
+        3, 100_000, rtt_s=0.1, window_bytes=4 << 20, rate_bps=95.6e6, interval_s=1.0, slow_start_after_idle=False
+    )
     assert kept == pytest.approx(warm)
 
 
 def test_a_window_bounds_a_large_response_to_window_per_rtt():
     """Source 002's 13 MB through 64 KB in flight: ~RTT x 13 MB / 64 KB (1.0 s at 5 ms, 0.2 s at 1 ms)."""
-    slow, fast = (request_response_times(1, 13_000_000, rtt_s=rtt, window_bytes=65536, rate_bps=956e6)[0]
-                  for rtt in (0.005, 0.001))
+    slow, fast = (
+        request_response_times(1, 13_000_000, rtt_s=rtt, window_bytes=65536, rate_bps=956e6)[0]
+        for rtt in (0.005, 0.001)
+    )
     assert slow == pytest.approx(1.0, rel=0.01) and fast == pytest.approx(0.2, rel=0.01)
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(count=0, response_size=1000), ["count", "1..100000"]),
-    (dict(count=True, response_size=1000), ["count"]),
-    (dict(response_size=0), ["response_size"]),
-    (dict(response_size=1000, request_size="big"), ["request_size"]),
-    (dict(response_size=1000, request_size=0), ["request_size"]),
-    (dict(response_size=1000, request_size=-64), ["request_size"]),
-    (dict(response_size=1000, interval=-1), ["interval", "[0, 3600]"]),
-    (dict(response_size=1000, sndbuf=-5), ["sndbuf"]),
-    (dict(response_size=1000, cc="warp"), ["cc", "unknown congestion control"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(count=0, response_size=1000), ["count", "1..100000"]),
+        (dict(count=True, response_size=1000), ["count"]),
+        (dict(response_size=0), ["response_size"]),
+        (dict(response_size=1000, request_size="big"), ["request_size"]),
+        (dict(response_size=1000, request_size=0), ["request_size"]),
+        (dict(response_size=1000, request_size=-64), ["request_size"]),
+        (dict(response_size=1000, interval=-1), ["interval", "[0, 3600]"]),
+        (dict(response_size=1000, sndbuf=-5), ["sndbuf"]),
+        (dict(response_size=1000, cc="warp"), ["cc", "unknown congestion control"]),
+    ],
+)
 @pytest.mark.tcpnet_needs("privilege")
 def test_bad_requests_are_refused_before_any_process_starts(tcpnet, kwargs, words):
     pair = tcpnet.pair()

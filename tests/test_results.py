@@ -41,6 +41,7 @@ def _sampled(result, receiver_rows, interval=0.01):
     """Give a fake result sampled receiver rows [(monotonic t, {field: value})] (the sender has none)."""
     from pytest_tcpnet.measure.sampler import SocketSamples
     from pytest_tcpnet.records import SERIES_FIELDS
+
     local, remote = ("198.18.0.2", 40000), ("198.19.0.2", 5001)
     result.receiver.update(local=local, remote=remote)
     rows = [(t, tuple(values.get(f) for f in SERIES_FIELDS)) for t, values in receiver_rows]
@@ -52,8 +53,14 @@ def test_a_burst_before_the_first_sample_counts_in_the_socket_rate():
     # (connected_at) only after that sample: the burst still shows, in the first interval.
     result = fake_result(nbytes=60_000, duration_s=3.0)
     result.receiver.update(connected_at=100.02, first_byte_at=100.02)
-    result = _sampled(result, [(100.015, {"bytes_received": 60_000}), (100.5, {"bytes_received": 60_000}),
-                      (103.0, {"bytes_received": 60_000})])
+    result = _sampled(
+        result,
+        [
+            (100.015, {"bytes_received": 60_000}),
+            (100.5, {"bytes_received": 60_000}),
+            (103.0, {"bytes_received": 60_000}),
+        ],
+    )
     series = result.rate_series(0.1, source="socket")
     assert series[0][1] == pytest.approx(60_000 * 8 / 0.1)  # from the sample before (10 ms earlier)
     assert [bps for _, bps in series[1:]] == [0.0] * (len(series) - 1)
@@ -76,6 +83,6 @@ def test_series_without_samples_is_empty_and_names_the_fields():
 def test_the_fake_workload_follows_the_contract():
     workload = FakeWorkload(lambda pair: [FlowOutcome(*fake_records(nbytes=10, duration_s=1.0), sender_role="server")])
     workload.start(pair=None, deadline=0)
-    outcome, = workload.wait(deadline=0)
+    (outcome,) = workload.wait(deadline=0)
     workload.stop()
     assert workload.started and workload.stopped and outcome.receiver["nbytes"] == 10

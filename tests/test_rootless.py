@@ -19,11 +19,13 @@ from pytest_tcpnet import netlink, rootless
 
 REPO = os.path.dirname(os.path.dirname(pytest_tcpnet.__file__))
 SETPRIV, UNSHARE = shutil.which("setpriv"), shutil.which("unshare")
-pytestmark = pytest.mark.skipif(SETPRIV is None or UNSHARE is None or os.geteuid() != 0,
-                                reason="needs util-linux's setpriv and unshare, run as root (to drop capabilities)")
+pytestmark = pytest.mark.skipif(
+    SETPRIV is None or UNSHARE is None or os.geteuid() != 0,
+    reason="needs util-linux's setpriv and unshare, run as root (to drop capabilities)",
+)
 DROP_PRIVILEGE = [SETPRIV, "--bounding-set=-net_admin,-sys_admin", "--inh-caps=-net_admin,-sys_admin", "--"]
 
-PROJECT = textwrap.dedent('''
+PROJECT = textwrap.dedent("""
     import os
     from pytest_tcpnet import Host, Link, rootless
 
@@ -47,15 +49,25 @@ PROJECT = textwrap.dedent('''
         pair = tcpnet.pair(server=Host(cc=cc))
         assert pair.socket_cc == {"server": cc}
         assert pair.transfer(nbytes=200_000).sender["buffers"]["cc"] == cc
-''')
+""")
 
 
 def _session(children, tmp_path, *args, prefix=(), env=None):
     (tmp_path / "test_project.py").write_text(PROJECT)
     environment = {k: v for k, v in os.environ.items() if k not in (rootless.INSIDE_ENV, rootless.MODE_ENV)}
     environment.update(PYTHONPATH=REPO, MARK=str(tmp_path / "mark"), **(env or {}))
-    argv = [*prefix, *DROP_PRIVILEGE, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", *args,
-            "test_project.py"]
+    argv = [
+        *prefix,
+        *DROP_PRIVILEGE,
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        *args,
+        "test_project.py",
+    ]
     return children.run(argv, cwd=tmp_path, env=environment, timeout=240)
 
 
@@ -88,8 +100,16 @@ def test_rootless_off_skips_lab_tests_saying_how_to_enable_it(children, tmp_path
 
 # The session runs in a user namespace of its own whose user.max_user_namespaces is 0 (a per-namespace
 # limit): exactly what a distribution forbidding unprivileged user namespaces looks like from inside.
-FORBID_USERNS = [UNSHARE, "--user", "--map-root-user", "--", "sh", "-c",
-                 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"', "forbid-userns"]
+FORBID_USERNS = [
+    UNSHARE,
+    "--user",
+    "--map-root-user",
+    "--",
+    "sh",
+    "-c",
+    'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"',
+    "forbid-userns",
+]
 
 
 def test_where_user_namespaces_are_forbidden_the_skip_names_the_setting(children, tmp_path):
@@ -111,7 +131,7 @@ def test_the_blockers_each_name_their_setting_and_the_fix():
         assert what.split("=")[0].replace(".", "/") in path and how.startswith("sudo sysctl -w")
 
 
-SLEEPER = textwrap.dedent('''
+SLEEPER = textwrap.dedent("""
     import os, time
 
     def test_sleeps_with_a_pair(tcpnet):
@@ -119,16 +139,20 @@ SLEEPER = textwrap.dedent('''
         with open(os.environ["MARK"], "w") as f:
             f.write(str(os.getpid()))
         time.sleep(600)
-''')
+""")
 
 
 def _sleeping_rootless_session(children, tmp_path):
     (tmp_path / "test_sleeper.py").write_text(SLEEPER)
     environment = {k: v for k, v in os.environ.items() if k not in (rootless.INSIDE_ENV, rootless.MODE_ENV)}
     environment.update(PYTHONPATH=REPO, MARK=str(tmp_path / "mark"))
-    proc = children.popen([*DROP_PRIVILEGE, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                           "test_sleeper.py"], cwd=tmp_path, env=environment, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT)
+    proc = children.popen(
+        [*DROP_PRIVILEGE, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_sleeper.py"],
+        cwd=tmp_path,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     mark = tmp_path / "mark"
     children.wait_until(proc, lambda: mark.exists() and mark.read_text(), 60, "its test built a lab")
     return proc, int((tmp_path / "mark").read_text())

@@ -15,29 +15,38 @@ from tests.refusals import assert_refused
 STEPS = Schedule([(0, "40mbit"), (2, "10mbit"), (4, "40mbit")])
 
 
-@pytest.mark.parametrize("steps, error, words", [
-    ([], ValueError, ["at least one step"]),
-    ([(1, "10mbit")], ValueError, ["first step must be at t=0"]),
-    ([(0, "10mbit"), (2, "5mbit"), (1, "8mbit")], ValueError, ["step 2", "increase"]),
-    ([(0, "10mbit"), (-1, "5mbit")], ValueError, ["step 1", ">= 0"]),
-    ([(0, "10mbit"), ("soon", "5mbit")], ValueError, ["step 1"]),
-    ([(0, None)], ValueError, ["step 0", "value"]),
-    ("40mbit", TypeError, ["list of (time, value) steps"]),
-    ([(0, "10mbit", "extra")], TypeError, ["step 0", "(time, value) pair"]),
-])
+@pytest.mark.parametrize(
+    "steps, error, words",
+    [
+        ([], ValueError, ["at least one step"]),
+        ([(1, "10mbit")], ValueError, ["first step must be at t=0"]),
+        ([(0, "10mbit"), (2, "5mbit"), (1, "8mbit")], ValueError, ["step 2", "increase"]),
+        ([(0, "10mbit"), (-1, "5mbit")], ValueError, ["step 1", ">= 0"]),
+        ([(0, "10mbit"), ("soon", "5mbit")], ValueError, ["step 1"]),
+        ([(0, None)], ValueError, ["step 0", "value"]),
+        ("40mbit", TypeError, ["list of (time, value) steps"]),
+        ([(0, "10mbit", "extra")], TypeError, ["step 0", "(time, value) pair"]),
+    ],
+)
 def test_a_bad_schedule_is_refused_naming_the_step(steps, error, words):
     assert_refused(lambda: Schedule(steps), error, words)
 
 
-@pytest.mark.parametrize("kwargs, error, words", [
-    (dict(rate=Schedule([(0, "10mbit"), (1, "-5mbit")])), ValueError, ["rate", "step at 1 s"]),
-    (dict(rtt="20ms", loss=Schedule([(0, 0), (3, "150%")])), ValueError, ["loss", "step at 3 s"]),
-    (dict(rtt=Schedule([(0, "20ms"), (1, "80ms")]), jitter="30ms"), ValueError, ["jitter", "step at 0"]),
-    (dict(rate="10mbit", queue=Schedule([(0, "pfifo")])), ValueError, ["queue", "cannot change while a flow runs"]),
-    (dict(police=Schedule([(0, "10mbit")])), ValueError, ["police", "cannot change"]),
-    (dict(to_client={"distribution": Schedule([(0, "normal")])}, rtt="10ms", jitter="1ms"), ValueError,
-     ["to_client.distribution", "cannot change"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        (dict(rate=Schedule([(0, "10mbit"), (1, "-5mbit")])), ValueError, ["rate", "step at 1 s"]),
+        (dict(rtt="20ms", loss=Schedule([(0, 0), (3, "150%")])), ValueError, ["loss", "step at 3 s"]),
+        (dict(rtt=Schedule([(0, "20ms"), (1, "80ms")]), jitter="30ms"), ValueError, ["jitter", "step at 0"]),
+        (dict(rate="10mbit", queue=Schedule([(0, "pfifo")])), ValueError, ["queue", "cannot change while a flow runs"]),
+        (dict(police=Schedule([(0, "10mbit")])), ValueError, ["police", "cannot change"]),
+        (
+            dict(to_client={"distribution": Schedule([(0, "normal")])}, rtt="10ms", jitter="1ms"),
+            ValueError,
+            ["to_client.distribution", "cannot change"],
+        ),
+    ],
+)
 def test_a_link_refuses_a_step_its_field_refuses_naming_field_and_step(kwargs, error, words):
     assert_refused(lambda: Link(**kwargs), error, words)
 
@@ -57,8 +66,14 @@ def test_a_changing_link_starts_as_its_first_step_and_knows_each_later_one():
 
 def test_repeat_lays_a_pattern_out_period_after_period():
     schedule = Schedule.repeat([(0, "10mbit"), (0.5, "2mbit")], period=1, until=3)
-    assert schedule.steps == ((0, "10mbit"), (0.5, "2mbit"), (1.0, "10mbit"), (1.5, "2mbit"), (2.0, "10mbit"),
-                              (2.5, "2mbit"))
+    assert schedule.steps == (
+        (0, "10mbit"),
+        (0.5, "2mbit"),
+        (1.0, "10mbit"),
+        (1.5, "2mbit"),
+        (2.0, "10mbit"),
+        (2.5, "2mbit"),
+    )
     assert_refused(lambda: Schedule.repeat([(0, 1), (2, 2)], period=1, until=3), ValueError, ["period"])
 
 
@@ -75,19 +90,25 @@ def test_a_mahimahi_trace_becomes_rate_steps(tmp_path):
     assert schedule.steps == ((0.0, "12000000bit"), (2.0, "48000000bit"))
     # Repeating as mahimahi replays it.
     assert Schedule.from_mahimahi(trace, duration=6).steps == (
-        (0.0, "12000000bit"), (2.0, "48000000bit"), (4.0, "12000000bit"))
+        (0.0, "12000000bit"),
+        (2.0, "48000000bit"),
+        (4.0, "12000000bit"),
+    )
     # An outage (a bin without opportunities) takes the trace's slowest rate: htb cannot stop a class.
     gap = _trace(tmp_path, [1, 2, 3, 300], name="gap.up")
     assert [value for _, value in Schedule.from_mahimahi(gap, interval=0.1).steps] == ["360000bit", "120000bit"]
 
 
-@pytest.mark.parametrize("content, words", [
-    ("", ["empty"]),
-    ("1\n2\nhello\n", ["line 3", "not a Mahimahi trace"]),
-    ("5\n3\n", ["line 2", "goes back in time"]),
-    ("0\n0\n", ["more than 0 ms"]),
-    ("1.5\n", ["line 1", "whole milliseconds"]),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("", ["empty"]),
+        ("1\n2\nhello\n", ["line 3", "not a Mahimahi trace"]),
+        ("5\n3\n", ["line 2", "goes back in time"]),
+        ("0\n0\n", ["more than 0 ms"]),
+        ("1.5\n", ["line 1", "whole milliseconds"]),
+    ],
+)
 def test_a_file_that_is_not_a_trace_is_refused(tmp_path, content, words):
     path = tmp_path / "bad.trace"
     path.write_text(content)
@@ -96,8 +117,11 @@ def test_a_file_that_is_not_a_trace_is_refused(tmp_path, content, words):
 
 def test_a_changing_link_on_a_star_s_classified_links_is_refused_before_anything_is_built():
     with Lab() as lab:
-        assert_refused(lambda: lab.star(servers=2, links=[Link(rate=STEPS), Link(rate="10mbit")]), ValueError,
-                       ["Schedule", "cannot change in place"])
+        assert_refused(
+            lambda: lab.star(servers=2, links=[Link(rate=STEPS), Link(rate="10mbit")]),
+            ValueError,
+            ["Schedule", "cannot change in place"],
+        )
         assert lab.closed is False and not lab.results
 
 
@@ -154,8 +178,9 @@ def test_the_timer_process_sends_each_step_and_is_gone_after(tcpnet):
     assert not _alive(timer)
     assert [step["at"] for step in applied] == [0.2, 0.2], applied  # both directions; not the step at 30 s
     assert all(step["settings"]["rate_bps"] == 10e6 and step["timer"] for step in applied), applied
-    assert pair.world.read_back([(end, way.phases[0][1], way) for end, way in pair.world.changing_ends()]) \
-        == {end.key: {"rate_bps": 40e6, "limit": 1000} for end, _ in pair.world.changing_ends()}  # put back
+    assert pair.world.read_back([(end, way.phases[0][1], way) for end, way in pair.world.changing_ends()]) == {
+        end.key: {"rate_bps": 40e6, "limit": 1000} for end, _ in pair.world.changing_ends()
+    }  # put back
     unstarted = link_changes.LinkChanges(pair.world)
     pid = unstarted._timer.pid
     assert unstarted.stop() == [] and not _alive(pid)
@@ -167,8 +192,10 @@ def test_a_timer_slow_to_start_does_not_make_t0_late(tcpnet, tmp_path, monkeypat
     start while the flow already ran (fresh-clone CI run ci46), so t=0 came that late and a step at 2 s landed
     3.9 s into the flow. Here a timer that takes 1.5 s to start: the flow's first byte still comes at t=0."""
     slow = tmp_path / "slow_timer.py"
-    slow.write_text("import runpy, sys, time\ntime.sleep(1.5)\n"
-                    f"sys.argv[0] = {link_changes._TIMER!r}\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
+    slow.write_text(
+        "import runpy, sys, time\ntime.sleep(1.5)\n"
+        f"sys.argv[0] = {link_changes._TIMER!r}\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
     monkeypatch.setattr(link_changes, "_TIMER", str(slow))
     result = tcpnet.pair(Link(rate=Schedule([(0, "40mbit"), (1, "10mbit")]))).transfer(duration=2, cc="cubic")
     figures = result.describe() + "\n" + "\n".join(map(str, result.link_changes))
@@ -179,7 +206,11 @@ def test_a_timer_slow_to_start_does_not_make_t0_late(tcpnet, tmp_path, monkeypat
 def test_the_timer_process_dies_with_the_process_that_started_it():
     """A test process killed outright (SIGKILL, a crash) takes its timer with it: no step is sent into a world
     being swept, and no socket of it keeps a namespace alive."""
-    child = subprocess.run([sys.executable, "-c", f"""
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"""
 import os, subprocess, sys, time
 timer = subprocess.Popen([sys.executable, "-I", "-S", {link_changes._TIMER!r}, str(os.getpid())],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -188,7 +219,13 @@ timer.stdin.write('[{{"at": ' + repr(time.monotonic() + 60) + ', "messages": []}
 timer.stdin.flush()
 time.sleep(0.2)  # it has read its plan and sleeps until the step in a minute
 os._exit(0)  # no clean-up
-"""], capture_output=True, text=True, timeout=30, check=True)
+""",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     ready, pid = child.stdout.rsplit(" ", 1)
     assert '"ready"' in ready
     deadline = time.monotonic() + 5
@@ -231,9 +268,14 @@ def test_a_flow_that_follows_passes_and_one_that_cannot_fails_naming_the_phase(t
     assert plot.endswith(".png") and paced.artifacts[-1].name == plot.rsplit("/", 1)[1]
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(rel=0), ["rel"]), (dict(rel=0.1, settle=-1), ["settle"]), (dict(rel=0.1, against="rate"), ["against"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(rel=0), ["rel"]),
+        (dict(rel=0.1, settle=-1), ["settle"]),
+        (dict(rel=0.1, against="rate"), ["against"]),
+    ],
+)
 def test_assert_follows_schedule_refuses_bad_arguments(kwargs, words):
     assert_refused(lambda: assert_follows_schedule(None, **kwargs), ValueError, words)
 

@@ -14,7 +14,7 @@ from pytest_tcpnet import netlink
 
 pytestmark = pytest.mark.tcpnet_needs("privilege")
 
-PROJECT = textwrap.dedent('''
+PROJECT = textwrap.dedent("""
     import os, time
     from pytest_tcpnet import Link
 
@@ -26,7 +26,7 @@ PROJECT = textwrap.dedent('''
         time.sleep(600)
 
     test_second = test_sleeps_with_a_pair
-''')
+""")
 # The project's own copy of the plugin, whatever is installed.
 REPO = os.path.dirname(os.path.dirname(pytest_tcpnet.__file__))
 
@@ -35,11 +35,16 @@ def _session(children, tmp_path, *args):
     (tmp_path / "test_project.py").write_text(PROJECT)
     (tmp_path / "conftest.py").write_text(
         "import pytest\n@pytest.fixture\ndef worker_id(request):\n"
-        "    return getattr(request.config, 'workerinput', {}).get('workerid', 'main')\n")
+        "    return getattr(request.config, 'workerinput', {}).get('workerid', 'main')\n"
+    )
     env = dict(os.environ, TCPNET_TEST_MARK=str(tmp_path / "mark"), PYTHONPATH=REPO)
-    return children.popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args,
-                           "test_project.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT)
+    return children.popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args, "test_project.py"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def _wait_for_marks(children, proc, tmp_path, count):

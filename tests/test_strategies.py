@@ -34,13 +34,16 @@ def test_shrinks_toward_the_simplest_path():
     assert 10_000 <= size <= 10_100
 
 
-@pytest.mark.parametrize("call, field", [
-    (lambda: strategies.links(rtt=("200ms", "5ms")), "rtt"),
-    (lambda: strategies.links(loss=(0, 2)), "loss"),
-    (lambda: strategies.links(rate="fast"), "rate"),
-    (lambda: strategies.buffer_sizes("256kb", "4kb"), "buffer_sizes"),
-    (lambda: strategies.hosts(cc=["cubic", "turbo"]), "cc"),
-])
+@pytest.mark.parametrize(
+    "call, field",
+    [
+        (lambda: strategies.links(rtt=("200ms", "5ms")), "rtt"),
+        (lambda: strategies.links(loss=(0, 2)), "loss"),
+        (lambda: strategies.links(rate="fast"), "rate"),
+        (lambda: strategies.buffer_sizes("256kb", "4kb"), "buffer_sizes"),
+        (lambda: strategies.hosts(cc=["cubic", "turbo"]), "cc"),
+    ],
+)
 def test_bad_arguments_fail_at_once(call, field):
     with pytest.raises((ValueError, TypeError), match=field):
         call()
@@ -65,6 +68,7 @@ def test_a_pair_per_example_leaves_nothing_behind(tcpnet):
 
     def own_namespaces():
         return {name for name in netlink.lab_namespaces() if name.startswith(mine)}
+
     before = own_namespaces()
     seen = []
 

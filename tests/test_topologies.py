@@ -14,8 +14,10 @@ pytestmark = pytest.mark.tcpnet_needs("privilege")
 
 def _routes(namespace):
     with IPRoute(netns=namespace) as ipr:
-        return sorted((r.get_attr("RTA_DST"), r["dst_len"], r.get_attr("RTA_GATEWAY"))
-                      for r in ipr.get_routes(family=2, table=254))
+        return sorted(
+            (r.get_attr("RTA_DST"), r["dst_len"], r.get_attr("RTA_GATEWAY"))
+            for r in ipr.get_routes(family=2, table=254)
+        )
 
 
 def _ours():
@@ -41,14 +43,18 @@ def test_a_dumbbell_is_ten_namespaces_addressed_and_routed_by_the_plan(tcpnet):
         # A host sends the test network to its router and nothing else (no default route).
         assert _routes(pair.client.namespace) == [("198.18.0.0", 15, f"198.18.{i}.1"), (f"198.18.{i}.0", 24, None)]
     left = _routes(bell.nodes["left"].namespace)
-    assert [(dst, gateway) for dst, _, gateway in left if gateway] == [(f"198.19.{i}.0", "198.18.255.2") for i in range(4)]
+    assert [(dst, gateway) for dst, _, gateway in left if gateway] == [
+        (f"198.19.{i}.0", "198.18.255.2") for i in range(4)
+    ]
     assert netlink.read_sysctls(bell.nodes["right"].namespace, ["net.ipv4.ip_forward"]) == {"net.ipv4.ip_forward": "1"}
     # Every client reaches its own server through both routers, and the others' too (one network).
     assert all(_reaches(pair.client, pair.server.address) for pair in bell.pairs)
     assert _reaches(bell.pairs[0].client, bell.pairs[3].server.address)
     # The bottleneck is shaped both ways, on the routers' egresses only.
-    assert bell.pairs[2].qdisc_plan == {"veth-right": ["htb rate 100000000bit burst 12500b", "pfifo limit 1000"],
-                                        "veth-left": ["htb rate 100000000bit burst 12500b", "pfifo limit 1000"]}
+    assert bell.pairs[2].qdisc_plan == {
+        "veth-right": ["htb rate 100000000bit burst 12500b", "pfifo limit 1000"],
+        "veth-left": ["htb rate 100000000bit burst 12500b", "pfifo limit 1000"],
+    }
     assert sorted(bell.router_qdisc_stats()) == ["veth-left", "veth-right"]
 
 
@@ -77,21 +83,26 @@ def test_a_failed_star_build_leaves_nothing(monkeypatch):
     assert _ours() == before
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda lab: lab.dumbbell(0), r"n: must be an int in 1\.\.255"),
-    (lambda lab: lab.dumbbell(256), r"n: must be an int in 1\.\.255"),
-    (lambda lab: lab.dumbbell(True), r"n: must be an int"),
-    (lambda lab: lab.dumbbell(2, access=[Link()]), r"access: expected 2 entries"),
-    (lambda lab: lab.dumbbell(2, clients=[Host(), "x"]), r"clients\[1\]: expected a Host"),
-    (lambda lab: lab.dumbbell(2, bottleneck="10mbit"), r"bottleneck: expected a Link"),
-    (lambda lab: lab.dumbbell(2, bottleneck=Link(rtt="10ms", gap=5), access=Link(rtt="10ms", gap=3)),
-     r"access\[0\] with the bottleneck: gap: set on 2 links"),
-    (lambda lab: lab.star(servers=0), r"servers: must be an int in 1\.\.256"),
-    (lambda lab: lab.star(servers=257), r"servers: must be an int in 1\.\.256"),
-    (lambda lab: lab.star(servers=2, links=[Link()] * 3), r"links: expected 2 entries"),
-    (lambda lab: lab.star(servers=[Host()], client="bbr"), r"client: expected a Host"),
-    (lambda lab: lab.star(servers=2, links=[Link(), Link(to_server={"loss": "150%"})]), r"to_server\.loss"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda lab: lab.dumbbell(0), r"n: must be an int in 1\.\.255"),
+        (lambda lab: lab.dumbbell(256), r"n: must be an int in 1\.\.255"),
+        (lambda lab: lab.dumbbell(True), r"n: must be an int"),
+        (lambda lab: lab.dumbbell(2, access=[Link()]), r"access: expected 2 entries"),
+        (lambda lab: lab.dumbbell(2, clients=[Host(), "x"]), r"clients\[1\]: expected a Host"),
+        (lambda lab: lab.dumbbell(2, bottleneck="10mbit"), r"bottleneck: expected a Link"),
+        (
+            lambda lab: lab.dumbbell(2, bottleneck=Link(rtt="10ms", gap=5), access=Link(rtt="10ms", gap=3)),
+            r"access\[0\] with the bottleneck: gap: set on 2 links",
+        ),
+        (lambda lab: lab.star(servers=0), r"servers: must be an int in 1\.\.256"),
+        (lambda lab: lab.star(servers=257), r"servers: must be an int in 1\.\.256"),
+        (lambda lab: lab.star(servers=2, links=[Link()] * 3), r"links: expected 2 entries"),
+        (lambda lab: lab.star(servers=[Host()], client="bbr"), r"client: expected a Host"),
+        (lambda lab: lab.star(servers=2, links=[Link(), Link(to_server={"loss": "150%"})]), r"to_server\.loss"),
+    ],
+)
 def test_bad_topologies_are_refused_before_anything_is_created(call, message):
     before = _ours()
     with Lab() as lab:
@@ -115,13 +126,16 @@ def test_three_cubic_flows_share_a_30mbit_dumbbell_bottleneck_fairly_and_fill_it
         steady = result.rates_between(2.0, 8.0)
         return jain_index(steady) >= 0.9 and 0.85 * payload <= sum(steady) <= 1.03 * payload
 
-    passed, results, verdicts = judge_trials(lambda: bell.concurrent([Flow(duration=8.0, cc="cubic")] * 3),
-                                             fair_and_full, trials=3)
-    report = "\n".join(f"trial {i + 1} ({'ok' if ok else 'failed'}): steady (2-8 s) "
-                       f"{[round(r / 1e6, 2) for r in result.rates_between(2.0, 8.0)]} Mbit/s, "
-                       f"sum {sum(result.rates_between(2.0, 8.0)) / payload:.3f} of the payload rate, "
-                       f"Jain {jain_index(result.rates_between(2.0, 8.0)):.3f}\n{result.describe()}"
-                       for i, (result, ok) in enumerate(zip(results, verdicts)))
+    passed, results, verdicts = judge_trials(
+        lambda: bell.concurrent([Flow(duration=8.0, cc="cubic")] * 3), fair_and_full, trials=3
+    )
+    report = "\n".join(
+        f"trial {i + 1} ({'ok' if ok else 'failed'}): steady (2-8 s) "
+        f"{[round(r / 1e6, 2) for r in result.rates_between(2.0, 8.0)]} Mbit/s, "
+        f"sum {sum(result.rates_between(2.0, 8.0)) / payload:.3f} of the payload rate, "
+        f"Jain {jain_index(result.rates_between(2.0, 8.0)):.3f}\n{result.describe()}"
+        for i, (result, ok) in enumerate(zip(results, verdicts))
+    )
     assert passed, report
     # Each flow's result names its own path and pair, as a pair's transfer's does.
     result = results[-1]

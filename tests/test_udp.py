@@ -8,16 +8,19 @@ from pytest_tcpnet import Cbr, Flow, Link
 UDP_FRAME = 1200 + 8 + 20 + 14  # payload, UDP, IPv4 and Ethernet headers: what htb counts per datagram
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(rate=0, duration=1), ["Cbr.rate", "> 0"]),
-    (dict(rate="2gbit", duration=1), ["Cbr.rate", "1 Gbit/s"]),
-    (dict(rate="1mbit", duration=0), ["Cbr.duration", "(0, 3600]"]),
-    (dict(rate="1mbit", duration=1, packet_size=9000), ["Cbr.packet_size", "16..1452"]),
-    (dict(rate="1mbit", duration=1, packet_size=2.5), ["Cbr.packet_size"]),
-    (dict(rate="900mbit", duration=1, packet_size=16), ["Cbr.rate", "datagrams/s"]),
-    (dict(rate="1mbit", duration=1, start=-1), ["Cbr.start"]),
-    (dict(rate="1mbit", duration=1, direction="sideways"), ["Cbr.direction", "download"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(rate=0, duration=1), ["Cbr.rate", "> 0"]),
+        (dict(rate="2gbit", duration=1), ["Cbr.rate", "1 Gbit/s"]),
+        (dict(rate="1mbit", duration=0), ["Cbr.duration", "(0, 3600]"]),
+        (dict(rate="1mbit", duration=1, packet_size=9000), ["Cbr.packet_size", "16..1452"]),
+        (dict(rate="1mbit", duration=1, packet_size=2.5), ["Cbr.packet_size"]),
+        (dict(rate="900mbit", duration=1, packet_size=16), ["Cbr.rate", "datagrams/s"]),
+        (dict(rate="1mbit", duration=1, start=-1), ["Cbr.start"]),
+        (dict(rate="1mbit", duration=1, direction="sideways"), ["Cbr.direction", "download"]),
+    ],
+)
 def test_a_bad_stream_is_refused_naming_the_field(kwargs, words):
     assert_refused(lambda: Cbr(**kwargs), ValueError, words)
 

@@ -39,10 +39,21 @@ def _fake_build(root: Path, release: str, modules=("sch_netem",)) -> uml.UmlBuil
 
 
 def test_kernel_lines_of_releases_and_specs():
-    assert [uml.kernel_line(r) for r in ("6.1.0-56-amd64", "6.1.176", "6.12.117+deb12-amd64", "6.12.113")] == \
-        ["6.1", "6.1", "6.12", "6.12"]
-    assert [uml.is_line(s) for s in ("6.1", "6.12", "6.1.176", "6.1.0-56-amd64", "", "all", "/boot/x")] == \
-        [True, True, False, False, False, False, False]
+    assert [uml.kernel_line(r) for r in ("6.1.0-56-amd64", "6.1.176", "6.12.117+deb12-amd64", "6.12.113")] == [
+        "6.1",
+        "6.1",
+        "6.12",
+        "6.12",
+    ]
+    assert [uml.is_line(s) for s in ("6.1", "6.12", "6.1.176", "6.1.0-56-amd64", "", "all", "/boot/x")] == [
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+        False,
+    ]
     with pytest.raises(VMUsageError, match="cannot tell the kernel line"):
         uml.kernel_line("linux")
 
@@ -55,16 +66,22 @@ def test_installed_builds_are_found_by_layout(tmp_path, monkeypatch):
     monkeypatch.setenv("TCPNET_UML_DIRS", f"{tmp_path / 'b'}:{tmp_path / 'broken'}:{tmp_path / 'a'}")
     assert uml.installed_builds() == [a, b]  # oldest first
     assert uml.find_build("6.12") == b and uml.find_build("5.10") is None
-    with pytest.raises(VMUsageError, match=r"no User-Mode Linux build of kernel line 5.10 \(installed: 6.1 \(6.1.176"
-                                           r".*dev/setup-uml"):
+    with pytest.raises(
+        VMUsageError,
+        match=r"no User-Mode Linux build of kernel line 5.10 \(installed: 6.1 \(6.1.176"
+        r".*dev/setup-uml",
+    ):
         uml.require_build("5.10")
 
 
 def test_auto_takes_kvm_then_uml_then_tcg_and_says_why(tmp_path):
     build = _fake_build(tmp_path / "u", "6.1.176")
     image = kernel.Kernel("/boot/vmlinuz-6.1.0-56-amd64", "6.1.0-56-amd64", "/lib/modules/6.1.0-56-amd64")
-    both, qemu_only, uml_only = (backend.Target("6.1", "6.1", image, build), backend.Target("6.1", "6.1", image),
-                                 backend.Target("6.1", "6.1", None, build))
+    both, qemu_only, uml_only = (
+        backend.Target("6.1", "6.1", image, build),
+        backend.Target("6.1", "6.1", image),
+        backend.Target("6.1", "6.1", None, build),
+    )
 
     def kvm_works():
         return "kvm", "KVM probe boot reached its command in 2.1 s"
@@ -97,8 +114,13 @@ class _Config:
     def __init__(self, tmp_path, **opts):
         import argparse
 
-        self.opts = {"tcpnet_vm_cpus": 2, "tcpnet_vm_memory": "1G", "tcpnet_vm_boot_timeout": 60.0,
-                     "tcpnet_vm_lock_timeout": 5.0, **opts}
+        self.opts = {
+            "tcpnet_vm_cpus": 2,
+            "tcpnet_vm_memory": "1G",
+            "tcpnet_vm_boot_timeout": 60.0,
+            "tcpnet_vm_lock_timeout": 5.0,
+            **opts,
+        }
         self.invocation_params = argparse.Namespace(dir=tmp_path, args=())
         self.args = []
         self.pluginmanager = argparse.Namespace(hasplugin=lambda name: False)
@@ -204,7 +226,7 @@ def _outside_dir() -> Path:
     return path
 
 
-UML_GUEST_TESTS = '''
+UML_GUEST_TESTS = """
 import json, os, subprocess, sys
 
 def test_forwarded(tmp_path):
@@ -266,7 +288,7 @@ def test_host_does_the_analysis(tmp_path):
 
 def test_fails():
     assert 1 + 1 == 3, "deliberate failure"
-'''
+"""
 
 
 @pytest.mark.tcpnet_vm_boot
@@ -277,9 +299,12 @@ def test_session_runs_under_user_mode_linux(tmp_path, uml_build, request):
     outside = _outside_dir()
     request.addfinalizer(lambda: shutil.rmtree(outside, ignore_errors=True))
     junit = tmp_path / "reports" / "junit.xml"  # outside the cwd: needs its own share
-    out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-backend=uml", f"--tcpnet-kernel={uml_build.line}",
-                         f"--junitxml={junit}", "-v"],
-                  timeout=600, env=_env(TCPNET_VMTEST_TOKEN="tok en'1", TCPNET_UMLTEST_OUTSIDE=str(outside)))
+    out = _pytest(
+        proj,
+        ["--tcpnet-vm", "--tcpnet-vm-backend=uml", f"--tcpnet-kernel={uml_build.line}", f"--junitxml={junit}", "-v"],
+        timeout=600,
+        env=_env(TCPNET_VMTEST_TOKEN="tok en'1", TCPNET_UMLTEST_OUTSIDE=str(outside)),
+    )
     log = f"--- stdout\n{out.stdout}\n--- stderr\n{out.stderr}"
     assert out.returncode == 1, log  # one deliberate failure, propagated from the guest
     assert "backend=uml (forced by --tcpnet-vm-backend=uml)" in out.stderr, log
@@ -342,11 +367,25 @@ def test_an_unprivileged_user_s_guest_cannot_write_the_host_either(tmp_path, uml
             "import os\n\ndef test_outside_is_read_only():\n"
             "    try:\n        open(os.path.join(os.environ['TCPNET_UMLTEST_OUTSIDE'], 'x'), 'w')\n"
             "    except OSError as exc:\n        assert exc.strerror == 'Read-only file system', exc\n"
-            "    else:\n        raise AssertionError('the guest wrote to the host')\n")
-        out = subprocess.run(["bash", str(REPO / "dev" / "test-rootless"), "--tcpnet-vm", "--tcpnet-vm-backend=uml",
-                              f"--tcpnet-kernel={uml_build.line}", "-p", "no:cacheprovider", str(project / "test_ro.py")],
-                             cwd=REPO, env=_env(TCPNET_UMLTEST_OUTSIDE=str(outside)), capture_output=True, text=True,
-                             timeout=300)
+            "    else:\n        raise AssertionError('the guest wrote to the host')\n"
+        )
+        out = subprocess.run(
+            [
+                "bash",
+                str(REPO / "dev" / "test-rootless"),
+                "--tcpnet-vm",
+                "--tcpnet-vm-backend=uml",
+                f"--tcpnet-kernel={uml_build.line}",
+                "-p",
+                "no:cacheprovider",
+                str(project / "test_ro.py"),
+            ],
+            cwd=REPO,
+            env=_env(TCPNET_UMLTEST_OUTSIDE=str(outside)),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         log = f"--- stdout\n{out.stdout}\n--- stderr\n{out.stderr}"
         assert out.returncode == 0 and "1 passed" in out.stdout, log
         assert "(private read-only root)" in out.stderr, log
@@ -363,14 +402,33 @@ def test_several_uml_kernels_in_one_run_end_with_one_table(tmp_path):
     if len({b.line for b in builds}) < 2:
         pytest.skip(f"needs UML builds of two kernel lines ({uml.SETUP_HINT})")
     first, last = builds[0], builds[-1]
-    proj = _project(tmp_path, "from pytest_tcpnet import Link\n\ndef test_flow(tcpnet):\n"
-                              "    assert tcpnet.pair(link=Link(rate='20mbit', rtt='10ms')).transfer(nbytes=500_000)"
-                              ".nbytes == 500_000\n")
+    proj = _project(
+        tmp_path,
+        "from pytest_tcpnet import Link\n\ndef test_flow(tcpnet):\n"
+        "    assert tcpnet.pair(link=Link(rate='20mbit', rtt='10ms')).transfer(nbytes=500_000)"
+        ".nbytes == 500_000\n",
+    )
     # The real plugin (its tcpnet fixture and results file), not the shim.
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--tcpnet-vm",
-                          "--tcpnet-vm-backend=uml", f"--tcpnet-kernel={first.line}", f"--tcpnet-kernel={last.line}",
-                          "--tcpnet-results=flows.jsonl", "test_guest.py"],
-                         cwd=proj, env=_env(), capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--tcpnet-vm",
+            "--tcpnet-vm-backend=uml",
+            f"--tcpnet-kernel={first.line}",
+            f"--tcpnet-kernel={last.line}",
+            "--tcpnet-results=flows.jsonl",
+            "test_guest.py",
+        ],
+        cwd=proj,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     log = f"--- stdout\n{out.stdout}\n--- stderr\n{out.stderr}"
     assert out.returncode == 0, log
     assert f"kernel {first.line} (1 of 2)" in out.stdout and f"kernel {last.line} (2 of 2)" in out.stdout, log
@@ -385,8 +443,12 @@ def test_several_uml_kernels_in_one_run_end_with_one_table(tmp_path):
 
 def test_bad_backend_input_is_refused_before_anything_boots(tmp_path):
     proj = _project(tmp_path, "def test_never_runs():\n    pass\n")
-    out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-backend=uml", "--tcpnet-kernel=5.4"], timeout=60,
-                  env=_env(TCPNET_UML_DIRS=""))
+    out = _pytest(
+        proj,
+        ["--tcpnet-vm", "--tcpnet-vm-backend=uml", "--tcpnet-kernel=5.4"],
+        timeout=60,
+        env=_env(TCPNET_UML_DIRS=""),
+    )
     assert out.returncode == 4 and "no kernel of line 5.4 is installed" in out.stderr, out.stderr
     assert "dev/setup-uml" in out.stderr and "booting" not in out.stderr
     out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-backend=qemu"], timeout=60)
@@ -395,8 +457,13 @@ def test_bad_backend_input_is_refused_before_anything_boots(tmp_path):
 
 
 def test_doctor_names_each_backend_and_the_fixes(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "pytest_tcpnet", "doctor"], capture_output=True, text=True,
-                         timeout=120, env=_env(XDG_CACHE_HOME=str(tmp_path / "cache")))
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest_tcpnet", "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(XDG_CACHE_HOME=str(tmp_path / "cache")),
+    )
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "privilege" in text and "tshark" in text and "kernels for --tcpnet-vm" in text and "KVM" in text

@@ -75,6 +75,7 @@ def test_bad_loss_models_and_slots_are_refused(make, error, words):
     for word in words:
         assert word in str(info.value), f"{word!r} missing from: {info.value}"
 
+
 BAD_HOSTS = [
     (dict(sysctls={"net.ipv4.tcp_rmem": "8192 4096 16384"}), ValueError, ["tcp_rmem", "min <= default <= max"]),
     (dict(sysctls={"net.ipv4.tcp_wmem": "4096 4096"}), ValueError, ["tcp_wmem", "three integers"]),
@@ -117,12 +118,19 @@ def test_the_table_is_big_enough():
 
 
 @pytest.mark.tcpnet_needs("privilege")
-@pytest.mark.parametrize("make_pair, error, words", [
-    (lambda lab: lab.pair(client=Host(sysctls={"net.ipv4.tcp_no_such_knob": 1})), ValueError,
-     ["client.sysctls", "unknown sysctl", "tcp_no_such_knob"]),
-    (lambda lab: lab.pair(link="100mbit"), TypeError, ["link", "Link"]),
-    (lambda lab: lab.pair(server={"cc": "bbr"}), TypeError, ["server", "Host"]),
-], ids=["unknown-sysctl", "link-not-a-Link", "server-not-a-Host"])
+@pytest.mark.parametrize(
+    "make_pair, error, words",
+    [
+        (
+            lambda lab: lab.pair(client=Host(sysctls={"net.ipv4.tcp_no_such_knob": 1})),
+            ValueError,
+            ["client.sysctls", "unknown sysctl", "tcp_no_such_knob"],
+        ),
+        (lambda lab: lab.pair(link="100mbit"), TypeError, ["link", "Link"]),
+        (lambda lab: lab.pair(server={"cc": "bbr"}), TypeError, ["server", "Host"]),
+    ],
+    ids=["unknown-sysctl", "link-not-a-Link", "server-not-a-Host"],
+)
 def test_lab_refuses_before_creating_anything(tcpnet, make_pair, error, words):
     mine = netlink.PREFIX + netlink.owner_tag() + "-"  # other xdist workers build labs meanwhile
     before = [n for n in netlink.lab_namespaces() if n.startswith(mine)]
@@ -134,14 +142,17 @@ def test_lab_refuses_before_creating_anything(tcpnet, make_pair, error, words):
 
 
 @pytest.mark.tcpnet_needs("privilege")
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(nbytes=0), ["nbytes", "positive"]),
-    (dict(nbytes=-1), ["nbytes", "positive"]),
-    (dict(nbytes=1000, direction="sideways"), ["direction", "download"]),
-    (dict(nbytes=1000, sndbuf=-16384), ["sndbuf", "1..2^31-1"]),
-    (dict(nbytes=1000, rcvbuf="lots"), ["rcvbuf", "cannot parse"]),
-    (dict(nbytes=1000, cc="warp"), ["cc", "unknown congestion control"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(nbytes=0), ["nbytes", "positive"]),
+        (dict(nbytes=-1), ["nbytes", "positive"]),
+        (dict(nbytes=1000, direction="sideways"), ["direction", "download"]),
+        (dict(nbytes=1000, sndbuf=-16384), ["sndbuf", "1..2^31-1"]),
+        (dict(nbytes=1000, rcvbuf="lots"), ["rcvbuf", "cannot parse"]),
+        (dict(nbytes=1000, cc="warp"), ["cc", "unknown congestion control"]),
+    ],
+)
 def test_transfer_refuses_bad_arguments_without_starting_processes(tcpnet, kwargs, words):
     pair = tcpnet.pair()
     with pytest.raises(ValueError) as info:
@@ -152,10 +163,18 @@ def test_transfer_refuses_bad_arguments_without_starting_processes(tcpnet, kwarg
 
 
 def test_netem_knobs_describe_themselves_as_tc_words():
-    link = Link(delay="100ms", jitter="10ms", jitter_correlation="30%", distribution="normal", loss="1%",
-                loss_correlation="25%", to_server={"gap": 5})
-    assert link.toward_client.describe() == ("no rate limit, 100 ms ± 10 ms (correlation 30%) normal, "
-                                             "1% loss (correlation 25%)")
+    link = Link(
+        delay="100ms",
+        jitter="10ms",
+        jitter_correlation="30%",
+        distribution="normal",
+        loss="1%",
+        loss_correlation="25%",
+        to_server={"gap": 5},
+    )
+    assert link.toward_client.describe() == (
+        "no rate limit, 100 ms ± 10 ms (correlation 30%) normal, 1% loss (correlation 25%)"
+    )
     # gap alone is tc's `reorder 100% gap 5`: every fifth packet skips the delay.
     assert link.toward_server.reorder == 1.0 and link.toward_server.gap == 5
     assert link.needs_netem and Link(delay="1ms", gap=2) != Link(delay="1ms", gap=3)
@@ -173,7 +192,7 @@ def test_a_distribution_table_is_compiled_into_the_netem_request():
     table = distribution_table("normal")
     values = [int(v) for line in open(table) if not line.lstrip().startswith("#") for v in line.split()]
     link = Link(delay="10ms", jitter="2ms", jitter_correlation="30%", distribution="normal", gap=5)
-    (_, command, kwargs), = _requests(7, link.toward_client)[0]
+    ((_, command, kwargs),) = _requests(7, link.toward_client)[0]
     data = compile_request("tc", command, 1, **dict(kwargs))
     msg = tcmsg(data)
     msg.decode()
@@ -194,7 +213,7 @@ def test_a_loss_model_and_slots_are_compiled_as_tc_sends_them():
     model = GilbertElliott(p="5%", r="25%", bad_loss="90%")
     link = Link(loss=model, slot=Slot("2ms", "8ms", packets=10))
     assert link.toward_client.loss == pytest.approx(0.05 * 0.9 / 0.30)  # the mean, for the model
-    (_, command, kwargs), = _requests(7, link.toward_client)[0]
+    ((_, command, kwargs),) = _requests(7, link.toward_client)[0]
     data = compile_request("tc", command, 1, **dict(kwargs))
     msg = tcmsg(data)
     msg.decode()
@@ -203,7 +222,7 @@ def test_a_loss_model_and_slots_are_compiled_as_tc_sends_them():
     # TCA_NETEM_LOSS (nested) holding NETEM_LOSS_GE {p, r, h, k1}, then TCA_NETEM_SLOT {ns, ns, packets, bytes, 0, 0}.
     slot = struct.pack("=HHqqiiqq", 44, 12, 2_000_000, 8_000_000, 10, 0, 0, 0)
     assert data.endswith(slot)
-    loss_attr = data[-len(slot) - 24:-len(slot)]
+    loss_attr = data[-len(slot) - 24 : -len(slot)]
     assert struct.unpack("=HHHH", loss_attr[:8]) == (24, 5 | 0x8000, 20, 2)
     p, r, h, k1 = (v / (2**32 - 1) for v in struct.unpack("=IIII", loss_attr[8:]))
     assert (p, r, h, k1) == pytest.approx((0.05, 0.25, 0.1, 0.0), abs=1e-9)  # h: delivered in the bad state

@@ -34,6 +34,7 @@ def runner(values):
         value = next(it)
         calls.append(value)
         return Fake(value)
+
     run.calls = calls
     return run
 
@@ -102,8 +103,7 @@ def test_k_of_n_intervals_after_slow_start():
 def test_assert_faster_on_real_transfers(tcpnet):
     fast = tcpnet.pair(link=Link(rate="40mbit"))
     slow = tcpnet.pair(link=Link(rate="10mbit"))
-    trials = assert_faster(lambda: fast.transfer(nbytes=1_000_000), lambda: slow.transfer(nbytes=1_000_000),
-                           factor=2.5)
+    trials = assert_faster(lambda: fast.transfer(nbytes=1_000_000), lambda: slow.transfer(nbytes=1_000_000), factor=2.5)
     assert 2 <= len(trials) <= 6 and all(t.ratio > 2.5 for t in trials)
 
 
@@ -111,20 +111,30 @@ def test_assert_faster_on_real_transfers(tcpnet):
 def test_a_false_claim_fails_with_the_readable_report(pytester, monkeypatch):
     # The inner session must import this checkout, not whatever copy is installed.
     monkeypatch.setenv("PYTHONPATH", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    pytester.makepyfile(textwrap.dedent('''
+    pytester.makepyfile(
+        textwrap.dedent("""
         from pytest_tcpnet import Link, assert_throughput_within
 
         def test_twenty_megabit_link_carries_forty(tcpnet):
             result = tcpnet.pair(link=Link(rate="20mbit")).transfer(nbytes=2_000_000, rcvbuf=262144)
             assert_throughput_within(result, 40e6, rel=0.1)
-    '''))
+    """)
+    )
     outcome = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     outcome.assert_outcomes(failed=1)
     text = outcome.stdout.str()
-    for words in ("AssertionError: throughput 1", "of the expected 40 Mbit/s", "measured", "predicted",
-                  "link 19.13 Mbit/s <- binds", "model: link-limited", "conditions: kernel", "link: both ways: 20 Mbit/s"):
+    for words in (
+        "AssertionError: throughput 1",
+        "of the expected 40 Mbit/s",
+        "measured",
+        "predicted",
+        "link 19.13 Mbit/s <- binds",
+        "model: link-limited",
+        "conditions: kernel",
+        "link: both ways: 20 Mbit/s",
+    ):
         assert words in text, text
-    print(text[text.index("def test_twenty"):text.index("short test summary")])
+    print(text[text.index("def test_twenty") : text.index("short test summary")])
 
 
 #: (link, client Host sysctls, transfer options, the verdict): flows this project did not tune for the verdict.
@@ -146,6 +156,7 @@ LIMIT_CASES = {
 @pytest.mark.parametrize("case", LIMIT_CASES)
 def test_limited_by_names_what_held_the_sender_on_real_transfers(tcpnet, case):
     from pytest_tcpnet import Host, assert_limited_by
+
     link, sysctls, options, label = LIMIT_CASES[case]
     pair = tcpnet.pair(link=Link(**link), client=Host(sysctls=sysctls))
     result = pair.transfer(**options)
@@ -163,8 +174,12 @@ LIMIT_CASES_20MS = {
     # are not judged here: 6.1 lets one write overshoot the buffer by up to ~700 KB (C11), so such a flow is
     # cwnd-bound while the write is queued and buffer-bound for its tail (33% sndbuf / 67% cwnd in the VM
     # beside a CPU hog in fresh-clone CI run ci31; > 50% sndbuf in earlier runs): no one label is right.
-    "16 KB SO_SNDBUF, 16 KB writes": ({"rate": "20mbit"}, {}, {"nbytes": 1_000_000, "sndbuf": 16384,
-                                                               "write_size": 16384}, "sndbuf"),
+    "16 KB SO_SNDBUF, 16 KB writes": (
+        {"rate": "20mbit"},
+        {},
+        {"nbytes": 1_000_000, "sndbuf": 16384, "write_size": 16384},
+        "sndbuf",
+    ),
     "autotuned at 20 Mbit/s": ({"rate": "20mbit"}, {}, {"nbytes": 4_000_000}, "cwnd"),
     "writer paced at 16 KB x 25/s": ({"rate": "20mbit"}, {}, {"nbytes": 250_000, "writer": Pace(16384, 25)}, "app"),
 }
@@ -174,6 +189,7 @@ LIMIT_CASES_20MS = {
 @pytest.mark.parametrize("case", LIMIT_CASES_20MS)
 def test_limited_by_at_20ms(tcpnet, case):
     from pytest_tcpnet import Host, assert_limited_by
+
     link, sysctls, options, label = LIMIT_CASES_20MS[case]
     result = tcpnet.pair(link=Link(rtt="20ms", **link), client=Host(sysctls=sysctls)).transfer(**options)
     assert assert_limited_by(result, label)[label] > 0.5

@@ -46,8 +46,17 @@ REPO = Path(__file__).resolve().parent.parent
         (["--tcpnet-kernel", "6.1.0-56-amd64", "tests"], ["tests"]),
         (["--tcpnet-kernel=/boot/vmlinuz-x", "-k", "a or b"], ["-k", "a or b"]),
         (
-            ["-x", "--tcpnet-vm-accel", "tcg", "--tcpnet-vm-cpus=4", "--tcpnet-vm-memory", "1G",
-             "--tcpnet-vm-boot-timeout=30", "--tcpnet-vm", "t.py::test_a"],
+            [
+                "-x",
+                "--tcpnet-vm-accel",
+                "tcg",
+                "--tcpnet-vm-cpus=4",
+                "--tcpnet-vm-memory",
+                "1G",
+                "--tcpnet-vm-boot-timeout=30",
+                "--tcpnet-vm",
+                "t.py::test_a",
+            ],
             ["-x", "t.py::test_a"],
         ),
         # A value that looks like an option is still the option's value.
@@ -65,14 +74,25 @@ def test_strip_vm_args(given, expected):
 
 def test_guest_environment_selects_and_overrides():
     host = {
-        "PATH": "/usr/bin", "HOME": "/root", "CI": "true", "TCPNET_X": "1",
-        "PYTEST_ADDOPTS": "-q", "PYTEST_CURRENT_TEST": "t.py::a (call)",
-        "HYPOTHESIS_PROFILE": "ci", "SSH_AUTH_SOCK": "/tmp/s", "TMPDIR": "/var/tmp",
+        "PATH": "/usr/bin",
+        "HOME": "/root",
+        "CI": "true",
+        "TCPNET_X": "1",
+        "PYTEST_ADDOPTS": "-q",
+        "PYTEST_CURRENT_TEST": "t.py::a (call)",
+        "HYPOTHESIS_PROFILE": "ci",
+        "SSH_AUTH_SOCK": "/tmp/s",
+        "TMPDIR": "/var/tmp",
     }
     env = args.guest_environment(host, {"TCPNET_IN_VM": "1"})
     assert env == {
-        "PATH": "/usr/bin", "HOME": "/root", "CI": "true", "TCPNET_X": "1",
-        "PYTEST_ADDOPTS": "-q", "HYPOTHESIS_PROFILE": "ci", "TCPNET_IN_VM": "1",
+        "PATH": "/usr/bin",
+        "HOME": "/root",
+        "CI": "true",
+        "TCPNET_X": "1",
+        "PYTEST_ADDOPTS": "-q",
+        "HYPOTHESIS_PROFILE": "ci",
+        "TCPNET_IN_VM": "1",
     }
 
 
@@ -93,7 +113,10 @@ def test_share_dirs_keeps_cwd_first_and_drops_nested(tmp_path):
 def test_artifact_dirs(tmp_path):
     cwd = str(tmp_path)
     got = args.artifact_dirs(
-        cwd, xmlpath="reports/j.xml", basetemp="/var/tmp/bt/run", artifacts="arts",
+        cwd,
+        xmlpath="reports/j.xml",
+        basetemp="/var/tmp/bt/run",
+        artifacts="arts",
         report_files=["/srv/log.jsonl"],
     )
     # basetemp's parent: pytest deletes and re-creates basetemp, impossible on a mount point.
@@ -109,8 +132,11 @@ def test_the_artifacts_root_is_the_sessions_own(tmp_path):
     from pytest_tcpnet.report.artifacts import artifacts_root
 
     def config(chosen):
-        return SimpleNamespace(rootpath=tmp_path, invocation_params=SimpleNamespace(dir=tmp_path / "proj"),
-                               getoption=lambda name, default=None: chosen)
+        return SimpleNamespace(
+            rootpath=tmp_path,
+            invocation_params=SimpleNamespace(dir=tmp_path / "proj"),
+            getoption=lambda name, default=None: chosen,
+        )
 
     assert artifacts_root(config(None)) == tmp_path / "tcpnet-artifacts"  # the rootdir's, wherever the cwd is
     assert artifacts_root(config("out")) == tmp_path / "proj" / "out"
@@ -172,8 +198,11 @@ def _with_netem(mods, *releases):
 
 
 def test_several_kernels_or_all_of_them_are_resolved_before_any_boot(tmp_path):
-    boot, mods = _fake_boot(tmp_path, images=["6.1.0-56-amd64", "6.12.95+deb12-amd64", "6.18.4"],
-                            modules=["6.1.0-56-amd64", "6.12.95+deb12-amd64", "6.18.4"])
+    boot, mods = _fake_boot(
+        tmp_path,
+        images=["6.1.0-56-amd64", "6.12.95+deb12-amd64", "6.18.4"],
+        modules=["6.1.0-56-amd64", "6.12.95+deb12-amd64", "6.18.4"],
+    )
     _with_netem(tmp_path / "modules", "6.1.0-56-amd64", "6.12.95+deb12-amd64")  # 6.18.4: no sch_netem
 
     def resolve(specs):
@@ -224,8 +253,7 @@ def test_accel_cache_and_choice(tmp_path, monkeypatch):
         calls.append(timeout)
         return False, f"no start within {timeout:g} s"
 
-    assert accel.choose_accel("tcg", k, "qemu-nope", failing_probe) == (
-        "tcg", "forced by --tcpnet-vm-backend=tcg")
+    assert accel.choose_accel("tcg", k, "qemu-nope", failing_probe) == ("tcg", "forced by --tcpnet-vm-backend=tcg")
     with pytest.raises(VMUsageError):
         accel.choose_accel("fast", k, "qemu-nope", failing_probe)
     usable, why = accel.kvm_usable()
@@ -246,19 +274,29 @@ def test_cache_key_depends_on_kernel_qemu_and_host():
     k1 = kernel.Kernel("/boot/vmlinuz-a", "a", "/lib/modules/a")
     k2 = kernel.Kernel("/boot/vmlinuz-b", "b", "/lib/modules/b")
     keys = {
-        accel.cache_key(k1, "QEMU 7.2", "6.18"), accel.cache_key(k2, "QEMU 7.2", "6.18"),
-        accel.cache_key(k1, "QEMU 8.0", "6.18"), accel.cache_key(k1, "QEMU 7.2", "6.19"),
+        accel.cache_key(k1, "QEMU 7.2", "6.18"),
+        accel.cache_key(k2, "QEMU 7.2", "6.18"),
+        accel.cache_key(k1, "QEMU 8.0", "6.18"),
+        accel.cache_key(k1, "QEMU 7.2", "6.19"),
     }
     assert len(keys) == 4
 
 
 def _plan(tmp_path, **over):
     fields = dict(
-        vng="/usr/bin/vng", qemu="/usr/bin/qemu-system-x86_64",
+        vng="/usr/bin/vng",
+        qemu="/usr/bin/qemu-system-x86_64",
         target=backend.Target("r", "6.1", kernel.Kernel("/boot/vmlinuz-r", "r", "/lib/modules/r")),
-        backend="tcg", cpus=2, memory="2G", boot_timeout=60.0, lock_timeout=5.0, cwd=str(tmp_path),
-        python="/usr/bin/python3", pytest_args=["-k", "a and not 'b c'", "it's.py", "$HOME"],
-        env={"TCPNET_IN_VM": "1", "TCPNET_Q": "x'y \"z\" $PATH"}, shares=[str(tmp_path)],
+        backend="tcg",
+        cpus=2,
+        memory="2G",
+        boot_timeout=60.0,
+        lock_timeout=5.0,
+        cwd=str(tmp_path),
+        python="/usr/bin/python3",
+        pytest_args=["-k", "a and not 'b c'", "it's.py", "$HOME"],
+        env={"TCPNET_IN_VM": "1", "TCPNET_Q": 'x\'y "z" $PATH'},
+        shares=[str(tmp_path)],
     )
     fields.update(over)
     return runner.Plan(**fields)
@@ -269,8 +307,11 @@ def test_without_fast_boot_a_missing_vng_is_named_before_anything_boots(tmp_path
         raise runner.fastboot.Unavailable("the kernel is zstd-compressed")
 
     monkeypatch.setattr(runner.fastboot, "prepare", unavailable)
-    with pytest.raises(VMUsageError, match=r"fast boot is unavailable \(the kernel is zstd-compressed\) and the "
-                                           r"fallback needs virtme-ng's `vng`: pip install virtme-ng"):
+    with pytest.raises(
+        VMUsageError,
+        match=r"fast boot is unavailable \(the kernel is zstd-compressed\) and the "
+        r"fallback needs virtme-ng's `vng`: pip install virtme-ng",
+    ):
         runner._run_locked(_plan(tmp_path, vng=None))
 
 
@@ -285,7 +326,7 @@ def test_guest_script_quotes_everything(tmp_path):
     (pytest_line,) = [ln for ln in lines if " -m pytest" in ln]
     assert shlex.split(pytest_line) == ["/usr/bin/python3", "-m", "pytest", *plan.pytest_args]
     (q_line,) = [ln for ln in lines if ln.startswith("export TCPNET_Q=")]
-    assert shlex.split(q_line[len("export "):]) == ["TCPNET_Q=x'y \"z\" $PATH"]
+    assert shlex.split(q_line[len("export ") :]) == ['TCPNET_Q=x\'y "z" $PATH']
     assert "sch_netem" in text and "/tmp/w/exitcode" in text
 
 
@@ -366,9 +407,11 @@ def test_maybe_run_in_vm_is_a_no_op_unless_asked_or_inside(monkeypatch):
 
 
 def test_importing_vm_is_cheap():
-    code = ("import sys; import pytest_tcpnet.vm; "
-            "heavy = {'subprocess', 'selectors', 'virtme', 'virtme_ng', 'pytest_tcpnet.vm.runner'}; "
-            "print(sorted(heavy & set(sys.modules)))")
+    code = (
+        "import sys; import pytest_tcpnet.vm; "
+        "heavy = {'subprocess', 'selectors', 'virtme', 'virtme_ng', 'pytest_tcpnet.vm.runner'}; "
+        "print(sorted(heavy & set(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -377,8 +420,14 @@ def test_options_are_registered_on_pytest(tmp_path):
     proj = _project(tmp_path, "def test_nothing():\n    pass\n")
     out = _pytest(proj, ["--help"], timeout=120)
     assert out.returncode == 0, out.stderr
-    for opt in ("--tcpnet-vm ", "--tcpnet-kernel", "--tcpnet-vm-accel", "--tcpnet-vm-cpus",
-                "--tcpnet-vm-memory", "--tcpnet-vm-boot-timeout"):
+    for opt in (
+        "--tcpnet-vm ",
+        "--tcpnet-kernel",
+        "--tcpnet-vm-accel",
+        "--tcpnet-vm-cpus",
+        "--tcpnet-vm-memory",
+        "--tcpnet-vm-boot-timeout",
+    ):
         assert opt in out.stdout
 
 
@@ -423,8 +472,12 @@ def _zstd(data: bytes) -> bytes:
     return zstandard.ZstdCompressor(write_content_size=False).compress(data)
 
 
-COMPRESSORS = {"xz": lambda d: lzma.compress(d, lzma.FORMAT_XZ), "gzip": gzip.compress, "bzip2": bz2.compress,
-               "zstd": _zstd}
+COMPRESSORS = {
+    "xz": lambda d: lzma.compress(d, lzma.FORMAT_XZ),
+    "gzip": gzip.compress,
+    "bzip2": bz2.compress,
+    "zstd": _zstd,
+}
 
 
 @pytest.mark.parametrize("compress", ["xz", "gzip", "bzip2", "zstd"])
@@ -486,10 +539,17 @@ def test_module_order_puts_dependencies_first(tmp_path):
     )
     (tmp_path / "modules.builtin").write_text("kernel/drivers/char/virtio_console.ko\n")
     order = fastboot.module_order(str(tmp_path))
-    assert order == ["kernel/virtio_ring.ko", "kernel/virtio.ko", "kernel/virtio_pci_modern_dev.ko",
-                     "kernel/virtio_pci.ko",
-                     "kernel/9pnet.ko", "kernel/9pnet_virtio.ko", "kernel/netfs.ko",
-                     "kernel/fscache.ko", "kernel/9p.ko.xz"]
+    assert order == [
+        "kernel/virtio_ring.ko",
+        "kernel/virtio.ko",
+        "kernel/virtio_pci_modern_dev.ko",
+        "kernel/virtio_pci.ko",
+        "kernel/9pnet.ko",
+        "kernel/9pnet_virtio.ko",
+        "kernel/netfs.ko",
+        "kernel/fscache.ko",
+        "kernel/9p.ko.xz",
+    ]
     (tmp_path / "modules.builtin").write_text("")
     with pytest.raises(fastboot.Unavailable, match="virtio_console is neither built into"):
         fastboot.module_order(str(tmp_path))
@@ -508,14 +568,14 @@ def _cpio_names(data: bytes) -> dict:
     """Map each name in a newc cpio archive to its contents."""
     entries, pos = {}, 0
     while True:
-        head = data[pos:pos + 110]
+        head = data[pos : pos + 110]
         namesize, filesize = int(head[94:102], 16), int(head[54:62], 16)
-        name = data[pos + 110:pos + 110 + namesize - 1].decode()
+        name = data[pos + 110 : pos + 110 + namesize - 1].decode()
         pos += 110 + namesize
         pos += -pos % 4
         if name == "TRAILER!!!":
             return entries
-        entries[name] = data[pos:pos + filesize]
+        entries[name] = data[pos : pos + filesize]
         pos += filesize + (-filesize % 4)
 
 
@@ -543,8 +603,9 @@ def test_session_script_powers_off_after_the_body(tmp_path):
 
 def test_fast_qemu_command_has_no_network_and_a_read_only_root(tmp_path):
     boot = fastboot.FastBoot("/c/vmlinux", "/c/initramfs.cpio")
-    cmd = fastboot.qemu_command("/usr/bin/qemu-system-x86_64", boot, "tcg", 2, "1G",
-                                [str(tmp_path), "/tmp/w"], "/tmp/w/run.sh")
+    cmd = fastboot.qemu_command(
+        "/usr/bin/qemu-system-x86_64", boot, "tcg", 2, "1G", [str(tmp_path), "/tmp/w"], "/tmp/w/run.sh"
+    )
     text = " ".join(cmd)
     assert "q35,accel=tcg" in text and "-nodefaults" in cmd
     assert not any(a in ("-netdev", "-nic", "-net") for a in cmd)
@@ -631,8 +692,10 @@ def test_lock_file_is_private_and_cannot_be_planted(lock_dir, tmp_path):
         lock.VMLock(directory=lock_dir).acquire()
 
 
-@pytest.mark.skipif(__import__("pytest_tcpnet.rootless").rootless.inside(),
-                    reason="root-only: handing a directory to another uid needs real root")
+@pytest.mark.skipif(
+    __import__("pytest_tcpnet.rootless").rootless.inside(),
+    reason="root-only: handing a directory to another uid needs real root",
+)
 def test_lock_directory_must_not_be_writable_by_others(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -688,14 +751,22 @@ def _env(**extra):
 def _pytest(proj, extra, timeout, env=None):
     return subprocess.run(
         [sys.executable, "-m", "pytest", *_base_args(), *extra],
-        cwd=proj, env=env or _env(), capture_output=True, text=True, timeout=timeout,
+        cwd=proj,
+        env=env or _env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
 def _popen(proj, extra, env=None):
     return subprocess.Popen(
         [sys.executable, "-m", "pytest", *_base_args(), *extra],
-        cwd=proj, env=env or _env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=proj,
+        env=env or _env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         preexec_fn=default_sigint,  # its Ctrl-C test needs SIGINT handled even if this session ignores it
     )
 
@@ -707,8 +778,7 @@ def _qemus_in(directory: Path) -> list:
         if not entry.name.isdigit():
             continue
         try:
-            if (entry / "comm").read_text().startswith("qemu-system") and \
-                    os.readlink(entry / "cwd") == str(directory):
+            if (entry / "comm").read_text().startswith("qemu-system") and os.readlink(entry / "cwd") == str(directory):
                 pids.append(int(entry.name))
         except OSError:
             continue
@@ -820,11 +890,26 @@ def test_session_runs_in_vm(tmp_path, vm_kernel):
     """One boot: arguments and env forwarded, chosen kernel, real netem, exit code, junitxml."""
     proj = _project(tmp_path, GUEST_TESTS)
     junit = tmp_path / "reports" / "junit.xml"  # outside the cwd: needs its own share
-    out = _pytest(proj, [
-        "--tcpnet-vm", "--tcpnet-kernel", vm_kernel.release, f"--tcpnet-vm-accel={ACCEL}",
-        "--tcpnet-vm-cpus", "2", "--tcpnet-vm-memory=1G", "--tcpnet-vm-boot-timeout", "240",
-        f"--junitxml={junit}", "-v", "-k", "forwarded or netem or fails or host",
-    ], timeout=900, env=_env(TCPNET_VMTEST_TOKEN="tok en'1", TCPNET_VM_MODULES="tcpnet_no_such_module"))
+    out = _pytest(
+        proj,
+        [
+            "--tcpnet-vm",
+            "--tcpnet-kernel",
+            vm_kernel.release,
+            f"--tcpnet-vm-accel={ACCEL}",
+            "--tcpnet-vm-cpus",
+            "2",
+            "--tcpnet-vm-memory=1G",
+            "--tcpnet-vm-boot-timeout",
+            "240",
+            f"--junitxml={junit}",
+            "-v",
+            "-k",
+            "forwarded or netem or fails or host",
+        ],
+        timeout=900,
+        env=_env(TCPNET_VMTEST_TOKEN="tok en'1", TCPNET_VM_MODULES="tcpnet_no_such_module"),
+    )
     log = f"--- stdout\n{out.stdout}\n--- stderr\n{out.stderr}"
     assert out.returncode == 1, log  # one deliberate failure, propagated from the guest
     assert f"backend={ACCEL}" in out.stderr and "guest started after" in out.stderr, log
@@ -836,7 +921,9 @@ def test_session_runs_in_vm(tmp_path, vm_kernel):
     if "fast boot:" in out.stderr:  # the host decoded the pcap and drew three plots for the guest
         assert "test_host_does_the_analysis PASSED" in out.stdout, log
         assert "the host decoded pcaps and drew plots for the guest: 4 host calls" in out.stderr, log
-        assert "the guest asked for the host's CPU load 2 times (at each measurement's start and end)" in out.stderr, log
+        assert "the guest asked for the host's CPU load 2 times (at each measurement's start and end)" in out.stderr, (
+            log
+        )
     assert "Power down" not in out.stderr, log
 
     guest = json.loads((proj / "guest.json").read_text())
@@ -866,8 +953,12 @@ def test_vm_session_refuses_while_another_holds_the_lock(tmp_path, vm_kernel, lo
     """No VM boots while another session holds the host's VM lock: it waits, names it, gives up."""
     proj = _project(tmp_path, "def test_never_runs():\n    pass\n")
     with lock.VMLock(directory=lock_dir):
-        out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-accel=tcg", "--tcpnet-vm-lock-timeout=1"],
-                      timeout=120, env=_env(TCPNET_VM_LOCK_DIR=str(lock_dir)))
+        out = _pytest(
+            proj,
+            ["--tcpnet-vm", "--tcpnet-vm-accel=tcg", "--tcpnet-vm-lock-timeout=1"],
+            timeout=120,
+            env=_env(TCPNET_VM_LOCK_DIR=str(lock_dir)),
+        )
     assert out.returncode == 3, out.stderr
     assert f"waiting for the VM lock held by pid {os.getpid()}" in out.stderr
     assert "gave up after 1 s" in out.stderr and "booting" not in out.stderr
@@ -879,8 +970,7 @@ def test_boot_deadline_kills_the_vm(tmp_path, vm_kernel):
     proj = _project(tmp_path, "def test_never_runs():\n    pass\n")
     t0 = time.monotonic()
     # 0.5 s: a fast boot reaches its first command in ~3 s, so 3 s would be a race.
-    out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-accel=tcg", "--tcpnet-vm-boot-timeout=0.5"],
-                  timeout=120)
+    out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-accel=tcg", "--tcpnet-vm-boot-timeout=0.5"], timeout=120)
     assert out.returncode == 3, out.stderr
     assert "guest did not start within 0.5 s under TCG" in out.stderr
     assert "VM killed" in out.stderr and "--tcpnet-vm-boot-timeout" in out.stderr
@@ -893,8 +983,7 @@ def test_boot_failure_shows_qemu_output(tmp_path, vm_kernel):
     bogus = tmp_path / f"vmlinuz-{vm_kernel.release}"  # the release's modules exist
     bogus.write_bytes(os.urandom(4096))
     proj = _project(tmp_path, "def test_never_runs():\n    pass\n")
-    out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-accel=tcg", f"--tcpnet-kernel={bogus}"],
-                  timeout=120)
+    out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-accel=tcg", f"--tcpnet-kernel={bogus}"], timeout=120)
     assert out.returncode == 3, out.stderr
     assert "exited" in out.stderr and "before the guest started" in out.stderr
     assert "Last lines of its output" in out.stderr and "qemu" in out.stderr
@@ -950,8 +1039,15 @@ def test_console_filter_drops_power_down_split_across_reads():
     from pytest_tcpnet.vm.launch import _ConsoleFilter
 
     f = _ConsoleFilter()
-    chunks = [b"err 1\n", b"[  194.2", b"11132] reboot: Po", b"wer down\r\n", b"partial",
-              b" line\n[ 1.0] kept\n", b"[ 2.0] tail"]
+    chunks = [
+        b"err 1\n",
+        b"[  194.2",
+        b"11132] reboot: Po",
+        b"wer down\r\n",
+        b"partial",
+        b" line\n[ 1.0] kept\n",
+        b"[ 2.0] tail",
+    ]
     out = b"".join(f.feed(c) for c in chunks) + f.flush()
     assert out == b"err 1\npartial line\n[ 1.0] kept\n[ 2.0] tail"
 
@@ -977,14 +1073,35 @@ def test_a_rootdir_above_the_working_directory_gets_its_artifacts_back(tmp_path,
     checks.mkdir(parents=True)
     (checks / "test_vm.py").write_text(ELSEWHERE_TESTS)
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--tcpnet-vm", "--tcpnet-kernel", vm_kernel.release,
-         f"--tcpnet-vm-accel={ACCEL}", "--tcpnet-vm-boot-timeout", "240", "-rA", str(checks / "test_vm.py")],
-        cwd=proj, env=_env(), capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--tcpnet-vm",
+            "--tcpnet-kernel",
+            vm_kernel.release,
+            f"--tcpnet-vm-accel={ACCEL}",
+            "--tcpnet-vm-boot-timeout",
+            "240",
+            "-rA",
+            str(checks / "test_vm.py"),
+        ],
+        cwd=proj,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     log = f"--- stdout\n{out.stdout}\n--- stderr\n{out.stderr}"
     assert out.returncode == 1, log
     assert f"rootdir: {tmp_path}" in out.stdout, log  # the scenario: the rootdir is above the cwd
-    assert "1 failed, 1 passed" in out.stdout and "deliberate failure" in out.stdout and "error" not in \
-        out.stdout.splitlines()[-1], log
+    assert (
+        "1 failed, 1 passed" in out.stdout
+        and "deliberate failure" in out.stdout
+        and "error" not in out.stdout.splitlines()[-1]
+    ), log
     kept = list((tmp_path / "tcpnet-artifacts").iterdir())
     assert [d.name.startswith("other_checks_test_vm.py-test_fails_with_artifacts") for d in kept] == [True], kept
     assert (kept[0] / "flows.json").exists() and list(kept[0].glob("*.png")), list(kept[0].iterdir())
@@ -992,8 +1109,9 @@ def test_a_rootdir_above_the_working_directory_gets_its_artifacts_back(tmp_path,
 
 def _may_raise_priority():
     """True where this process may lower a nice value (CAP_SYS_NICE of the initial user namespace: root, not rootless)."""
-    probe = subprocess.run([sys.executable, "-c", "import os; os.setpriority(os.PRIO_PROCESS, 0, -1)"],
-                           capture_output=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import os; os.setpriority(os.PRIO_PROCESS, 0, -1)"], capture_output=True
+    )
     return probe.returncode == 0
 
 
@@ -1029,12 +1147,16 @@ def test_a_bad_emulator_nice_is_refused(monkeypatch):
 def test_each_kernel_s_session_keeps_its_own_report_files():
     args = ["-m", "x", "--junitxml=test-results/vm.xml", "--report-log", "log.jsonl", "--junit-xml", "a", "examples"]
     assert runner.per_kernel_reports(args, "6.12.95+deb12-amd64") == [
-        "-m", "x", "--junitxml=test-results/vm-6.12.95+deb12-amd64.xml", "--report-log=log-6.12.95+deb12-amd64.jsonl",
-        "--junit-xml=a-6.12.95+deb12-amd64", "examples"]
+        "-m",
+        "x",
+        "--junitxml=test-results/vm-6.12.95+deb12-amd64.xml",
+        "--report-log=log-6.12.95+deb12-amd64.jsonl",
+        "--junit-xml=a-6.12.95+deb12-amd64",
+        "examples",
+    ]
 
 
-def test_several_kernels_run_in_turn_and_end_with_one_table_and_the_first_failing_code(tmp_path, monkeypatch,
-                                                                                        capsys):
+def test_several_kernels_run_in_turn_and_end_with_one_table_and_the_first_failing_code(tmp_path, monkeypatch, capsys):
     """run_kernels without a boot: each kernel's session (a stand-in for run_plan that writes the flows a real
     guest's results file holds) gets its own report names and results file; one merged table, every kernel's
     exit code, the user's --tcpnet-results with both kernels' flows, and the first failing code returned."""
@@ -1042,11 +1164,14 @@ def test_several_kernels_run_in_turn_and_end_with_one_table_and_the_first_failin
     from pytest_tcpnet.report import flow_rows
     from pytest_tcpnet.workload.fake import fake_result
 
-    kernels = [backend.Target(r, uml.kernel_line(r), kernel.Kernel(f"/boot/vmlinuz-{r}", r, f"/lib/modules/{r}"))
-               for r in ("6.1.0-56-amd64", "6.12.117+deb12-amd64")]
+    kernels = [
+        backend.Target(r, uml.kernel_line(r), kernel.Kernel(f"/boot/vmlinuz-{r}", r, f"/lib/modules/{r}"))
+        for r in ("6.1.0-56-amd64", "6.12.117+deb12-amd64")
+    ]
     user_args = ["--junitxml=test-results/vm.xml", "--tcpnet-results=mine.jsonl", "-m", "needs_netem", "examples"]
-    monkeypatch.setattr(runner, "plan_from_config",
-                        lambda config, t: _plan(tmp_path, target=t, pytest_args=list(user_args)))
+    monkeypatch.setattr(
+        runner, "plan_from_config", lambda config, t: _plan(tmp_path, target=t, pytest_args=list(user_args))
+    )
     seen = []
 
     def session(plan):
@@ -1054,8 +1179,14 @@ def test_several_kernels_run_in_turn_and_end_with_one_table_and_the_first_failin
         results = next(a.partition("=")[2] for a in plan.pytest_args if a.startswith("--tcpnet-results="))
         assert os.path.dirname(results) in plan.shares  # the guest can write it
         bps = {"6.1.0-56-amd64": 4.82e6, "6.12.117+deb12-amd64": 5.77e6}[plan.kernel.release]
-        result = fake_result(nbytes=int(bps * 2 / 8), duration_s=2.0, kernel=plan.kernel.release,
-                             link=Link(rate="50mbit", rtt="100ms"), client=Host(), workload="bulk")
+        result = fake_result(
+            nbytes=int(bps * 2 / 8),
+            duration_s=2.0,
+            kernel=plan.kernel.release,
+            link=Link(rate="50mbit", rtt="100ms"),
+            client=Host(),
+            workload="bulk",
+        )
         with open(results, "w", encoding="utf-8") as out:
             out.writelines(json.dumps(row) + "\n" for row in flow_rows([result], test="t.py::t", outcome="passed"))
         return 0 if plan.kernel.release.startswith("6.1.") else 1
@@ -1069,20 +1200,26 @@ def test_several_kernels_run_in_turn_and_end_with_one_table_and_the_first_failin
     assert "--tcpnet-results=mine.jsonl" not in seen[0].pytest_args
     out = capsys.readouterr().out
     assert "kernel 6.1.0-56-amd64 (1 of 2)" in out and out.index("(1 of 2)") < out.index("(2 of 2)")
-    table = out[out.index("2 flow(s) under 2 kernels"):]
+    table = out[out.index("2 flow(s) under 2 kernels") :]
     assert "6.1.0-56-amd64: cc" in table and "6.12.117+deb12-amd64 / 6.1.0-56-amd64" in table
     assert "4.82 Mbit/s" in table and "5.77 Mbit/s" in table and "1.20" in table
     assert "kernel 6.1.0-56-amd64: pytest exited with 0" in out
     assert "kernel 6.12.117+deb12-amd64: pytest exited with 1" in out
     merged = [json.loads(line) for line in (tmp_path / "merged.jsonl").read_text().splitlines()]
     assert [row["kernel"] for row in merged] == ["6.1.0-56-amd64", "6.12.117+deb12-amd64"]
-    assert not any(os.path.exists(os.path.dirname(a.partition("=")[2])) for p in seen for a in p.pytest_args
-                   if a.startswith("--tcpnet-results="))  # the collecting directory is gone
+    assert not any(
+        os.path.exists(os.path.dirname(a.partition("=")[2]))
+        for p in seen
+        for a in p.pytest_args
+        if a.startswith("--tcpnet-results=")
+    )  # the collecting directory is gone
 
 
 def test_an_interrupted_kernel_stops_the_run_before_the_next_boots(tmp_path, monkeypatch, capsys):
-    kernels = [backend.Target(r, uml.kernel_line(r), kernel.Kernel(f"/boot/vmlinuz-{r}", r, f"/lib/modules/{r}"))
-               for r in ("6.1.0-56-amd64", "6.12.1")]
+    kernels = [
+        backend.Target(r, uml.kernel_line(r), kernel.Kernel(f"/boot/vmlinuz-{r}", r, f"/lib/modules/{r}"))
+        for r in ("6.1.0-56-amd64", "6.12.1")
+    ]
     monkeypatch.setattr(runner, "plan_from_config", lambda config, t: _plan(tmp_path, target=t, pytest_args=[]))
     booted = []
     monkeypatch.setattr(runner, "run_plan", lambda plan: booted.append(plan.kernel.release) or runner.EXIT_INTERRUPTED)

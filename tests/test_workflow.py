@@ -54,7 +54,7 @@ def test_every_script_the_workflow_runs_exists_and_is_valid_bash(workflow):
 
 def test_workflow_runs_what_ci_runs_with_netem_and_keeps_artifacts(workflow):
     script = "\n".join(shell_scripts(workflow))
-    assert 'linux-modules-extra-$(uname -r)' in script and "modprobe sch_netem" in script
+    assert "linux-modules-extra-$(uname -r)" in script and "modprobe sch_netem" in script
     assert "dev/test" in (REPO / ".ci" / "run").read_text()
     dev_test = (REPO / "dev" / "test").read_text()
     # The variables the workflow sets are the ones dev/test reads: -n auto, the pinned VM kernel.
@@ -85,9 +85,14 @@ def test_flakes_tallies_junit_files_made_elsewhere(tmp_path):
     case = '<testcase classname="tests.test_a" name="{name}">{body}</testcase>'
     for run, body in (("1", ""), ("2", '<failure message="x"/>')):
         (tmp_path / f"run{run}.xml").write_text(
-            f'<testsuites><testsuite>{case.format(name="test_steady", body="")}'
-            f'{case.format(name="test_flaky", body=body)}</testsuite></testsuites>')
-    out = subprocess.run([sys.executable, str(REPO / "dev" / "flakes"), "--tally", *sorted(map(str, tmp_path.iterdir()))],
-                         capture_output=True, text=True, timeout=60)
+            f"<testsuites><testsuite>{case.format(name='test_steady', body='')}"
+            f"{case.format(name='test_flaky', body=body)}</testsuite></testsuites>"
+        )
+    out = subprocess.run(
+        [sys.executable, str(REPO / "dev" / "flakes"), "--tally", *sorted(map(str, tmp_path.iterdir()))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1, out.stderr
     assert "flakes: 2 tests, 1 failed at least once\n  tests.test_a::test_flaky: 1 failed, 1 passed" in out.stdout

@@ -90,10 +90,12 @@ def test_two_cubic_flows_share_50mbit_20ms_fairly(tcpnet):
         return jain_index(steady) >= 0.9 and sum(steady) >= 0.85 * alone
 
     passed, outcomes, verdicts = judge_trials(trial, fair_and_full, trials=3)
-    report = "\n".join(f"trial {i + 1} ({'ok' if ok else 'failed'}): one flow alone {alone / 1e6:.1f} Mbit/s; "
-                       f"two flows {[round(r / 1e6, 1) for r in both.rates_between(3.0, 8.0)]} Mbit/s, "
-                       f"Jain {jain_index(both.rates_between(3.0, 8.0)):.3f}"
-                       for i, ((alone, both), ok) in enumerate(zip(outcomes, verdicts)))
+    report = "\n".join(
+        f"trial {i + 1} ({'ok' if ok else 'failed'}): one flow alone {alone / 1e6:.1f} Mbit/s; "
+        f"two flows {[round(r / 1e6, 1) for r in both.rates_between(3.0, 8.0)]} Mbit/s, "
+        f"Jain {jain_index(both.rates_between(3.0, 8.0)):.3f}"
+        for i, ((alone, both), ok) in enumerate(zip(outcomes, verdicts))
+    )
     assert passed, report
     # And the link really is the bottleneck: at most its goodput (1448 of every 1514 bytes).
     assert all(sum(both.rates_between(3.0, 8.0)) <= model.link_goodput(50e6) * 1.01 for _, both in outcomes), report
@@ -153,7 +155,7 @@ def test_iperf3_through_the_bindings_and_the_cli(tcpnet):
     from pytest_tcpnet.measure.run import run_workload
     from pytest_tcpnet.workload.iperf3 import Iperf3
 
-    cli, = run_workload(pair, Iperf3(duration=1, use_bindings=False), timeout=60)
+    (cli,) = run_workload(pair, Iperf3(duration=1, use_bindings=False), timeout=60)
     assert cli.throughput_bps == pytest.approx(100e6 * 1448 / 1514, rel=0.1)
 
 
@@ -167,19 +169,22 @@ def test_http_download_with_curl(tcpnet):
     assert len(result.rate_series(0.1)) >= 5  # from the client socket's sampled bytes_received
 
 
-@pytest.mark.parametrize("call, error, words", [
-    (lambda p: p.transfer(), ValueError, ["exactly one", "nbytes", "duration"]),
-    (lambda p: p.transfer(1000, duration=1), ValueError, ["exactly one"]),
-    (lambda p: p.transfer(1000, reader=Pace(per_second=10), writer="fast"), TypeError, ["writer", "Pace"]),
-    (lambda p: p.transfer(1000, reader=Pause(after=5000, seconds=1)), ValueError, ["Pause", "before the end"]),
-    (lambda p: p.transfer(1000, capture="everywhere"), ValueError, ["capture"]),
-    (lambda p: p.transfer(1000, sample_interval=-1), ValueError, ["sample_interval"]),
-    (lambda p: p.transfer(1000, starve_receiver="yes"), TypeError, ["starve_receiver"]),
-    (lambda p: p.iperf3(duration=1.5), ValueError, ["whole seconds"]),
-    (lambda p: p.iperf3(duration=1, parallel=0), ValueError, ["parallel"]),
-    (lambda p: p.http_download(1000, limit_rate="fast"), ValueError, ["limit_rate", "200k"]),
-    (lambda p: p.concurrent([]), TypeError, ["Flow"]),
-])
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda p: p.transfer(), ValueError, ["exactly one", "nbytes", "duration"]),
+        (lambda p: p.transfer(1000, duration=1), ValueError, ["exactly one"]),
+        (lambda p: p.transfer(1000, reader=Pace(per_second=10), writer="fast"), TypeError, ["writer", "Pace"]),
+        (lambda p: p.transfer(1000, reader=Pause(after=5000, seconds=1)), ValueError, ["Pause", "before the end"]),
+        (lambda p: p.transfer(1000, capture="everywhere"), ValueError, ["capture"]),
+        (lambda p: p.transfer(1000, sample_interval=-1), ValueError, ["sample_interval"]),
+        (lambda p: p.transfer(1000, starve_receiver="yes"), TypeError, ["starve_receiver"]),
+        (lambda p: p.iperf3(duration=1.5), ValueError, ["whole seconds"]),
+        (lambda p: p.iperf3(duration=1, parallel=0), ValueError, ["parallel"]),
+        (lambda p: p.http_download(1000, limit_rate="fast"), ValueError, ["limit_rate", "200k"]),
+        (lambda p: p.concurrent([]), TypeError, ["Flow"]),
+    ],
+)
 def test_bad_workload_options_are_refused_before_anything_starts(tcpnet, call, error, words):
     pair = tcpnet.pair()
     with pytest.raises(error) as info:

@@ -66,7 +66,7 @@ def serve(args):
                 block = b"x" * CHUNK
                 left = int(n)
                 while left:
-                    left -= conn.send(block[:min(left, CHUNK)])
+                    left -= conn.send(block[: min(left, CHUNK)])
             else:
                 conn.sendall(b"OK %d" % _read_exactly(conn, int(n)))
 

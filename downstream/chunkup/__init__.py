@@ -15,7 +15,7 @@ import struct
 import time
 
 HEADER = struct.Struct("!QI")  # total bytes, chunk size
-ACK = struct.Struct("!Q")      # bytes taken in so far
+ACK = struct.Struct("!Q")  # bytes taken in so far
 
 
 def upload_budget_s(nbytes, rate_bps, *, efficiency=0.9):

@@ -24,7 +24,9 @@ def main(argv=None):
     if args.command == "serve":
         serve(args.address, args.port, rcvbuf=args.rcvbuf, once=args.once)
     else:
-        print(f"{upload(args.address, args.port, args.nbytes, chunk=args.chunk, window=args.window, sndbuf=args.sndbuf):.3f}")
+        print(
+            f"{upload(args.address, args.port, args.nbytes, chunk=args.chunk, window=args.window, sndbuf=args.sndbuf):.3f}"
+        )
 
 
 if __name__ == "__main__":

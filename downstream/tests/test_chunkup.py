@@ -33,7 +33,7 @@ def observed_upload(pair, nbytes, *, capture=False, app_window=None, **options):
     """Upload through chunkup inside pair.observe(): (the one flow, the seconds chunkup itself timed)."""
     with pair.observe(capture=capture, app_window=app_window) as seen:
         took = pair.client.spawn(chunkup.upload, pair.server.address, PORT, nbytes, **options).result(timeout=120)
-    flow, = seen.flows
+    (flow,) = seen.flows
     assert flow.direction == "upload", flow.describe()
     return flow, took
 

@@ -9,6 +9,7 @@ def plot_comparison(comparison, directory, labels=None):
     labels: one y-axis label per flow (default: the test's name, flow number and link).
     """
     import matplotlib
+
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
@@ -18,8 +19,11 @@ def plot_comparison(comparison, directory, labels=None):
     height = 0.8 / max(1, len(groups))
     figure, axes = pyplot.subplots(figsize=(10, 1.8 + 0.45 * len(flows) * max(1, len(groups)) ** 0.5))
     if labels is None:
-        labels = [f"{row.get('test', '').rsplit('::', 1)[-1]} #{row.get('flow', 0)}\n"
-                  f"{(row.get('link') or {}).get('describe', '')}" for _, row in flows]
+        labels = [
+            f"{row.get('test', '').rsplit('::', 1)[-1]} #{row.get('flow', 0)}\n"
+            f"{(row.get('link') or {}).get('describe', '')}"
+            for _, row in flows
+        ]
     for number, group in enumerate(groups):
         positions, measured, expected = [], [], []
         for index, (key, _) in enumerate(flows):
@@ -34,8 +38,13 @@ def plot_comparison(comparison, directory, labels=None):
         axes.barh(positions, measured, height=height * 0.9, label=f"{comparison.by} {group}: measured")
         marked = [(p, e) for p, e in zip(positions, expected) if e is not None]
         if marked:
-            axes.plot([e for _, e in marked], [p for p, _ in marked], "k|", markersize=12,
-                      label="model prediction" if number == 0 else None)
+            axes.plot(
+                [e for _, e in marked],
+                [p for p, _ in marked],
+                "k|",
+                markersize=12,
+                label="model prediction" if number == 0 else None,
+            )
     axes.set_yticks(range(len(flows)), labels, fontsize=7)
     axes.invert_yaxis()
     axes.set_xlabel("goodput (Mbit/s)")

@@ -20,8 +20,16 @@ the sndbuf state starts only when a transmission empties the write queue while t
 already waits, which a writer of small blocking writes never meets.
 """
 
-__all__ = ["LABELS", "SAMPLE_FIELDS", "FULL_SEND_BUFFER", "MIN_SAMPLES", "limited_by", "classify_sample",
-           "sample_shares", "chrono_shares"]
+__all__ = [
+    "LABELS",
+    "SAMPLE_FIELDS",
+    "FULL_SEND_BUFFER",
+    "MIN_SAMPLES",
+    "limited_by",
+    "classify_sample",
+    "sample_shares",
+    "chrono_shares",
+]
 
 LABELS = ("rwnd", "sndbuf", "cwnd", "app")
 
@@ -58,8 +66,10 @@ def classify_sample(sample):
     # even at an instant when an ACK has just opened that room (a 4 KB window against a cwnd of 226 on an
     # undelayed path opens and fills faster than a sample can tell; it read "cwnd" half the time beside a CPU
     # hog in fresh-clone CI run ci33).
-    if window is not None and (unacked * mss + mss > window
-                               or (waiting and window < cwnd * mss and window - unacked * mss < _NEARLY_FULL * mss)):
+    if window is not None and (
+        unacked * mss + mss > window
+        or (waiting and window < cwnd * mss and window - unacked * mss < _NEARLY_FULL * mss)
+    ):
         return "rwnd"
     if unacked >= cwnd or waiting:
         return "cwnd"
@@ -86,8 +96,12 @@ def chrono_shares(tcp_info, duration_s=None):
     total = max(busy, duration_s or 0.0)
     if total <= 0:
         return {"rwnd": 0.0, "sndbuf": 0.0, "cwnd": 0.0, "app": 1.0}
-    return {"rwnd": rwnd / total, "sndbuf": sndbuf / total, "cwnd": max(0.0, busy - rwnd - sndbuf) / total,
-            "app": max(0.0, total - busy) / total}
+    return {
+        "rwnd": rwnd / total,
+        "sndbuf": sndbuf / total,
+        "cwnd": max(0.0, busy - rwnd - sndbuf) / total,
+        "app": max(0.0, total - busy) / total,
+    }
 
 
 def limited_by(tcp_info, duration_s=None, samples=None):

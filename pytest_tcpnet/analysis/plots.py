@@ -11,9 +11,18 @@ from pathlib import Path
 from ..errors import MissingCapability
 from .series import acked_rate_series, capture_windows, ewma, suggest_interval, time_sequence
 
-__all__ = ["PlotsUnavailable", "plot_time_sequence", "plot_windows", "plot_throughput", "plot_result", "plot_latency",
-           "plot_schedule",
-           "conditions_title", "draw", "draw_elsewhere"]
+__all__ = [
+    "PlotsUnavailable",
+    "plot_time_sequence",
+    "plot_windows",
+    "plot_throughput",
+    "plot_result",
+    "plot_latency",
+    "plot_schedule",
+    "conditions_title",
+    "draw",
+    "draw_elsewhere",
+]
 
 
 class PlotsUnavailable(MissingCapability):
@@ -30,6 +39,7 @@ def _pyplot():
         raise PlotsUnavailable() from None
     matplotlib.use("Agg", force=False)  # files only, never a display
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -40,6 +50,7 @@ def _save(fig, path, title):
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     import matplotlib.pyplot as plt
+
     plt.close(fig)
     return path
 
@@ -49,32 +60,75 @@ def plot_time_sequence(ts, path, *, title=""):
     return draw("time_sequence", path, {**asdict(ts), "title": title})
 
 
-def _draw_time_sequence(path, *, segments, retransmissions, acks, window_edge, zero_windows, window_full, probes,
-                        title):
+def _draw_time_sequence(
+    path, *, segments, retransmissions, acks, window_edge, zero_windows, window_full, probes, title
+):
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 6))
     if segments:
-        ax.vlines([t for t, _, _ in segments], [s for _, s, _ in segments], [e for _, _, e in segments],
-                  colors="black", linewidth=0.8, label="data segments")
+        ax.vlines(
+            [t for t, _, _ in segments],
+            [s for _, s, _ in segments],
+            [e for _, _, e in segments],
+            colors="black",
+            linewidth=0.8,
+            label="data segments",
+        )
     if retransmissions:
-        ax.vlines([t for t, _, _ in retransmissions], [s for _, s, _ in retransmissions],
-                  [e for _, _, e in retransmissions], colors="red", linewidth=1.5, label="retransmissions")
+        ax.vlines(
+            [t for t, _, _ in retransmissions],
+            [s for _, s, _ in retransmissions],
+            [e for _, _, e in retransmissions],
+            colors="red",
+            linewidth=1.5,
+            label="retransmissions",
+        )
         ax.plot([t for t, _, _ in retransmissions], [e for _, _, e in retransmissions], "rx", markersize=5)
     if acks:
-        ax.step([t for t, _ in acks], [a for _, a in acks], where="post", color="tab:green", linewidth=1,
-                label="ACK (cumulative)")
+        ax.step(
+            [t for t, _ in acks],
+            [a for _, a in acks],
+            where="post",
+            color="tab:green",
+            linewidth=1,
+            label="ACK (cumulative)",
+        )
     if window_edge:
-        ax.step([t for t, _ in window_edge], [w for _, w in window_edge], where="post", color="tab:olive",
-                linewidth=1, label="receive window edge (ACK + window)")
+        ax.step(
+            [t for t, _ in window_edge],
+            [w for _, w in window_edge],
+            where="post",
+            color="tab:olive",
+            linewidth=1,
+            label="receive window edge (ACK + window)",
+        )
     if window_full:
-        ax.plot([t for t, _ in window_full], [s for _, s in window_full], "^", color="tab:orange",
-                markersize=3, label=f"window full ({len(window_full)})")
+        ax.plot(
+            [t for t, _ in window_full],
+            [s for _, s in window_full],
+            "^",
+            color="tab:orange",
+            markersize=3,
+            label=f"window full ({len(window_full)})",
+        )
     if zero_windows:
-        ax.plot([t for t, _ in zero_windows], [a for _, a in zero_windows], "o", color="tab:purple",
-                markersize=6, label=f"zero window ({len(zero_windows)})")
+        ax.plot(
+            [t for t, _ in zero_windows],
+            [a for _, a in zero_windows],
+            "o",
+            color="tab:purple",
+            markersize=6,
+            label=f"zero window ({len(zero_windows)})",
+        )
     if probes:
-        ax.plot([t for t, _ in probes], [s for _, s in probes], "D", color="tab:blue", markersize=5,
-                label=f"zero-window probes ({len(probes)})")
+        ax.plot(
+            [t for t, _ in probes],
+            [s for _, s in probes],
+            "D",
+            color="tab:blue",
+            markersize=5,
+            label=f"zero-window probes ({len(probes)})",
+        )
     ax.set_xlabel("time since first data byte (s)")
     ax.set_ylabel("relative sequence number (bytes)")
     ax.grid(True, alpha=0.3)
@@ -106,13 +160,24 @@ def _draw_windows(path, *, lines, title):
     return _finish_over_time(fig, ax, path, "KiB", "windows over time: " + title)
 
 
-def plot_throughput(rate, path, *, smoothed=None, predicted_bps=None, predicted_label="model", interval=None,
-                    title="", phases=None):
+def plot_throughput(
+    rate, path, *, smoothed=None, predicted_bps=None, predicted_label="model", interval=None, title="", phases=None
+):
     """Draw per-interval throughput [(t_s, bit/s)], its EWMA and the model's prediction, in Mbit/s; phases: a
     changing link's [{start, end, label, expected_bps}] (same clock), shaded, each with its own prediction."""
-    return draw("throughput", path, {"rate": rate, "smoothed": smoothed, "predicted_bps": predicted_bps,
-                                     "predicted_label": predicted_label, "interval": interval, "title": title,
-                                     "phases": phases or []})
+    return draw(
+        "throughput",
+        path,
+        {
+            "rate": rate,
+            "smoothed": smoothed,
+            "predicted_bps": predicted_bps,
+            "predicted_label": predicted_label,
+            "interval": interval,
+            "title": title,
+            "phases": phases or [],
+        },
+    )
 
 
 def _draw_throughput(path, *, rate, smoothed, predicted_bps, predicted_label, interval, title, phases=()):
@@ -122,19 +187,33 @@ def _draw_throughput(path, *, rate, smoothed, predicted_bps, predicted_label, in
         ax.axvspan(phase["start"], phase["end"], color="tab:grey", alpha=0.05 + 0.06 * (number % 2))
         ax.text(phase["start"], 0, f" {phase['label']}", fontsize=7, va="bottom")
         if phase.get("expected_bps"):
-            ax.hlines(phase["expected_bps"] / 1e6, phase["start"], phase["end"], color="tab:red", linestyle="--",
-                      linewidth=1, label="model, per phase" if number == 0 else None)
+            ax.hlines(
+                phase["expected_bps"] / 1e6,
+                phase["start"],
+                phase["end"],
+                color="tab:red",
+                linestyle="--",
+                linewidth=1,
+                label="model, per phase" if number == 0 else None,
+            )
     if rate:
         width = interval or (rate[1][0] - rate[0][0] if len(rate) > 1 else 0)
         label = f"per {width * 1000:g} ms interval" if width else "per interval"
-        ax.step([t for t, _ in rate], [v / 1e6 for _, v in rate], where="pre", color="tab:blue", linewidth=1,
-                label=label)
+        ax.step(
+            [t for t, _ in rate], [v / 1e6 for _, v in rate], where="pre", color="tab:blue", linewidth=1, label=label
+        )
     if smoothed:
-        ax.plot([t for t, _ in smoothed], [v / 1e6 for _, v in smoothed], color="tab:orange", linewidth=1.5,
-                label="EWMA")
+        ax.plot(
+            [t for t, _ in smoothed], [v / 1e6 for _, v in smoothed], color="tab:orange", linewidth=1.5, label="EWMA"
+        )
     if predicted_bps:
-        ax.axhline(predicted_bps / 1e6, color="tab:red", linestyle="--", linewidth=1,
-                   label=f"{predicted_label}: {predicted_bps / 1e6:.3g} Mbit/s")
+        ax.axhline(
+            predicted_bps / 1e6,
+            color="tab:red",
+            linestyle="--",
+            linewidth=1,
+            label=f"{predicted_label}: {predicted_bps / 1e6:.3g} Mbit/s",
+        )
     return _finish_over_time(fig, ax, path, "throughput (Mbit/s)", "throughput over time: " + title)
 
 
@@ -144,17 +223,30 @@ def _draw_latency(path, *, samples, idle_to, loaded_from, loaded_to, title):
     fig, (over_time, cdf) = plt.subplots(1, 2, figsize=(14, 5), gridspec_kw={"width_ratios": [2, 1]})
     over_time.axvspan(0, idle_to, color="tab:green", alpha=0.08, label="idle")
     over_time.axvspan(loaded_from, loaded_to, color="tab:red", alpha=0.08, label="loaded")
-    over_time.plot([t for t, _ in samples], [rtt * 1000 for _, rtt in samples], ".", markersize=2, color="tab:blue",
-                   label="probe RTT")
+    over_time.plot(
+        [t for t, _ in samples],
+        [rtt * 1000 for _, rtt in samples],
+        ".",
+        markersize=2,
+        color="tab:blue",
+        label="probe RTT",
+    )
     over_time.set_xlabel("time (s)")
     over_time.set_ylabel("RTT (ms)")
     over_time.legend(loc="upper left", fontsize="small")
-    for label, color, values in (("idle", "tab:green", [r for t, r in samples if t < idle_to]),
-                                 ("loaded", "tab:red", [r for t, r in samples if loaded_from <= t <= loaded_to])):
+    for label, color, values in (
+        ("idle", "tab:green", [r for t, r in samples if t < idle_to]),
+        ("loaded", "tab:red", [r for t, r in samples if loaded_from <= t <= loaded_to]),
+    ):
         if values:
             ordered = sorted(v * 1000 for v in values)
-            cdf.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], where="post", color=color,
-                     label=f"{label} ({len(ordered)})")
+            cdf.step(
+                ordered,
+                [(i + 1) / len(ordered) for i in range(len(ordered))],
+                where="post",
+                color=color,
+                label=f"{label} ({len(ordered)})",
+            )
     cdf.set_xlabel("RTT (ms)")
     cdf.set_ylabel("fraction of probes")
     cdf.legend(loc="lower right", fontsize="small")
@@ -167,8 +259,19 @@ def plot_latency(result, directory):
     directory = Path(directory)
     title = conditions_title(result)
     path = directory / f"latency-{id(result):x}.png"
-    return [draw("latency", path, {"samples": [list(s) for s in result.samples], "idle_to": result.idle_to,
-                                   "loaded_from": result.loaded_from, "loaded_to": result.loaded_to, "title": title})]
+    return [
+        draw(
+            "latency",
+            path,
+            {
+                "samples": [list(s) for s in result.samples],
+                "idle_to": result.idle_to,
+                "loaded_from": result.loaded_from,
+                "loaded_to": result.loaded_to,
+                "title": title,
+            },
+        )
+    ]
 
 
 def plot_schedule(rate, phases, path, *, title=""):
@@ -181,22 +284,50 @@ def _draw_schedule(path, *, rate, phases, title):
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 5))
     for number, phase in enumerate(phases):
-        ax.axvspan(phase["start"], phase["end"], color="tab:red" if phase["failed"] else "tab:grey",
-                   alpha=0.12 if phase["failed"] else 0.05 + 0.05 * (number % 2))
+        ax.axvspan(
+            phase["start"],
+            phase["end"],
+            color="tab:red" if phase["failed"] else "tab:grey",
+            alpha=0.12 if phase["failed"] else 0.05 + 0.05 * (number % 2),
+        )
         if phase["judged_from"] is not None and phase["judged_from"] < phase["end"]:
             ax.axvline(phase["judged_from"], color="tab:grey", linestyle=":", linewidth=0.8)
-        ax.hlines(phase["expected_bps"] / 1e6, phase["start"], phase["end"], color="tab:red", linestyle="--",
-                  linewidth=1.2, label="model, per phase" if number == 0 else None)
+        ax.hlines(
+            phase["expected_bps"] / 1e6,
+            phase["start"],
+            phase["end"],
+            color="tab:red",
+            linestyle="--",
+            linewidth=1.2,
+            label="model, per phase" if number == 0 else None,
+        )
         ax.text(phase["start"], phase["expected_bps"] / 1e6, f" {phase['label']}", fontsize=7, va="bottom")
     if rate:
-        ax.step([t for t, _ in rate], [v / 1e6 for _, v in rate], where="pre", color="tab:blue", linewidth=1,
-                label="goodput")
-    return _finish_over_time(fig, ax, path, "throughput (Mbit/s)", "goodput against the link's schedule: " + title,
-                             xlabel="time since the schedule's start (s)")
+        ax.step(
+            [t for t, _ in rate],
+            [v / 1e6 for _, v in rate],
+            where="pre",
+            color="tab:blue",
+            linewidth=1,
+            label="goodput",
+        )
+    return _finish_over_time(
+        fig,
+        ax,
+        path,
+        "throughput (Mbit/s)",
+        "goodput against the link's schedule: " + title,
+        xlabel="time since the schedule's start (s)",
+    )
 
 
-_DRAWERS = {"time_sequence": _draw_time_sequence, "windows": _draw_windows, "throughput": _draw_throughput,
-            "latency": _draw_latency, "schedule": _draw_schedule}
+_DRAWERS = {
+    "time_sequence": _draw_time_sequence,
+    "windows": _draw_windows,
+    "throughput": _draw_throughput,
+    "latency": _draw_latency,
+    "schedule": _draw_schedule,
+}
 # Who draws: this process's matplotlib, unless a --tcpnet-vm guest handed drawing to the host
 # (vm/hostcall.py: under software emulation a plot costs seconds of FreeType, on the host milliseconds).
 _elsewhere = None
@@ -271,9 +402,18 @@ def plot_result(result, directory):
         phases = _phases(result)
         # A changing link: each phase's own prediction instead of their time-weighted mean.
         prediction = (None, None) if phases else _prediction(result)
-        paths.append(plot_throughput(rate, directory / f"{stem}-throughput.png", smoothed=smoothed,
-                                     predicted_bps=prediction[0], predicted_label=prediction[1], interval=interval,
-                                     title=title, phases=phases))
+        paths.append(
+            plot_throughput(
+                rate,
+                directory / f"{stem}-throughput.png",
+                smoothed=smoothed,
+                predicted_bps=prediction[0],
+                predicted_label=prediction[1],
+                interval=interval,
+                title=title,
+                phases=phases,
+            )
+        )
     return paths
 
 
@@ -284,12 +424,19 @@ def _phases(result):
     offset = result.first_byte_at - result.schedule_origin
     try:
         from ..model.predict import phase_predictions
+
         predicted = {phase.number: prediction.bps for phase, prediction in phase_predictions(result, steady=True)}
     except Exception:  # the plot is still worth drawing without the model
         predicted = {}
-    return [{"start": max(0.0, phase.start_s - offset), "end": phase.end_s - offset,
-             "label": f"phase {phase.number}: {phase.link.describe()}", "expected_bps": predicted.get(phase.number)}
-            for phase in result.phases]
+    return [
+        {
+            "start": max(0.0, phase.start_s - offset),
+            "end": phase.end_s - offset,
+            "label": f"phase {phase.number}: {phase.link.describe()}",
+            "expected_bps": predicted.get(phase.number),
+        }
+        for phase in result.phases
+    ]
 
 
 def _call(result, name, **kwargs):
@@ -326,6 +473,7 @@ def _prediction(result):
         return None, None
     try:
         from .. import model
+
         expected = getattr(model, "expected_throughput", None)
         if expected is None:
             return None, None

@@ -68,8 +68,9 @@ def capture_windows(packets):
     packets = _main_stream(packets)
     origin = _origin(packets)
     advertised = [(p.time - origin, p.window) for p in packets if p.direction == "ack" and "A" in p.flags]
-    in_flight = [(p.time - origin, p.bytes_in_flight) for p in packets
-                 if p.direction == "data" and p.bytes_in_flight is not None]
+    in_flight = [
+        (p.time - origin, p.bytes_in_flight) for p in packets if p.direction == "data" and p.bytes_in_flight is not None
+    ]
     return {"advertised window": advertised, "bytes in flight": in_flight}
 
 

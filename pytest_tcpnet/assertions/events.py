@@ -4,12 +4,19 @@ Each takes a transfer result (anything with ``.capture`` and ``.describe()``) or
 a failure shows the counts, the first offending packets, the conditions and the pcap/plot paths.
 """
 
-__all__ = ["assert_no_window_full", "assert_window_full", "assert_zero_window", "assert_no_retransmissions",
-           "assert_loss_signature"]
+__all__ = [
+    "assert_no_window_full",
+    "assert_window_full",
+    "assert_zero_window",
+    "assert_no_retransmissions",
+    "assert_loss_signature",
+]
 
 _SHOWN = 5
-_HOW_TO_CAPTURE = ("no capture was taken for this result: ask for one with `pair.transfer(..., capture=True)`, "
-                   "or wrap the workload: `with Capture(pair.server) as cap: ...` and check `cap.result`")
+_HOW_TO_CAPTURE = (
+    "no capture was taken for this result: ask for one with `pair.transfer(..., capture=True)`, "
+    "or wrap the workload: `with Capture(pair.server) as cap: ...` and check `cap.result`"
+)
 
 
 def assert_no_window_full(result, *, after=None):
@@ -31,8 +38,13 @@ def assert_no_window_full(result, *, after=None):
         skipped = len(flagged) - count
         since = f" after {start * 1e3:.1f} ms ({after if isinstance(after, str) else 'given'}; {skipped} before it)"
     if count:
-        _fail(result, capture, f"{count} TCP Window Full events{since}: the sender stopped because the receive "
-                               f"window was full", "window_full", since=start)
+        _fail(
+            result,
+            capture,
+            f"{count} TCP Window Full events{since}: the sender stopped because the receive window was full",
+            "window_full",
+            since=start,
+        )
 
 
 def _window_full_start(capture, after):
@@ -101,17 +113,35 @@ def assert_loss_signature(result, loss, *, factor=3.0, dup_ack_factor=None):
     resent = capture.resent_segments
     window = max(1.0, capture.segments_in_flight or 1.0)
     dup_factor = dup_ack_factor or factor
-    checks = (("resent segment", "retransmission", resent, loss / factor, loss * factor,
-               f"loss {loss:.2%}, factor {factor:g}"),
-              ("duplicate_ack", "duplicate_ack", capture.events["duplicate_ack"], loss / dup_factor,
-               loss * window * dup_factor,
-               f"loss {loss:.2%} x {window:.1f} segments in flight on average, factor {dup_factor:g}"))
+    checks = (
+        (
+            "resent segment",
+            "retransmission",
+            resent,
+            loss / factor,
+            loss * factor,
+            f"loss {loss:.2%}, factor {factor:g}",
+        ),
+        (
+            "duplicate_ack",
+            "duplicate_ack",
+            capture.events["duplicate_ack"],
+            loss / dup_factor,
+            loss * window * dup_factor,
+            f"loss {loss:.2%} x {window:.1f} segments in flight on average, factor {dup_factor:g}",
+        ),
+    )
     problems = []
     for label, kind, count, low, high, basis in checks:
         rate = count / segments
         if not low <= rate <= high:
-            problems.append((kind, f"{label} rate {rate:.3%} ({count} / {capture.data_segments} data segments) "
-                                   f"is not within {low:.3%}..{high:.3%} ({basis})"))
+            problems.append(
+                (
+                    kind,
+                    f"{label} rate {rate:.3%} ({count} / {capture.data_segments} data segments) "
+                    f"is not within {low:.3%}..{high:.3%} ({basis})",
+                )
+            )
     if problems:
         _fail(result, capture, "\n".join(text for _, text in problems), problems[0][0])
 

@@ -36,8 +36,10 @@ def assert_follows_schedule(result, *, rel, settle=None, against="model", plot=T
     if against not in ("model", "link"):
         raise ValueError(f"against: must be 'model' or 'link', got {against!r}")
     if not getattr(result, "link", None) or not result.link.changing:
-        raise ValueError("result: its link never changes (give a Link field a Schedule); "
-                         "assert_throughput_within judges a fixed link")
+        raise ValueError(
+            "result: its link never changes (give a Link field a Schedule); "
+            "assert_throughput_within judges a fixed link"
+        )
     phases = phase_predictions(result, steady=True)  # the flow is running when the link changes
     if against == "link":
         phases = [(phase, _link_only(prediction)) for phase, prediction in phases]
@@ -57,14 +59,24 @@ def assert_follows_schedule(result, *, rel, settle=None, against="model", plot=T
         if not ok:
             failed.append(phase)
     if not judged:
-        raise AssertionError("no phase lasted " + format_time(MIN_JUDGED_S) + " beyond its settling time:\n"
-                             + _table(rows, rel) + "\n" + result.describe())
+        raise AssertionError(
+            "no phase lasted "
+            + format_time(MIN_JUDGED_S)
+            + " beyond its settling time:\n"
+            + _table(rows, rel)
+            + "\n"
+            + result.describe()
+        )
     if not failed:
         return judged
     names = ", ".join(f"phase {p.number} ({p.link.describe()})" for p in failed)
-    text = (f"{len(failed)} of {len(judged)} phases outside ±{rel:.0%} of "
-            f"{'the model' if against == 'model' else 'the link rate'}: {names}\n"
-            + _table(rows, rel) + "\n" + result.describe())
+    text = (
+        f"{len(failed)} of {len(judged)} phases outside ±{rel:.0%} of "
+        f"{'the model' if against == 'model' else 'the link rate'}: {names}\n"
+        + _table(rows, rel)
+        + "\n"
+        + result.describe()
+    )
     if plot:
         text += _plot(result, rows)
     raise AssertionError(text)
@@ -74,19 +86,27 @@ def _link_only(prediction):
     """The prediction's link bound alone (what the flow must carry to fill the link)."""
     if "link" not in prediction.bounds:
         raise ValueError("against='link': a phase without a rate has no link rate to fill; judge it against the model")
-    return dataclasses.replace(prediction, bps=prediction.bounds["link"], bound="link",
-                               why=f"the link's payload rate (the model alone would say {format_rate(prediction.bps)}, "
-                                   f"{prediction.bound}-bound)")
+    return dataclasses.replace(
+        prediction,
+        bps=prediction.bounds["link"],
+        bound="link",
+        why=f"the link's payload rate (the model alone would say {format_rate(prediction.bps)}, "
+        f"{prediction.bound}-bound)",
+    )
 
 
 def _table(rows, rel):
-    lines = [f"  {'phase':<7}{'span (s)':>14}  {'judged from':>11}  {'measured':>14}  {'expected':>14}  "
-             f"{'ratio':>6}  bound, verdict"]
+    lines = [
+        f"  {'phase':<7}{'span (s)':>14}  {'judged from':>11}  {'measured':>14}  {'expected':>14}  "
+        f"{'ratio':>6}  bound, verdict"
+    ]
     for phase, prediction, measured, start, verdict in rows:
-        lines.append(f"  {phase.number:<7}{f'{phase.start_s:.2f}-{phase.end_s:.2f}':>14}  {start:>11.2f}  "
-                     f"{format_rate(measured) if measured is not None else '-':>14}  {format_rate(prediction.bps):>14}  "
-                     f"{(f'{measured / prediction.bps:.2f}' if measured is not None else '-'):>6}  "
-                     f"{prediction.bound}, {verdict}")
+        lines.append(
+            f"  {phase.number:<7}{f'{phase.start_s:.2f}-{phase.end_s:.2f}':>14}  {start:>11.2f}  "
+            f"{format_rate(measured) if measured is not None else '-':>14}  {format_rate(prediction.bps):>14}  "
+            f"{(f'{measured / prediction.bps:.2f}' if measured is not None else '-'):>6}  "
+            f"{prediction.bound}, {verdict}"
+        )
         lines.append(f"  {'':<7}link {phase.link.describe()}; model: {prediction.why}")
     return "\n".join(lines)
 
@@ -102,12 +122,21 @@ def _plot(result, rows):
         return ""
     offset = result.first_byte_at - result.schedule_origin
     rate = [(t + offset, bps) for t, bps in result.rate_series(0.1)]
-    phases = [{"start": phase.start_s, "end": phase.end_s, "expected_bps": prediction.bps, "judged_from": start,
-               "failed": verdict == "OUTSIDE", "label": f"phase {phase.number}: {phase.link.describe()}"}
-              for phase, prediction, _, start, verdict in rows]
+    phases = [
+        {
+            "start": phase.start_s,
+            "end": phase.end_s,
+            "expected_bps": prediction.bps,
+            "judged_from": start,
+            "failed": verdict == "OUTSIDE",
+            "label": f"phase {phase.number}: {phase.link.describe()}",
+        }
+        for phase, prediction, _, start, verdict in rows
+    ]
     try:
-        path = plot_schedule(rate, phases, Path(directory) / f"schedule-{id(result):x}.png",
-                             title=conditions_title(result))
+        path = plot_schedule(
+            rate, phases, Path(directory) / f"schedule-{id(result):x}.png", title=conditions_title(result)
+        )
     except PlotsUnavailable as exc:
         return f"\n(no plot: {exc})"
     result._artifacts.append(path)

@@ -31,14 +31,16 @@ def assert_throughput_within(result, expected_bps=None, *, rel, trials=None, obs
         if passed:
             return results[-1]
         failing = [r for r, ok in zip(results, verdicts) if not ok]
-        header = (f"{verdicts.count(False)} of {len(results)} trials outside ±{rel:.0%} "
-                  f"(a majority of {count} decides): "
-                  + ", ".join(f"{format_rate(r.throughput_bps)}{'' if ok else ' (out)'}"
-                              for r, ok in zip(results, verdicts)))
+        header = (
+            f"{verdicts.count(False)} of {len(results)} trials outside ±{rel:.0%} "
+            f"(a majority of {count} decides): "
+            + ", ".join(f"{format_rate(r.throughput_bps)}{'' if ok else ' (out)'}" for r, ok in zip(results, verdicts))
+        )
         raise AssertionError(header + "\n" + _report(failing[-1], expected_bps, rel, observed))
     if trials is not None:
-        raise ValueError("trials: needs a callable that measures again (e.g. lambda: pair.transfer(...)), "
-                         "not a finished result")
+        raise ValueError(
+            "trials: needs a callable that measures again (e.g. lambda: pair.transfer(...)), not a finished result"
+        )
     expected, _ = _expected(result, expected_bps, observed)
     if abs(result.throughput_bps / expected - 1) <= rel:
         return result
@@ -57,10 +59,12 @@ def _report(result, expected_bps, rel, observed):
     measured = result.throughput_bps
     expected, prediction = _expected(result, expected_bps, observed)
     source = "the model's" if prediction else "the expected"
-    lines = [f"throughput {format_rate(measured)} is {measured / expected:.1%} of {source} {format_rate(expected)} "
-             f"(allowed {1 - rel:.0%}..{1 + rel:.0%})",
-             f"  {'':<12}{'measured':>16}  {'predicted':>16}",
-             f"  {'goodput':<12}{format_rate(measured):>16}  {format_rate(expected):>16}"]
+    lines = [
+        f"throughput {format_rate(measured)} is {measured / expected:.1%} of {source} {format_rate(expected)} "
+        f"(allowed {1 - rel:.0%}..{1 + rel:.0%})",
+        f"  {'':<12}{'measured':>16}  {'predicted':>16}",
+        f"  {'goodput':<12}{format_rate(measured):>16}  {format_rate(expected):>16}",
+    ]
     info = getattr(result, "sender_tcp_info", None) or {}
     if prediction is None:
         try:
@@ -70,15 +74,21 @@ def _report(result, expected_bps, rel, observed):
     if prediction is not None and prediction.conditions is not None:
         c = prediction.conditions
         rtt = info.get("min_rtt")
-        lines.append(f"  {'RTT':<12}{format_time(rtt / 1e6) if rtt else '?':>16}  "
-                     f"{format_time(prediction.loaded_rtt_s or c.rtt_s):>16}")
+        lines.append(
+            f"  {'RTT':<12}{format_time(rtt / 1e6) if rtt else '?':>16}  "
+            f"{format_time(prediction.loaded_rtt_s or c.rtt_s):>16}"
+        )
         if "rwnd" in prediction.bounds:
             window = prediction.bounds["rwnd"] * c.rtt_s / 8
             seen = info.get("snd_wnd")
             lines.append(f"  {'rwnd':<12}{format_size(seen) if seen else '?':>16}  {format_size(window):>16}")
-        lines.append("  bounds: " + ", ".join(
-            f"{name} {format_rate(bps)}{' <- binds' if name == prediction.bound else ''}"
-            for name, bps in sorted(prediction.bounds.items(), key=lambda kv: kv[1])))
+        lines.append(
+            "  bounds: "
+            + ", ".join(
+                f"{name} {format_rate(bps)}{' <- binds' if name == prediction.bound else ''}"
+                for name, bps in sorted(prediction.bounds.items(), key=lambda kv: kv[1])
+            )
+        )
         lines.append(f"  model: {prediction.why}")
         lines.append(f"  conditions: {c.describe()}")
     verdict = _limited_by(result)
@@ -87,9 +97,11 @@ def _report(result, expected_bps, rel, observed):
         lines.append(f"  sender was {label}-limited" + (f": {_shares_text(shares)} ({basis})" if shares else ""))
         if label == "app" and prediction is not None and "app" not in prediction.bounds and measured < expected:
             # The model's bounds are the network's: an application that waits for its own ACKs is slower by design.
-            lines.append("  the application itself held the data back; the model knows no bound of the application's: "
-                         "if it has one (a stop-and-wait or windowed protocol), declare it, "
-                         "pair.observe(app_window=<bytes outstanding per application round trip>)")
+            lines.append(
+                "  the application itself held the data back; the model knows no bound of the application's: "
+                "if it has one (a stop-and-wait or windowed protocol), declare it, "
+                "pair.observe(app_window=<bytes outstanding per application round trip>)"
+            )
     describe = getattr(result, "describe", None)
     if callable(describe):
         lines.append("  " + describe().replace("\n", "\n  "))
@@ -103,12 +115,15 @@ def assert_limited_by(result, label):
     """Assert the sender spent most of its time limited by label ("rwnd", "sndbuf", "cwnd" or "app"); return the shares."""
     __tracebackhide__ = True  # pytest shows the caller's line, not ours
     from ..analysis.limits import LABELS, chrono_shares
+
     if label not in LABELS:
         raise ValueError(f"label: must be one of {', '.join(LABELS)}, got {label!r}")
     verdict = _limited_by(result)
     if verdict is None:
-        raise AssertionError(f"cannot tell what limited the sender: no samples of its socket and no chrono counters "
-                             f"in its TCP_INFO (sample_interval off, or a kernel before 4.10)\n{result.describe()}")
+        raise AssertionError(
+            f"cannot tell what limited the sender: no samples of its socket and no chrono counters "
+            f"in its TCP_INFO (sample_interval off, or a kernel before 4.10)\n{result.describe()}"
+        )
     got, shares, basis = verdict
     if got == label:
         return shares
@@ -127,6 +142,7 @@ def _limited_by(result):
     if callable(own):
         return own()
     from ..analysis.limits import limited_by
+
     samples = result.sender_samples() if callable(getattr(result, "sender_samples", None)) else None
     try:
         return limited_by(getattr(result, "sender_tcp_info", None), getattr(result, "sender_active_s", None), samples)

@@ -11,7 +11,14 @@ import statistics
 
 from ..model import format_rate
 
-__all__ = ["assert_faster", "judge_trials", "confirm_failure", "assert_intervals_within", "steady_state_series", "Trial"]
+__all__ = [
+    "assert_faster",
+    "judge_trials",
+    "confirm_failure",
+    "assert_intervals_within",
+    "steady_state_series",
+    "Trial",
+]
 
 # Two-sided 95% Student t quantiles by degrees of freedom (df 1..10; then ~normal).
 _T95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
@@ -53,10 +60,14 @@ def assert_faster(run_a, run_b, *, factor=1.0, min_trials=2, max_trials=6, label
     if not (isinstance(factor, (int, float)) and factor > 0):
         raise ValueError(f"factor: must be a number > 0, got {factor!r}")
     if not (isinstance(min_trials, int) and isinstance(max_trials, int) and 2 <= min_trials <= max_trials <= 50):
-        raise ValueError(f"min_trials/max_trials: need 2 <= min_trials <= max_trials <= 50, got {min_trials}, {max_trials}")
+        raise ValueError(
+            f"min_trials/max_trials: need 2 <= min_trials <= max_trials <= 50, got {min_trials}, {max_trials}"
+        )
     for name, fn in (("run_a", run_a), ("run_b", run_b)):
         if not callable(fn):
-            raise TypeError(f"{name}: must be a callable returning a result (e.g. lambda: pair.transfer(...)), got {fn!r}")
+            raise TypeError(
+                f"{name}: must be a callable returning a result (e.g. lambda: pair.transfer(...)), got {fn!r}"
+            )
     trials, verdict = [], None
     while len(trials) < max_trials:
         a_first = len(trials) % 2 == 0
@@ -83,13 +94,17 @@ def assert_faster(run_a, run_b, *, factor=1.0, min_trials=2, max_trials=6, label
     geo = math.exp(statistics.fmean(math.log(t.ratio) for t in trials))
     if verdict == "pass":
         return trials
-    lines = [f"{label_a} is {geo:.3g}x {label_b} (geometric mean of {len(trials)} interleaved trials), "
-             f"expected at least {factor:g}x",
-             f"  {'trial':>5}  {'order':<7} {label_a:>14}  {label_b:>14}  {'ratio':>7}"]
+    lines = [
+        f"{label_a} is {geo:.3g}x {label_b} (geometric mean of {len(trials)} interleaved trials), "
+        f"expected at least {factor:g}x",
+        f"  {'trial':>5}  {'order':<7} {label_a:>14}  {label_b:>14}  {'ratio':>7}",
+    ]
     for t in trials:
         order = f"{label_a},{label_b}" if t.a_first else f"{label_b},{label_a}"
-        lines.append(f"  {t.index:>5}  {order:<7} {format_rate(t.a.throughput_bps):>14}  "
-                     f"{format_rate(t.b.throughput_bps):>14}  {t.ratio:>6.3g}x")
+        lines.append(
+            f"  {t.index:>5}  {order:<7} {format_rate(t.a.throughput_bps):>14}  "
+            f"{format_rate(t.b.throughput_bps):>14}  {t.ratio:>6.3g}x"
+        )
     low, _, high = _log_interval([math.log(t.ratio) for t in trials]) if len(trials) > 1 else (0, 0, 0)
     if len(trials) > 1:
         lines.append(f"  95% interval of the ratio: {math.exp(low):.3g}x .. {math.exp(high):.3g}x")
@@ -161,17 +176,21 @@ def assert_intervals_within(result, expected_bps, *, rel, k=None, n=None, interv
     if n is not None:
         steady = steady[:n]
     if not steady:
-        raise AssertionError(f"no steady-state {interval:g} s interval after slow start ({skipped} skipped): "
-                             "transfer more bytes")
+        raise AssertionError(
+            f"no steady-state {interval:g} s interval after slow start ({skipped} skipped): transfer more bytes"
+        )
     needed = math.ceil(0.8 * len(steady)) if k is None else k
     inside = [abs(bps / expected_bps - 1) <= rel for _, bps in steady]
     if sum(inside) >= needed:
         return steady
-    rows = "\n".join(f"  {t:7.2f} s  {format_rate(bps):>14}  {bps / expected_bps:6.1%}  {'ok' if ok else 'OUT'}"
-                     for (t, bps), ok in zip(steady, inside))
+    rows = "\n".join(
+        f"  {t:7.2f} s  {format_rate(bps):>14}  {bps / expected_bps:6.1%}  {'ok' if ok else 'OUT'}"
+        for (t, bps), ok in zip(steady, inside)
+    )
     raise AssertionError(
         f"{sum(inside)} of {len(steady)} steady-state intervals within ±{rel:.0%} of {format_rate(expected_bps)}, "
-        f"needed {needed} ({skipped} slow-start intervals skipped)\n{rows}\n{_describe(result)}")
+        f"needed {needed} ({skipped} slow-start intervals skipped)\n{rows}\n{_describe(result)}"
+    )
 
 
 def confirm_failure(measure, check, *, attempts=2):
@@ -193,5 +212,7 @@ def confirm_failure(measure, check, *, attempts=2):
             failures.append(exc)
             continue
         return result
-    raise AssertionError(f"failed in all {attempts} measurements of this example:\n"
-                         + "\n".join(f"--- attempt {i}:\n{exc}" for i, exc in enumerate(failures, 1)))
+    raise AssertionError(
+        f"failed in all {attempts} measurements of this example:\n"
+        + "\n".join(f"--- attempt {i}:\n{exc}" for i, exc in enumerate(failures, 1))
+    )

@@ -17,17 +17,22 @@ def assert_receive_window_within(probe, expected_bytes, *, rel):
     effective = probe.rcvbuf_effective
     adv_win_scale = probe.sysctls.get("net.ipv4.tcp_adv_win_scale")
     if kernel.uses_scaling_ratio:
-        why = (f"kernel {probe.kernel} (>= 6.6) sizes the window from a measured scaling_ratio "
-               f"(payload / truesize of received skbs), not from tcp_adv_win_scale "
-               f"({'absent' if adv_win_scale is None else f'= {adv_win_scale}, ignored since 6.6'}): the window is "
-               f"{measured / effective:.0%} of the {format_size(effective)} buffer, not the 50% a "
-               f"tcp_adv_win_scale = 1 kernel gives")
+        why = (
+            f"kernel {probe.kernel} (>= 6.6) sizes the window from a measured scaling_ratio "
+            f"(payload / truesize of received skbs), not from tcp_adv_win_scale "
+            f"({'absent' if adv_win_scale is None else f'= {adv_win_scale}, ignored since 6.6'}): the window is "
+            f"{measured / effective:.0%} of the {format_size(effective)} buffer, not the 50% a "
+            f"tcp_adv_win_scale = 1 kernel gives"
+        )
     else:
-        why = (f"kernel {probe.kernel} (< 6.6) reserves buffer/2^tcp_adv_win_scale for overhead "
-               f"(tcp_adv_win_scale = {adv_win_scale}): the window is {measured / effective:.0%} of the "
-               f"{format_size(effective)} buffer")
+        why = (
+            f"kernel {probe.kernel} (< 6.6) reserves buffer/2^tcp_adv_win_scale for overhead "
+            f"(tcp_adv_win_scale = {adv_win_scale}): the window is {measured / effective:.0%} of the "
+            f"{format_size(effective)} buffer"
+        )
     raise AssertionError(
         f"advertised window {measured} B is {ratio:.0%} of the expected {expected_bytes:.0f} B "
         f"(allowed {1 - rel:.0%}..{1 + rel:.0%})\n"
         f"SO_RCVBUF requested {probe.rcvbuf_requested} B -> {effective} B effective (the kernel doubles it)\n"
-        f"why: {why}")
+        f"why: {why}"
+    )

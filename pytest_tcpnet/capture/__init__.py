@@ -3,4 +3,13 @@
 from .capture import DEFAULT_SNAPLEN, SETTLE_S, Capture, CaptureResult
 from .decode import EVENT_KINDS, Packet, count_events, decode_pcap
 
-__all__ = ["Capture", "CaptureResult", "Packet", "EVENT_KINDS", "DEFAULT_SNAPLEN", "SETTLE_S", "decode_pcap", "count_events"]
+__all__ = [
+    "Capture",
+    "CaptureResult",
+    "Packet",
+    "EVENT_KINDS",
+    "DEFAULT_SNAPLEN",
+    "SETTLE_S",
+    "decode_pcap",
+    "count_events",
+]

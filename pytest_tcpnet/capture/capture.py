@@ -29,8 +29,9 @@ _DROPS = re.compile(r"Packets received/dropped on interface '[^']*': (\d+)/(\d+)
 
 def dumpcap_path():
     """Path of Wireshark's dumpcap (what tshark itself uses to capture)."""
-    return program_path("dumpcap", package="tshark", capability="tshark",
-                        description="dumpcap (Wireshark's capture engine)")
+    return program_path(
+        "dumpcap", package="tshark", capability="tshark", description="dumpcap (Wireshark's capture engine)"
+    )
 
 
 class Capture:
@@ -41,8 +42,9 @@ class Capture:
     capture (BPF) filter, "tcp" by default; snaplen keeps headers only.
     """
 
-    def __init__(self, node, *, interface=None, filter="tcp", snaplen=DEFAULT_SNAPLEN, directory=None,
-                 ready_timeout=60.0):
+    def __init__(
+        self, node, *, interface=None, filter="tcp", snaplen=DEFAULT_SNAPLEN, directory=None, ready_timeout=60.0
+    ):
         for attribute in ("namespace", "interface", "role", "popen", "processes"):
             if not hasattr(node, attribute):
                 raise TypeError(f"node: expected a lab Node (pair.client, pair.router, pair.server), got {node!r}")
@@ -79,16 +81,19 @@ class Capture:
         argv = [dumpcap_path(), "-i", self.interface, "-s", str(self.snaplen), "-P", "-w", str(self.pcap)]
         if self.filter:
             argv += ["-f", self.filter]
-        self._proc = self.node.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
+        self._proc = self.node.popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
         self._reader = threading.Thread(target=self._read_stderr, name=f"dumpcap {self.point}", daemon=True)
         self._reader.start()
         # dumpcap prints "File: ..." once the interface is open with its filter and the file is created.
         if not interrupts.wait(self._ready.wait, self.ready_timeout) or not self._opened:
             self.node.processes.stop(self._proc)
             self._reader.join(timeout=2)
-            raise LabError(f"dumpcap did not start capturing on {self.point} within {self.ready_timeout} s: "
-                           f"{''.join(self._stderr).strip() or 'no output'}")
+            raise LabError(
+                f"dumpcap did not start capturing on {self.point} within {self.ready_timeout} s: "
+                f"{''.join(self._stderr).strip() or 'no output'}"
+            )
         return self
 
     def _read_stderr(self):
@@ -124,9 +129,14 @@ class Capture:
         if exit_code not in (0, None) or not self.pcap.exists():
             raise LabError(f"dumpcap on {self.point} failed (exit {exit_code}): {stderr.strip()}")
         match = _DROPS.search(stderr)
-        self.result = CaptureResult(pcap=self.pcap, point=self.point, filter=self.filter, snaplen=self.snaplen,
-                                    received=int(match.group(1)) if match else None,
-                                    dropped=int(match.group(2)) if match else None)
+        self.result = CaptureResult(
+            pcap=self.pcap,
+            point=self.point,
+            filter=self.filter,
+            snaplen=self.snaplen,
+            received=int(match.group(1)) if match else None,
+            dropped=int(match.group(2)) if match else None,
+        )
         return self.result
 
     def __enter__(self):
@@ -205,9 +215,11 @@ class CaptureResult:
         """Where and how the capture was taken, and what it holds, one per line."""
         counts = ", ".join(f"{k} {v}" for k, v in self.events.items() if v) or "no expert events"
         drops = "" if self.dropped is None else f", {self.dropped} dropped by the capture"
-        return (f"capture at {self.point} (filter {self.filter!r}, snaplen {self.snaplen}): "
-                f"{len(self.packets)} packets, {self.data_segments} data segments{drops}\n"
-                f"events: {counts}\npcap: {self.pcap}")
+        return (
+            f"capture at {self.point} (filter {self.filter!r}, snaplen {self.snaplen}): "
+            f"{len(self.packets)} packets, {self.data_segments} data segments{drops}\n"
+            f"events: {counts}\npcap: {self.pcap}"
+        )
 
     @property
     def capture(self):
@@ -232,8 +244,11 @@ class ConnectionCapture(CaptureResult):
         return [p for p in self.whole.packets if {p.src, p.dst} == ends]
 
     def describe(self):
-        return super().describe().replace("\npcap:", f"\nconnection: {self.connection[0]} <-> {self.connection[1]}"
-                                                    f"\npcap:", 1)
+        return (
+            super()
+            .describe()
+            .replace("\npcap:", f"\nconnection: {self.connection[0]} <-> {self.connection[1]}\npcap:", 1)
+        )
 
 
 def _endpoint(address_port):

@@ -27,14 +27,26 @@ FLAG_EVENTS = {"ece": "E", "cwr": "C"}
 EVENT_KINDS = tuple(EVENT_FIELDS) + tuple(FLAG_EVENTS)
 
 # tcp.window_size is the *calculated* window (the raw field shifted by the scale seen in the SYNs).
-_VALUE_FIELDS = ("frame.time_relative", "tcp.stream", "ip.src", "tcp.srcport", "ip.dst", "tcp.dstport", "tcp.seq",
-                 "tcp.ack", "tcp.len", "tcp.window_size", "tcp.analysis.bytes_in_flight", "tcp.flags", "ipv6.src",
-                 "ipv6.dst")
+_VALUE_FIELDS = (
+    "frame.time_relative",
+    "tcp.stream",
+    "ip.src",
+    "tcp.srcport",
+    "ip.dst",
+    "tcp.dstport",
+    "tcp.seq",
+    "tcp.ack",
+    "tcp.len",
+    "tcp.window_size",
+    "tcp.analysis.bytes_in_flight",
+    "tcp.flags",
+    "ipv6.src",
+    "ipv6.dst",
+)
 # Linux probes a zero window from its persist timer with a keep-alive-shaped segment (seq = snd_una - 1,
 # no payload), which tshark labels "TCP Keep-Alive", not "ZeroWindowProbe" (that needs a 1-byte probe).
 _KEEP_ALIVE = "tcp.analysis.keep_alive"
-_FLAG_LETTERS = ((0x01, "F"), (0x02, "S"), (0x04, "R"), (0x08, "P"), (0x10, "A"), (0x20, "U"), (0x40, "E"),
-                 (0x80, "C"))
+_FLAG_LETTERS = ((0x01, "F"), (0x02, "S"), (0x04, "R"), (0x08, "P"), (0x10, "A"), (0x20, "U"), (0x40, "E"), (0x80, "C"))
 
 
 @dataclass(frozen=True)
@@ -59,8 +71,10 @@ class Packet:
         """One line for failure messages: time, direction, seq/ack, length, window, events."""
         events = f" [{', '.join(self.expert)}]" if self.expert else ""
         flight = "" if self.bytes_in_flight is None else f" in_flight={self.bytes_in_flight}"
-        return (f"t={self.time:.6f}s {self.direction:4} {self.src}->{self.dst} seq={self.seq} ack={self.ack} "
-                f"len={self.len} win={self.window} peer_win={self.peer_window}{flight}{events}")
+        return (
+            f"t={self.time:.6f}s {self.direction:4} {self.src}->{self.dst} seq={self.seq} ack={self.ack} "
+            f"len={self.len} win={self.window} peer_win={self.peer_window}{flight}{events}"
+        )
 
 
 def tshark_path():
@@ -80,9 +94,24 @@ def decode_pcap(pcap, *, timeout=300):
 
 def run_tshark(pcap, *, timeout=300):
     """Run tshark's field export on pcap here: (returncode, stdout, stderr)."""
-    argv = [tshark_path(), "-n", "-r", str(pcap), "-Y", "tcp", "-T", "fields", "-E", "separator=\t",
-            "-E", "occurrence=f", "-o", "tcp.analyze_sequence_numbers:TRUE",
-            "-o", "tcp.relative_sequence_numbers:TRUE"]
+    argv = [
+        tshark_path(),
+        "-n",
+        "-r",
+        str(pcap),
+        "-Y",
+        "tcp",
+        "-T",
+        "fields",
+        "-E",
+        "separator=\t",
+        "-E",
+        "occurrence=f",
+        "-o",
+        "tcp.analyze_sequence_numbers:TRUE",
+        "-o",
+        "tcp.relative_sequence_numbers:TRUE",
+    ]
     for name in _VALUE_FIELDS + tuple(EVENT_FIELDS.values()) + (_KEEP_ALIVE,):
         argv += ["-e", name]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
@@ -127,13 +156,23 @@ def _records(rows, nvalues):
         peer_window = last_window.get((row[1], row[4]))
         if row[-1] and peer_window == 0 and "zero_window_probe" not in expert:
             expert += ("zero_window_probe",)  # a keep-alive into a zero window: Linux's persist-timer probe
-        packets.append(Packet(
-            time=float(row[0]), stream=int(row[1] or 0), src=src, dst=row[4],
-            direction="data" if src == senders[row[1]] else "ack",
-            seq=int(row[6] or 0), ack=int(row[7] or 0), len=int(row[8] or 0), window=window,
-            peer_window=peer_window,
-            bytes_in_flight=int(row[10]) if row[10] else None,
-            flags=letters, expert=expert))
+        packets.append(
+            Packet(
+                time=float(row[0]),
+                stream=int(row[1] or 0),
+                src=src,
+                dst=row[4],
+                direction="data" if src == senders[row[1]] else "ack",
+                seq=int(row[6] or 0),
+                ack=int(row[7] or 0),
+                len=int(row[8] or 0),
+                window=window,
+                peer_window=peer_window,
+                bytes_in_flight=int(row[10]) if row[10] else None,
+                flags=letters,
+                expert=expert,
+            )
+        )
     return packets
 
 

@@ -148,11 +148,18 @@ class Lab:
                     raise ValueError(f"access[{i}] with the bottleneck: {exc}") from None
         _check_family(family)
         self._check_open()
-        check_world([bottleneck, *(link for link in access if link is not None)],
-                    {**{f"clients[{i}]": h for i, h in enumerate(clients)},
-                     **{f"servers[{i}]": h for i, h in enumerate(servers)}})
-        return self._topology("dumbbell", lambda world, index: describe_dumbbell(world, index, bottleneck, access,
-                                                                                 clients, servers), family)
+        check_world(
+            [bottleneck, *(link for link in access if link is not None)],
+            {
+                **{f"clients[{i}]": h for i, h in enumerate(clients)},
+                **{f"servers[{i}]": h for i, h in enumerate(servers)},
+            },
+        )
+        return self._topology(
+            "dumbbell",
+            lambda world, index: describe_dumbbell(world, index, bottleneck, access, clients, servers),
+            family,
+        )
 
     def _topology(self, kind, describe, family):
         world_pairs = []

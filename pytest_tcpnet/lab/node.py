@@ -46,8 +46,9 @@ class Node:
         try:
             return interrupts.result(future, timeout)
         except concurrent.futures.TimeoutError:
-            raise LabError(f"{_name_of(fn)} did not return within {timeout} s in {self!r}; its thread runs on "
-                           f"until it returns") from None
+            raise LabError(
+                f"{_name_of(fn)} did not return within {timeout} s in {self!r}; its thread runs on until it returns"
+            ) from None
 
     def submit(self, fn, /, *args, **kwargs):
         """Start fn(*args, **kwargs) in a fresh thread inside this namespace; a concurrent.futures.Future of it."""
@@ -78,11 +79,15 @@ class Node:
         try:
             pickle.dumps((args, kwargs))
         except Exception as exc:
-            raise TypeError(f"spawn: the arguments of {function} cannot be pickled for the child: "
-                            f"{type(exc).__name__}: {exc}") from None
-        child = NamespaceChild(self.processes.netns_path, run_function,
-                               dict(function=function, args=args, kwargs=kwargs, sys_path=list(sys.path)),
-                               name=f"{function} on {self.role}")
+            raise TypeError(
+                f"spawn: the arguments of {function} cannot be pickled for the child: {type(exc).__name__}: {exc}"
+            ) from None
+        child = NamespaceChild(
+            self.processes.netns_path,
+            run_function,
+            dict(function=function, args=args, kwargs=kwargs, sys_path=list(sys.path)),
+            name=f"{function} on {self.role}",
+        )
         self.processes.adopt(child)
         return SpawnedCall(child, function)
 
@@ -117,11 +122,14 @@ class Node:
         return f"<Node {self.role}{name} {self.address} netns={self.namespace}>"
 
 
-
 def _check_timeout(timeout):
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (timeout > 0 and math.isfinite(timeout)):
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not (timeout > 0 and math.isfinite(timeout))
+    ):
         raise ValueError(f"timeout: must be a number of seconds > 0, or None, got {timeout!r}")
     return timeout
 

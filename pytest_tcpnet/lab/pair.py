@@ -68,8 +68,11 @@ class Pair(WorldView):
     @property
     def socket_cc(self):
         """{role: cc} the endpoints' Hosts asked for but their namespaces could not default to (set per socket)."""
-        return {role: self.world.socket_cc[node.name] for role, node in (("client", self.client), ("server", self.server))
-                if node.name in self.world.socket_cc}
+        return {
+            role: self.world.socket_cc[node.name]
+            for role, node in (("client", self.client), ("server", self.server))
+            if node.name in self.world.socket_cc
+        }
 
     def interface_counters(self):
         """{"node/ifname": counters} for every veth end along the path."""
@@ -79,9 +82,23 @@ class Pair(WorldView):
         """{ifname: [qdisc stats]} of the path's shaped router interfaces."""
         return self.world.qdisc_stats(self._shaped)
 
-    def transfer(self, nbytes=None, *, duration=None, direction="download", sndbuf=None, rcvbuf=None, cc=None,
-                 reader=None, writer=None, write_size=1 << 20, starve_receiver=False, capture=False,
-                 sample_interval=None, timeout=None):
+    def transfer(
+        self,
+        nbytes=None,
+        *,
+        duration=None,
+        direction="download",
+        sndbuf=None,
+        rcvbuf=None,
+        cc=None,
+        reader=None,
+        writer=None,
+        write_size=1 << 20,
+        starve_receiver=False,
+        capture=False,
+        sample_interval=None,
+        timeout=None,
+    ):
         """Move nbytes (or send for `duration` seconds) between the endpoints with the bulk workload; measure it.
 
         "download" sends server -> client, "upload" client -> server; sndbuf/rcvbuf set SO_SNDBUF
@@ -92,10 +109,20 @@ class Pair(WorldView):
         sample_interval (seconds; default fit to the RTT, 0 for none) samples TCP_INFO and socket
         memory of both ends (``result.series(field, side)``).
         """
-        flow = Flow(nbytes=nbytes, duration=duration, direction=direction, sndbuf=sndbuf, rcvbuf=rcvbuf, cc=cc,
-                    reader=reader, writer=writer, write_size=write_size)
-        results, _ = self._run_bulk([flow], starve_receiver=starve_receiver, capture=capture,
-                                    sample_interval=sample_interval, timeout=timeout)
+        flow = Flow(
+            nbytes=nbytes,
+            duration=duration,
+            direction=direction,
+            sndbuf=sndbuf,
+            rcvbuf=rcvbuf,
+            cc=cc,
+            reader=reader,
+            writer=writer,
+            write_size=write_size,
+        )
+        results, _ = self._run_bulk(
+            [flow], starve_receiver=starve_receiver, capture=capture, sample_interval=sample_interval, timeout=timeout
+        )
         result = results[0]
         if nbytes is not None and result.nbytes != flow.nbytes:
             raise LabError(f"receiver got {result.nbytes} of {flow.nbytes} bytes\n{result.describe()}")
@@ -110,12 +137,14 @@ class Pair(WorldView):
         flows = list(flows)
         if not any(isinstance(f, Flow) for f in flows) or not all(isinstance(f, (Flow, Cbr)) for f in flows):
             raise TypeError(f"flows: expected a list of Flow(...) (at least one) and Cbr(...) streams, got {flows!r}")
-        results, udp = self._run_bulk(flows, starve_receiver=False, capture=capture, sample_interval=sample_interval,
-                                      timeout=timeout)
+        results, udp = self._run_bulk(
+            flows, starve_receiver=False, capture=capture, sample_interval=sample_interval, timeout=timeout
+        )
         return ConcurrentResult(flows=results, udp=udp)
 
-    def latency_under_load(self, *, duration, flows=None, probe_interval=0.01, idle=1.0, capture=False,
-                           sample_interval=None, timeout=None):
+    def latency_under_load(
+        self, *, duration, flows=None, probe_interval=0.01, idle=1.0, capture=False, sample_interval=None, timeout=None
+    ):
         """The RTT a small request/response sees on this path, idle and then beside bulk flows (bufferbloat).
 
         A probe sends a 64-byte request on its own TCP_NODELAY connection every probe_interval s
@@ -143,8 +172,13 @@ class Pair(WorldView):
         # The probe alone runs idle + duration; flows get their own generous deadline on top of the idle phase.
         timeout = timeout or idle + max([duration + 30.0] + [_timeout_of(f, self.link) for f in flows])
         workload = UnderLoad(flows, idle=idle, duration=duration, interval=interval, socket_cc=self.socket_cc)
-        results = self._measure(workload, [f for f in flows if isinstance(f, Flow)], capture=capture,
-                                sample_interval=sample_interval, timeout=timeout)
+        results = self._measure(
+            workload,
+            [f for f in flows if isinstance(f, Flow)],
+            capture=capture,
+            sample_interval=sample_interval,
+            timeout=timeout,
+        )
         udp = udp_results(workload.bulk.udp_records, self.link) if workload.bulk is not None else []
         record = workload.probe_record
         origin = record["started_at"]
@@ -158,14 +192,34 @@ class Pair(WorldView):
         else:
             loaded_from = loaded_to = idle + duration
         kernel = results[0].kernel if results else _kernel_release()
-        return LatencyResult(samples=samples, app_samples=app_samples, stamped=record["stamped"],
-                             idle_to=min(idle, loaded_from), loaded_from=loaded_from,
-                             loaded_to=min(loaded_to, idle + duration), interval=interval, link=self.link,
-                             kernel=kernel, flows=ConcurrentResult(flows=results, udp=udp) if results else None,
-                             udp=udp, artifact_dir=self.lab.artifact_dir)
+        return LatencyResult(
+            samples=samples,
+            app_samples=app_samples,
+            stamped=record["stamped"],
+            idle_to=min(idle, loaded_from),
+            loaded_from=loaded_from,
+            loaded_to=min(loaded_to, idle + duration),
+            interval=interval,
+            link=self.link,
+            kernel=kernel,
+            flows=ConcurrentResult(flows=results, udp=udp) if results else None,
+            udp=udp,
+            artifact_dir=self.lab.artifact_dir,
+        )
 
-    def requests(self, count=1, *, request_size=64, response_size, new_connection=False, interval=0.0, sndbuf=None,
-                 rcvbuf=None, cc=None, timeout=None):
+    def requests(
+        self,
+        count=1,
+        *,
+        request_size=64,
+        response_size,
+        new_connection=False,
+        interval=0.0,
+        sndbuf=None,
+        rcvbuf=None,
+        cc=None,
+        timeout=None,
+    ):
         """`count` requests from the client, each answered by `response_size` bytes from the server; time each one.
 
         On one connection (back to back, or one every `interval` s) or a new connection each
@@ -200,45 +254,96 @@ class Pair(WorldView):
         cc = cc or self.socket_cc.get("server")
         flow = Flow(nbytes=count * (request_size + response_size))
         timeout = timeout or default_timeout(flow, self.link) + count * (interval + 4 * self.link.rtt_s)
-        workload = RequestResponse(count=count, request_size=request_size, response_size=response_size,
-                                   new_connection=new_connection, interval=interval, sndbuf=sndbuf, rcvbuf=rcvbuf,
-                                   cc=cc)
+        workload = RequestResponse(
+            count=count,
+            request_size=request_size,
+            response_size=response_size,
+            new_connection=new_connection,
+            interval=interval,
+            sndbuf=sndbuf,
+            rcvbuf=rcvbuf,
+            cc=cc,
+        )
         self._measure(workload, [], capture=False, sample_interval=0, timeout=timeout)
         kernel = netlink.kernel_release()
         sysctls = {"client": self.client.sysctls(TCP_SYSCTLS), "server": self.server.sysctls(TCP_SYSCTLS)}
         way = self.link.toward_client
         mss = PAYLOAD_PER_FRAME_IPV6 if ":" in str(self.server.address) else PAYLOAD_PER_FRAME
-        conditions = Conditions(kernel=kernel, rtt_s=self.link.rtt_s, rate_bps=way.rate_bps, so_rcvbuf=rcvbuf,
-                                receiver_sysctls=sysctls["client"], mss_bytes=mss)
+        conditions = Conditions(
+            kernel=kernel,
+            rtt_s=self.link.rtt_s,
+            rate_bps=way.rate_bps,
+            so_rcvbuf=rcvbuf,
+            receiver_sysctls=sysctls["client"],
+            mss_bytes=mss,
+        )
         receive = sustained_window(conditions)
-        in_flight = send_window(sndbuf, kernel=kernel, sysctls=sysctls["server"],
-                                chunk_bytes=min(1 << 20, sndbuf) if sndbuf else 1 << 20)
+        in_flight = send_window(
+            sndbuf, kernel=kernel, sysctls=sysctls["server"], chunk_bytes=min(1 << 20, sndbuf) if sndbuf else 1 << 20
+        )
         window = min(receive, in_flight)
         rate = link_goodput(way.rate_bps, mss) if way.rate_bps else None
         after_idle = sysctls["server"].get("net.ipv4.tcp_slow_start_after_idle", "1") != "0"
+
         def times(rtt_s):
-            return request_response_times(count, response_size, rtt_s=rtt_s, window_bytes=window, rate_bps=rate,
-                                          new_connection=new_connection, interval_s=interval,
-                                          slow_start_after_idle=after_idle, mss_bytes=mss)
+            return request_response_times(
+                count,
+                response_size,
+                rtt_s=rtt_s,
+                window_bytes=window,
+                rate_bps=rate,
+                new_connection=new_connection,
+                interval_s=interval,
+                slow_start_after_idle=after_idle,
+                mss_bytes=mss,
+            )
+
         expected = times(self.link.rtt_s)
         # The RTT the server's connections saw (their final srtt): the path's plus the endpoints' own time (in the
         # emulated VM ~1-1.5 ms per round trip), what a window-bound response really pays per round.
         srtts = [info["rtt"] / 1e6 for info in workload.server_record["tcp_info"] if info.get("rtt")]
         observed_rtt = max(self.link.rtt_s, sum(srtts) / len(srtts)) if srtts else None
-        why = (f"window {format_size(window)} (receive {format_size(receive)}, in flight under the send buffer "
-               f"{format_size(in_flight)}) per {format_time(self.link.rtt_s)} RTT"
-               + (f", {format_rate(rate)} of payload on the link" if rate else "")
-               + ("; a handshake and slow start from 10 segments each" if new_connection else
-                  "; slow start from 10 segments on the first" + (" and after idling past the RTO" if after_idle
-                                                                  else "")))
-        return RequestsResult(records=workload.records, request_size=request_size, response_size=response_size,
-                              new_connection=new_connection, interval=interval, link=self.link, kernel=kernel,
-                              sysctls=sysctls, sndbuf_requested=sndbuf, rcvbuf_requested=rcvbuf, expected_s=expected,
-                              why=why, server_tcp_info=workload.server_record["tcp_info"], observed_rtt_s=observed_rtt,
-                              observed_expected_s=times(observed_rtt) if observed_rtt else None)
+        why = (
+            f"window {format_size(window)} (receive {format_size(receive)}, in flight under the send buffer "
+            f"{format_size(in_flight)}) per {format_time(self.link.rtt_s)} RTT"
+            + (f", {format_rate(rate)} of payload on the link" if rate else "")
+            + (
+                "; a handshake and slow start from 10 segments each"
+                if new_connection
+                else "; slow start from 10 segments on the first"
+                + (" and after idling past the RTO" if after_idle else "")
+            )
+        )
+        return RequestsResult(
+            records=workload.records,
+            request_size=request_size,
+            response_size=response_size,
+            new_connection=new_connection,
+            interval=interval,
+            link=self.link,
+            kernel=kernel,
+            sysctls=sysctls,
+            sndbuf_requested=sndbuf,
+            rcvbuf_requested=rcvbuf,
+            expected_s=expected,
+            why=why,
+            server_tcp_info=workload.server_record["tcp_info"],
+            observed_rtt_s=observed_rtt,
+            observed_expected_s=times(observed_rtt) if observed_rtt else None,
+        )
 
-    def iperf3(self, *, duration, direction="download", cc=None, window=None, parallel=1, capture=False,
-               sample_interval=None, timeout=None):
+    def iperf3(
+        self,
+        *,
+        duration,
+        direction="download",
+        cc=None,
+        window=None,
+        parallel=1,
+        capture=False,
+        sample_interval=None,
+        timeout=None,
+    ):
         """One iperf3 TCP test (libiperf through the `iperf3` bindings; `iperf3 -J` as the fallback).
 
         The result's throughput_bps is iperf3's own received average; `details["intervals"]` has
@@ -253,8 +358,13 @@ class Pair(WorldView):
         from ..workload.iperf3 import Iperf3
 
         workload = Iperf3(duration=flow.duration, direction=direction, cc=cc, window=flow.rcvbuf, parallel=parallel)
-        return self._measure(workload, [flow], capture=capture, sample_interval=sample_interval,
-                             timeout=timeout or default_timeout(flow, self.link))[0]
+        return self._measure(
+            workload,
+            [flow],
+            capture=capture,
+            sample_interval=sample_interval,
+            timeout=timeout or default_timeout(flow, self.link),
+        )[0]
 
     def http_download(self, nbytes, *, limit_rate=None, capture=False, sample_interval=None, timeout=None):
         """curl in the client downloads nbytes from an HTTP server in the server namespace.
@@ -279,16 +389,28 @@ class Pair(WorldView):
             raise TypeError(f"starve_receiver: expected True or False, got {starve_receiver!r}")
         timeout = timeout or max(_timeout_of(flow, self.link) for flow in flows)
         workload = Bulk(flows, starve_receiver=starve_receiver, socket_cc=self.socket_cc)
-        results = self._measure(workload, [f for f in flows if isinstance(f, Flow)], capture=capture,
-                                sample_interval=sample_interval, timeout=timeout,
-                                conditions={"starved_receiver": starve_receiver})
+        results = self._measure(
+            workload,
+            [f for f in flows if isinstance(f, Flow)],
+            capture=capture,
+            sample_interval=sample_interval,
+            timeout=timeout,
+            conditions={"starved_receiver": starve_receiver},
+        )
         return results, udp_results(workload.udp_records, self.link)
 
     def _measure(self, workload, flows, *, capture, sample_interval, timeout, conditions=None):
         """Validate the measurement options, run the workload, keep its results in the lab."""
         self.check_measurement(flows, capture=capture, timeout=timeout)
-        return run_workload(self, workload, timeout=timeout, sample_interval=sample_interval, capture=capture,
-                            artifact_dir=self.lab.artifact_dir, conditions=conditions)
+        return run_workload(
+            self,
+            workload,
+            timeout=timeout,
+            sample_interval=sample_interval,
+            capture=capture,
+            artifact_dir=self.lab.artifact_dir,
+            conditions=conditions,
+        )
 
     def observe(self, *, capture=False, sample_interval=None, app_window=None):
         """Measure whatever runs on this pair inside the block: your own programs, started with popen/run/spawn/call.
@@ -308,12 +430,16 @@ class Pair(WorldView):
         from ..model.units import parse_size
 
         if capture not in (False, True):
-            raise ValueError(f"capture: must be True or False (both ends are captured; each connection gets the "
-                             f"capture of the end that sent its data), got {capture!r}")
+            raise ValueError(
+                f"capture: must be True or False (both ends are captured; each connection gets the "
+                f"capture of the end that sent its data), got {capture!r}"
+            )
         if app_window is not None:
             app_window = parse_size(app_window, "app_window")
             if not (math.isfinite(app_window) and app_window >= 1):
-                raise ValueError(f"app_window: must be at least 1 byte (or None: no bound of its own), got {app_window!r}")
+                raise ValueError(
+                    f"app_window: must be at least 1 byte (or None: no bound of its own), got {app_window!r}"
+                )
             app_window = int(app_window)
         if capture:
             check_need("tshark")
@@ -333,22 +459,39 @@ class Pair(WorldView):
         if not any(windows):
             raise MissingCapability("tcpi_snd_wnd", f"kernel {result.kernel} does not report snd_wnd in TCP_INFO")
         receiver = self.client if direction == "download" else self.server
-        probe = WindowProbe(window_bytes=max(w for w in windows if w is not None), rcvbuf_requested=result.rcvbuf_requested,
-                            rcvbuf_effective=result.effective_rcvbuf, kernel=result.kernel,
-                            sysctls=result.sysctls[receiver.role], transfer=result)
+        probe = WindowProbe(
+            window_bytes=max(w for w in windows if w is not None),
+            rcvbuf_requested=result.rcvbuf_requested,
+            rcvbuf_effective=result.effective_rcvbuf,
+            kernel=result.kernel,
+            sysctls=result.sysctls[receiver.role],
+            transfer=result,
+        )
         self.lab.results.append(probe)  # report: the probe stands for its transfer in the summary
         return probe
 
     def __repr__(self):
-        return f"<Pair #{self.index} {self.link!r} client={self.client_host.describe()} " \
-               f"server={self.server_host.describe()}>"
+        return (
+            f"<Pair #{self.index} {self.link!r} client={self.client_host.describe()} "
+            f"server={self.server_host.describe()}>"
+        )
 
 
 def udp_results(records, link):
     """UdpResults of a workload's (Cbr, sender record, sink record) triples."""
-    return [UdpResult(spec=stream, sent=sent["sent"], send_errors=sent["send_errors"], arrivals=sink["arrivals"],
-                      packet_size=stream.packet_size, started_at=sent["started_at"], ended_at=sent["ended_at"],
-                      link=link) for stream, sent, sink in records]
+    return [
+        UdpResult(
+            spec=stream,
+            sent=sent["sent"],
+            send_errors=sent["send_errors"],
+            arrivals=sink["arrivals"],
+            packet_size=stream.packet_size,
+            started_at=sent["started_at"],
+            ended_at=sent["ended_at"],
+            link=link,
+        )
+        for stream, sent, sink in records
+    ]
 
 
 def _timeout_of(flow, link):
@@ -360,6 +503,7 @@ def _timeout_of(flow, link):
 
 def _kernel_release():
     from .. import netlink
+
     return netlink.kernel_release()
 
 

@@ -125,8 +125,9 @@ class Topology(WorldView):
 
         flows = list(flows)
         if len(flows) != len(self.pairs):
-            raise ValueError(f"flows: expected {len(self.pairs)} entries (one per pair, None to leave one idle), "
-                             f"got {len(flows)}")
+            raise ValueError(
+                f"flows: expected {len(self.pairs)} entries (one per pair, None to leave one idle), got {len(flows)}"
+            )
         for i, flow in enumerate(flows):
             if flow is not None and not isinstance(flow, Flow):
                 raise TypeError(f"flows[{i}]: expected a Flow(...) or None, got {flow!r}")
@@ -135,9 +136,14 @@ class Topology(WorldView):
             raise ValueError("flows: every entry is None; nothing to run")
         timeout = timeout or max(default_timeout(flow, pair.link) for pair, flow in jobs)
         self.check_measurement([flow for _, flow in jobs], capture=capture, timeout=timeout)
-        results = run_workloads([(pair, Bulk([flow], socket_cc=pair.socket_cc)) for pair, flow in jobs],
-                                timeout=timeout, sample_interval=sample_interval, capture=capture,
-                                artifact_dir=self.world.lab.artifact_dir, conditions={"starved_receiver": False})
+        results = run_workloads(
+            [(pair, Bulk([flow], socket_cc=pair.socket_cc)) for pair, flow in jobs],
+            timeout=timeout,
+            sample_interval=sample_interval,
+            capture=capture,
+            artifact_dir=self.world.lab.artifact_dir,
+            conditions={"starved_receiver": False},
+        )
         return ConcurrentResult(flows=[flow_results[0] for flow_results in results])
 
     def __repr__(self):

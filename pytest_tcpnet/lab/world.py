@@ -101,7 +101,8 @@ class World:
     def socket_families(self):
         """The socket address families the world's endpoints use (AF_INET and/or AF_INET6)."""
         return {"ipv4": (socket.AF_INET,), "ipv6": (socket.AF_INET6,), "dual": (socket.AF_INET, socket.AF_INET6)}[
-            self.family]
+            self.family
+        ]
 
     def connect(self, a, b, *, subnet, ifnames=None):
         """A veth between nodes a and b on a /24 of the test network (and its /64 of 2001:2::/48 in an IPv6 or
@@ -132,8 +133,10 @@ class World:
         list of matches (netlink.shape_egress_classes says what a match is). A way scoped to TCP ports
         (Link(ports=...)) narrows every match to those ports."""
         if end.node.role != "router":
-            raise ValueError(f"shape: {end.key} is on a {end.node.role}; links are shaped on a router's egress, "
-                             "never on an endpoint's own interface (TCP Small Queues would see the qdisc)")
+            raise ValueError(
+                f"shape: {end.key} is on a {end.node.role}; links are shaped on a router's egress, "
+                "never on an endpoint's own interface (TCP Small Queues would see the qdisc)"
+            )
         if not isinstance(way, OneWay):
             raise TypeError(f"way: expected a OneWay, got {way!r}")
         if match is not None:
@@ -142,13 +145,19 @@ class World:
             # The impairment applies to TCP traffic to or from its ports only: a class whose filters match
             # either port field (of each family the world speaks, where no address says which).
             families = [{"family": version} for version in {"ipv4": (4,), "ipv6": (6,), "dual": (4, 6)}[self.family]]
-            match = [dict(base, **{field: port}) for base in (match or families) for port in way.ports
-                     for field in ("sport", "dport")]
+            match = [
+                dict(base, **{field: port})
+                for base in (match or families)
+                for port in way.ports
+                for field in ("sport", "dport")
+            ]
         if match is not None:
             if way.changes:
-                raise ValueError(f"shape: a link that changes while a flow runs (a Schedule) is shaped on a whole "
-                                 f"interface; {end.key} shapes chosen traffic (a star's per-server link, or ports=), "
-                                 "which cannot change in place yet")
+                raise ValueError(
+                    f"shape: a link that changes while a flow runs (a Schedule) is shaped on a whole "
+                    f"interface; {end.key} shapes chosen traffic (a star's per-server link, or ports=), "
+                    "which cannot change in place yet"
+                )
             for one in match:
                 netlink.u32_keys(one)  # a bad match is refused now, before anything exists
         rules = self._shaping[end]
@@ -172,15 +181,23 @@ class World:
         sysctls = {}
         # IPv6: no duplicate address detection on the interfaces to come (their link-local addresses
         # would wait a second or more, tentative), and routers forward.
-        v6 = {} if self.family == "ipv4" else {"net.ipv6.conf.all.accept_dad": "0",
-                                                "net.ipv6.conf.default.accept_dad": "0"}
+        v6 = (
+            {}
+            if self.family == "ipv4"
+            else {"net.ipv6.conf.all.accept_dad": "0", "net.ipv6.conf.default.accept_dad": "0"}
+        )
         for name, node in self.nodes.items():
             if node.role == "router":
-                sysctls[node.namespace] = {"net.ipv4.ip_forward": "1", **v6,
-                                           **({"net.ipv6.conf.all.forwarding": "1"} if v6 else {})}
+                sysctls[node.namespace] = {
+                    "net.ipv4.ip_forward": "1",
+                    **v6,
+                    **({"net.ipv6.conf.all.forwarding": "1"} if v6 else {}),
+                }
             else:
-                sysctls[node.namespace] = {**v6, **{k: v for k, v in self.hosts[name].sysctls.items()
-                                                    if k != _CC_SYSCTL}}
+                sysctls[node.namespace] = {
+                    **v6,
+                    **{k: v for k, v in self.hosts[name].sysctls.items() if k != _CC_SYSCTL},
+                }
         netlink.create_namespaces(sysctls)
         self._created.extend(node.namespace for node in self.nodes.values())  # all or none
         netlink.wire(self._veths(), self._routes())
@@ -196,8 +213,10 @@ class World:
                 self.qdisc_plan[end.ifname] = netlink.shape_egress(end.node.namespace, end.ifname, rules[0][1])
             else:
                 self.qdisc_plan[end.ifname] = [
-                    f"{where}: {line}" for where, lines in
-                    netlink.shape_egress_classes(end.node.namespace, end.ifname, rules).items() for line in lines]
+                    f"{where}: {line}"
+                    for where, lines in netlink.shape_egress_classes(end.node.namespace, end.ifname, rules).items()
+                    for line in lines
+                ]
         for name, spec in self.hosts.items():
             self._configure_endpoint(self.nodes[name], spec)
 
@@ -205,8 +224,11 @@ class World:
         veths = []
         for a, b, _ in self.links:
             a_index, b_index = self._take_ifindex(a.node), self._take_ifindex(b.node)
-            veths.append(netlink.Veth(a.node.namespace, a.ifname, a_index, a.addresses,
-                                      b.node.namespace, b.ifname, b_index, b.addresses))
+            veths.append(
+                netlink.Veth(
+                    a.node.namespace, a.ifname, a_index, a.addresses, b.node.namespace, b.ifname, b_index, b.addresses
+                )
+            )
         return veths
 
     def _take_ifindex(self, node):
@@ -226,14 +248,17 @@ class World:
         for name, node in self.nodes.items():
             if node.role != "router" and len(neighbours[name]) == 1:
                 gateway_end = neighbours[name][0][1]
-                routes[node.namespace] = [(aggregate[ipaddress.ip_address(address).version], address)
-                                          for address, _ in gateway_end.addresses]
+                routes[node.namespace] = [
+                    (aggregate[ipaddress.ip_address(address).version], address) for address, _ in gateway_end.addresses
+                ]
                 continue
             first_hop = self._first_hops(name, neighbours)
             routes[node.namespace] = [
                 (str(network), _same_family(first_hop[a.node.name].addresses, network))
-                for a, b, networks in self.links if name not in (a.node.name, b.node.name) and a.node.name in first_hop
-                for network in networks]
+                for a, b, networks in self.links
+                if name not in (a.node.name, b.node.name) and a.node.name in first_hop
+                for network in networks
+            ]
         return routes
 
     @staticmethod
@@ -298,8 +323,9 @@ class World:
 
     def changing_ends(self):
         """[(end, way)] of the ends whose way changes while a flow runs (a Schedule on their link)."""
-        return [(end, rules[0][1]) for end, rules in self._shaping.items()
-                if rules[0][0] is None and rules[0][1].changes]
+        return [
+            (end, rules[0][1]) for end, rules in self._shaping.items() if rules[0][0] is None and rules[0][1].changes
+        ]
 
     def prepare_change(self, changes):
         """Encode change(changes)'s messages now, so they go out on time later."""
@@ -311,8 +337,9 @@ class World:
         router, sequence numbers from first_seq on."""
         messages = []
         for namespace, group in self._by_namespace(changes).items():
-            fd, data, seqs = netlink.timed_change(namespace, [(end.ifname, way, frame) for end, way, frame in group],
-                                                  first_seq)
+            fd, data, seqs = netlink.timed_change(
+                namespace, [(end.ifname, way, frame) for end, way, frame in group], first_seq
+            )
             messages.append((fd, data, seqs))
             first_seq = seqs[-1] + 1
         return messages
@@ -337,7 +364,9 @@ class World:
         way) to `way`, one of its phases; one message per router. {end key: (acked_at, settings read back)}."""
         done = {}
         for namespace, group in self._by_namespace(changes).items():
-            acked_at, settings = netlink.change_egress(namespace, [(end.ifname, way, frame) for end, way, frame in group])
+            acked_at, settings = netlink.change_egress(
+                namespace, [(end.ifname, way, frame) for end, way, frame in group]
+            )
             done.update({end.key: (acked_at, settings[end.ifname]) for end, _, _ in group})
         return done
 
@@ -389,7 +418,11 @@ class WorldView:
                 check_need(flow.cc)
         if capture is True or capture in ("client", "router", "server"):
             check_need("tshark")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (timeout > 0 and math.isfinite(timeout)):
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not (timeout > 0 and math.isfinite(timeout))
+        ):
             raise ValueError(f"timeout: must be a number of seconds > 0, got {timeout!r}")
         if self.closed:
             raise LabError(f"this {self.kind} is closed")

@@ -80,8 +80,9 @@ def main():
         for fd, data, seqs in step["messages"]:
             socks[fd].send(bytes.fromhex(data))
             error = _await_acks(socks[fd], seqs) or error
-        print(json.dumps({"step": number, "sent_at": sent_at, "acked_at": time.monotonic(), "error": error}),
-              flush=True)
+        print(
+            json.dumps({"step": number, "sent_at": sent_at, "acked_at": time.monotonic(), "error": error}), flush=True
+        )
 
 
 if __name__ == "__main__":

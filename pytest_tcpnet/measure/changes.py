@@ -43,9 +43,13 @@ class LinkChanges:
             self._messages.append(messages)
             seq = messages[-1][2][-1] + 1
         # Started now, so its start-up overlaps the workloads' set-up (tens of ms here, more in an emulated guest).
-        self._timer = subprocess.Popen([sys.executable, "-I", "-S", _TIMER, str(os.getpid())],
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                       pass_fds=sorted({fd for step in self._messages for fd, _, _ in step}))
+        self._timer = subprocess.Popen(
+            [sys.executable, "-I", "-S", _TIMER, str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            pass_fds=sorted({fd for step in self._messages for fd, _, _ in step}),
+        )
 
     def __bool__(self):
         return bool(self.plan)
@@ -71,8 +75,10 @@ class LinkChanges:
             return self
         self.wait_ready()
         self.origin = time.monotonic()
-        plan = [{"at": self.origin + at, "messages": [[fd, data.hex(), seqs] for fd, data, seqs in messages]}
-                for (at, _), messages in zip(self.plan, self._messages)]
+        plan = [
+            {"at": self.origin + at, "messages": [[fd, data.hex(), seqs] for fd, data, seqs in messages]}
+            for (at, _), messages in zip(self.plan, self._messages)
+        ]
         self._timer.stdin.write(json.dumps(plan) + "\n")
         self._timer.stdin.flush()
         self._reader = threading.Thread(target=self._read, name="tcpnet-link-changes", daemon=True)
@@ -88,10 +94,17 @@ class LinkChanges:
                     raise LabError(f"the step at {at:g} s was refused: {report['error']}")
                 settings = self.world.read_back(changes)
                 for end, phase, _ in changes:
-                    self.applied.append({"at": at, "sent_at": report["sent_at"] - self.origin,
-                                         "applied_at": report["acked_at"] - self.origin, "end": end.key,
-                                         "link": phase.describe(), "settings": settings[end.key],
-                                         "timer": self.timer_priority})
+                    self.applied.append(
+                        {
+                            "at": at,
+                            "sent_at": report["sent_at"] - self.origin,
+                            "applied_at": report["acked_at"] - self.origin,
+                            "end": end.key,
+                            "link": phase.describe(),
+                            "settings": settings[end.key],
+                            "timer": self.timer_priority,
+                        }
+                    )
         except BaseException as exc:  # reported by stop(): a missed step makes the measurement wrong
             self._failure = exc
 

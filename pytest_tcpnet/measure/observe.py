@@ -22,16 +22,39 @@ __all__ = ["Observation", "PathCounters", "TCP_SYSCTLS"]
 
 #: Sysctls recorded with every result: the ones that change what TCP does on a path.
 TCP_SYSCTLS = (
-    "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.ipv4.tcp_congestion_control", "net.ipv4.tcp_window_scaling",
-    "net.ipv4.tcp_adv_win_scale", "net.ipv4.tcp_moderate_rcvbuf", "net.ipv4.tcp_sack", "net.ipv4.tcp_timestamps",
-    "net.ipv4.tcp_ecn", "net.ipv4.tcp_notsent_lowat", "net.ipv4.tcp_autocorking", "net.ipv4.tcp_slow_start_after_idle",
-    "net.ipv4.tcp_no_metrics_save", "net.ipv4.tcp_limit_output_bytes", "net.ipv4.tcp_shrink_window",
-    "net.core.rmem_max", "net.core.wmem_max", "net.core.rmem_default", "net.core.wmem_default",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+    "net.ipv4.tcp_congestion_control",
+    "net.ipv4.tcp_window_scaling",
+    "net.ipv4.tcp_adv_win_scale",
+    "net.ipv4.tcp_moderate_rcvbuf",
+    "net.ipv4.tcp_sack",
+    "net.ipv4.tcp_timestamps",
+    "net.ipv4.tcp_ecn",
+    "net.ipv4.tcp_notsent_lowat",
+    "net.ipv4.tcp_autocorking",
+    "net.ipv4.tcp_slow_start_after_idle",
+    "net.ipv4.tcp_no_metrics_save",
+    "net.ipv4.tcp_limit_output_bytes",
+    "net.ipv4.tcp_shrink_window",
+    "net.core.rmem_max",
+    "net.core.wmem_max",
+    "net.core.rmem_default",
+    "net.core.wmem_default",
 )
 _FIN_RECEIVED = (8, 9, 11)  # TCP_CLOSE_WAIT, TCP_LAST_ACK, TCP_CLOSING
 _FIN_QUEUED = (4, 9, 11)  # TCP_FIN_WAIT1, TCP_LAST_ACK, TCP_CLOSING: close() has added our FIN to the queue
-_MEMORY_FIELDS = ("rmem_alloc", "rcvbuf", "wmem_alloc", "sndbuf", "fwd_alloc", "wmem_queued", "optmem", "backlog",
-                  "drops")
+_MEMORY_FIELDS = (
+    "rmem_alloc",
+    "rcvbuf",
+    "wmem_alloc",
+    "sndbuf",
+    "fwd_alloc",
+    "wmem_queued",
+    "optmem",
+    "backlog",
+    "drops",
+)
 
 
 class PathCounters:
@@ -45,9 +68,11 @@ class PathCounters:
 
     def _read(self):
         pair = self.pair
-        return (pair.router_qdisc_stats(), pair.interface_counters(),
-                {role: tcp_counters(node.namespace) for role, node in (("client", pair.client),
-                                                                        ("server", pair.server))})
+        return (
+            pair.router_qdisc_stats(),
+            pair.interface_counters(),
+            {role: tcp_counters(node.namespace) for role, node in (("client", pair.client), ("server", pair.server))},
+        )
 
     def stop(self):
         """Read the counters after."""
@@ -59,14 +84,28 @@ class PathCounters:
         pair = self.pair
         (stats_before, counters_before, mib_before), (stats_after, counters_after, mib_after) = self.before, self.after
         return dict(
-            tcp_counters={role: {k: v - mib_before[role].get(k, 0) for k, v in mib_after[role].items()
-                                 if v != mib_before[role].get(k, 0)} for role in mib_after},
-            kernel=netlink.kernel_release(), link=pair.link, client=pair.client_host, server=pair.server_host,
-            sysctls={"client": pair.client.sysctls(TCP_SYSCTLS + tuple(pair.client_host.sysctls)),
-                     "server": pair.server.sysctls(TCP_SYSCTLS + tuple(pair.server_host.sysctls))},
-            offloads=dict(pair.offloads), qdiscs=_stats_delta(stats_before, stats_after),
-            interfaces={end: {k: v - counters_before[end][k] for k, v in counts.items()}
-                        for end, counts in counters_after.items()},
+            tcp_counters={
+                role: {
+                    k: v - mib_before[role].get(k, 0)
+                    for k, v in mib_after[role].items()
+                    if v != mib_before[role].get(k, 0)
+                }
+                for role in mib_after
+            },
+            kernel=netlink.kernel_release(),
+            link=pair.link,
+            client=pair.client_host,
+            server=pair.server_host,
+            sysctls={
+                "client": pair.client.sysctls(TCP_SYSCTLS + tuple(pair.client_host.sysctls)),
+                "server": pair.server.sysctls(TCP_SYSCTLS + tuple(pair.server_host.sysctls)),
+            },
+            offloads=dict(pair.offloads),
+            qdiscs=_stats_delta(stats_before, stats_after),
+            interfaces={
+                end: {k: v - counters_before[end][k] for k, v in counts.items()}
+                for end, counts in counters_after.items()
+            },
             host_contention_cpus=hostload.others_cpus(self.host_before, self.host_after),
         )
 
@@ -84,19 +123,36 @@ class Observation:
     holds the slot already (one measurement of several pairs at once holds one for all).
     """
 
-    def __init__(self, pair, *, capture=False, sample_interval=None, hold_s=None, connections=True,
-                 app_window_bytes=None, take_slot=True, link_changes=True):
+    def __init__(
+        self,
+        pair,
+        *,
+        capture=False,
+        sample_interval=None,
+        hold_s=None,
+        connections=True,
+        app_window_bytes=None,
+        take_slot=True,
+        link_changes=True,
+    ):
         if capture not in (False, True, "client", "router", "server"):
-            raise ValueError(f"capture: must be True, False or a node role 'client', 'router', 'server', "
-                             f"got {capture!r}")
+            raise ValueError(
+                f"capture: must be True, False or a node role 'client', 'router', 'server', got {capture!r}"
+            )
         self.cpu_budget = None  # an interval the caller chose is kept whatever it costs
         if sample_interval is None:
             sample_interval = default_interval(pair.link.rtt_s)
             self.cpu_budget = DEFAULT_CPU_BUDGET
-        if isinstance(sample_interval, bool) or not isinstance(sample_interval, (int, float)) \
-                or not 0 <= sample_interval <= 10 or (connections and not sample_interval):
-            raise ValueError(f"sample_interval: must be in (0, 10] seconds{'' if connections else ', or 0 for none'}, "
-                             f"got {sample_interval!r}")
+        if (
+            isinstance(sample_interval, bool)
+            or not isinstance(sample_interval, (int, float))
+            or not 0 <= sample_interval <= 10
+            or (connections and not sample_interval)
+        ):
+            raise ValueError(
+                f"sample_interval: must be in (0, 10] seconds{'' if connections else ', or 0 for none'}, "
+                f"got {sample_interval!r}"
+            )
         self.pair = pair
         self.capture = capture
         self.sample_interval = sample_interval
@@ -120,8 +176,10 @@ class Observation:
         if pair.closed:
             raise LabError("this pair is closed")
         if getattr(pair, "_observing", False):
-            raise LabError("this pair is already being observed: observe() blocks do not nest on one pair, "
-                           "and a workload on it would be measured twice")
+            raise LabError(
+                "this pair is already being observed: observe() blocks do not nest on one pair, "
+                "and a workload on it would be measured twice"
+            )
         pair._observing = True
         stack = contextlib.ExitStack()
         try:
@@ -131,9 +189,12 @@ class Observation:
                 stack.enter_context(measurement_slot(slot_wait_s(), hold_s=self.hold_s))
             self._counters = PathCounters(pair)
             if self.sample_interval:
-                self._sampler = SocketSampler({"client": pair.client.namespace, "server": pair.server.namespace},
-                                              self.sample_interval, self.cpu_budget,
-                                              families=pair.world.socket_families).start()
+                self._sampler = SocketSampler(
+                    {"client": pair.client.namespace, "server": pair.server.namespace},
+                    self.sample_interval,
+                    self.cpu_budget,
+                    families=pair.world.socket_families,
+                ).start()
                 stack.callback(self._stop_sampler)
             if self.capture:
                 self._start_captures(stack)
@@ -153,9 +214,11 @@ class Observation:
         started = {}
         stack.push(functools.partial(self._stop_captures, started))
         for role in roles:
-            capture = Capture(getattr(pair, role),
-                              filter=f"tcp and host {pair.client.address} and host {pair.server.address}",
-                              directory=pair.lab.artifact_dir)
+            capture = Capture(
+                getattr(pair, role),
+                filter=f"tcp and host {pair.client.address} and host {pair.server.address}",
+                directory=pair.lab.artifact_dir,
+            )
             capture.start()
             started[role] = capture
 
@@ -204,12 +267,17 @@ class Observation:
         if exc_type is not None:
             return False
         self._counters.stop()
-        self.shared = dict(self._counters.conditions(), link_changes=self.applied_changes,
-                           schedule_origin=self.schedule_origin)
+        self.shared = dict(
+            self._counters.conditions(), link_changes=self.applied_changes, schedule_origin=self.schedule_origin
+        )
         if self.connections:
-            self.flows = connection_results(self.samples, self.captures, self.shared,
-                                            artifact_dir=self.pair.lab.artifact_dir,
-                                            app_window_bytes=self.app_window_bytes)
+            self.flows = connection_results(
+                self.samples,
+                self.captures,
+                self.shared,
+                artifact_dir=self.pair.lab.artifact_dir,
+                app_window_bytes=self.app_window_bytes,
+            )
             self.register(self.flows)
         return False
 
@@ -235,10 +303,14 @@ def connection_results(samples, captures, shared, *, artifact_dir, app_window_by
         peer = samples.rows.get(("server", remote, local))
         if not peer:
             continue  # not a connection between the two ends (or the server side was never seen)
-        ends = {"client": _end(rows, local, remote, samples.cc_of(("client", local, remote))),
-                "server": _end(peer, remote, local, samples.cc_of(("server", remote, local)))}
-        sent = {role: max(ends[role]["sent"], ends[peer_role]["received"])
-                for role, peer_role in (("client", "server"), ("server", "client"))}
+        ends = {
+            "client": _end(rows, local, remote, samples.cc_of(("client", local, remote))),
+            "server": _end(peer, remote, local, samples.cc_of(("server", remote, local))),
+        }
+        sent = {
+            role: max(ends[role]["sent"], ends[peer_role]["received"])
+            for role, peer_role in (("client", "server"), ("server", "client"))
+        }
         sender_role = "server" if sent["server"] >= sent["client"] else "client"
         receiver_role = "client" if sender_role == "server" else "server"
         sender, receiver = ends[sender_role], ends[receiver_role]
@@ -249,14 +321,22 @@ def connection_results(samples, captures, shared, *, artifact_dir, app_window_by
             # The packets count every byte exactly; samples miss what moved after the last one before the sockets
             # closed, and a receiver's sample can count the FIN while its state still reads ESTABLISHED (seen).
             total = capture.data_bytes or total
-        results.append(TransferResult(
-            nbytes=total, direction="download" if sender_role == "server" else "upload",
-            sender=_sender_record(sender), receiver=_receiver_record(receiver, total),
-            sender_role=sender_role,
-            workload="observed", samples=samples, capture=capture, artifact_dir=artifact_dir,
-            app_window_bytes=app_window_bytes,
-            rcvbuf_requested=set_rcvbuf(receiver["values"], shared["sysctls"].get(receiver_role, {})),
-            **shared))
+        results.append(
+            TransferResult(
+                nbytes=total,
+                direction="download" if sender_role == "server" else "upload",
+                sender=_sender_record(sender),
+                receiver=_receiver_record(receiver, total),
+                sender_role=sender_role,
+                workload="observed",
+                samples=samples,
+                capture=capture,
+                artifact_dir=artifact_dir,
+                app_window_bytes=app_window_bytes,
+                rcvbuf_requested=set_rcvbuf(receiver["values"], shared["sysctls"].get(receiver_role, {})),
+                **shared,
+            )
+        )
     return sorted(results, key=lambda r: -r.nbytes)
 
 
@@ -292,13 +372,19 @@ def _end(rows, local, remote, cc):
     values = [v for _, v in full]
     # Written so far: sent at least once (bytes_sent counts payload, resends included), plus what still waits to
     # be sent (notsent_bytes, which holds our own FIN once close() queued it and it has not left yet).
-    sent = max(((v["bytes_sent"] or 0) - (v["bytes_retrans"] or 0) + _unsent_payload(v) for v in values),
-               default=0)
+    sent = max(((v["bytes_sent"] or 0) - (v["bytes_retrans"] or 0) + _unsent_payload(v) for v in values), default=0)
     # bytes_received counts the peer's FIN too, once it came (CLOSE_WAIT, LAST_ACK, CLOSING).
     received = max(((v["bytes_received"] or 0) - (v["state"] in _FIN_RECEIVED) for v in values), default=0)
-    return {"times": [t for t, _ in full], "values": values, "local": tuple(local), "remote": tuple(remote),
-            "cc": cc, "received": received, "sent": sent,
-            "gone_at": rows[-1][0] if len(rows) > len(full) else None}
+    return {
+        "times": [t for t, _ in full],
+        "values": values,
+        "local": tuple(local),
+        "remote": tuple(remote),
+        "cc": cc,
+        "received": received,
+        "sent": sent,
+        "gone_at": rows[-1][0] if len(rows) > len(full) else None,
+    }
 
 
 def _unsent_payload(v):
@@ -327,10 +413,16 @@ def _receiver_record(end, total):
     if last is None:
         last = _extrapolated_end(got, total, end["gone_at"])
         got.append((last, total))
-    record = {"nbytes": total, "connected_at": times[0], "checkpoints": got, "local": end["local"],
-              "remote": end["remote"], "tcp_info": last_tcp_info(values),
-              "buffers": {"rcvbuf": first_value(values[::-1], "rcvbuf")},
-              "buffers_at_connect": {"rcvbuf": first_value(values, "rcvbuf")}}
+    record = {
+        "nbytes": total,
+        "connected_at": times[0],
+        "checkpoints": got,
+        "local": end["local"],
+        "remote": end["remote"],
+        "tcp_info": last_tcp_info(values),
+        "buffers": {"rcvbuf": first_value(values[::-1], "rcvbuf")},
+        "buffers_at_connect": {"rcvbuf": first_value(values, "rcvbuf")},
+    }
     if first is not None:
         # The first sample with data stands for the first read: its bytes are not timed (as for a bulk flow).
         record.update(first_byte_at=first[0], first_read=first[1], last_byte_at=last)
@@ -350,12 +442,22 @@ def _extrapolated_end(got, total, gone_at):
 def _sender_record(end):
     times, values = end["times"], end["values"]
     started = next((i for i, v in enumerate(values) if (v["bytes_sent"] or 0) > 0 or v["notsent_bytes"]), None)
-    acked = next((t for t, v in zip(times, values) if (v["bytes_sent"] or 0) >= end["sent"] and not v["unacked"]
-                  and not v["notsent_bytes"]), end["gone_at"] or times[-1])
-    record = {"connected_at": times[0], "local": end["local"], "remote": end["remote"],
-              "tcp_info": last_tcp_info(values),
-              "buffers": {"sndbuf": first_value(values[::-1], "sndbuf"), "cc": end["cc"]},
-              "buffers_at_connect": {"sndbuf": first_value(values, "sndbuf")}}
+    acked = next(
+        (
+            t
+            for t, v in zip(times, values)
+            if (v["bytes_sent"] or 0) >= end["sent"] and not v["unacked"] and not v["notsent_bytes"]
+        ),
+        end["gone_at"] or times[-1],
+    )
+    record = {
+        "connected_at": times[0],
+        "local": end["local"],
+        "remote": end["remote"],
+        "tcp_info": last_tcp_info(values),
+        "buffers": {"sndbuf": first_value(values[::-1], "sndbuf"), "cc": end["cc"]},
+        "buffers_at_connect": {"sndbuf": first_value(values, "sndbuf")},
+    }
     if started is not None:
         # The write happened after the sample before the first that shows data.
         record["first_write_at"] = times[max(0, started - 1)]

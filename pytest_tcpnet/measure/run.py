@@ -10,6 +10,7 @@ from .slots import measurement_slot, slot_wait_s
 
 __all__ = ["run_workload", "run_workloads", "TCP_SYSCTLS"]
 
+
 def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False, artifact_dir=None, conditions=None):
     """Run `workload` on `pair` inside an Observation; return one TransferResult per flow, registered with the lab.
 
@@ -20,8 +21,14 @@ def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False
     capture: False, True (the sender's side), or a node role ("client", "router", "server").
     conditions: extra TransferResult fields shared by every flow (reader, writer, starved_receiver, ...).
     """
-    return run_workloads([(pair, workload)], timeout=timeout, sample_interval=sample_interval, capture=capture,
-                         artifact_dir=artifact_dir, conditions=conditions)[0]
+    return run_workloads(
+        [(pair, workload)],
+        timeout=timeout,
+        sample_interval=sample_interval,
+        capture=capture,
+        artifact_dir=artifact_dir,
+        conditions=conditions,
+    )[0]
 
 
 def run_workloads(jobs, *, timeout, sample_interval=None, capture=False, artifact_dir=None, conditions=None):
@@ -36,8 +43,15 @@ def run_workloads(jobs, *, timeout, sample_interval=None, capture=False, artifac
         observations = []
         for pair, workload in jobs:
             interval = 0 if sample_interval is False or not workload.sampled else sample_interval
-            observation = Observation(pair, capture=capture, sample_interval=interval, hold_s=timeout,
-                                      connections=False, take_slot=False, link_changes=False)
+            observation = Observation(
+                pair,
+                capture=capture,
+                sample_interval=interval,
+                hold_s=timeout,
+                connections=False,
+                take_slot=False,
+                link_changes=False,
+            )
             stack.enter_context(observation)
             observations.append(observation)
         deadline = time.monotonic() + timeout  # from the slot on
@@ -62,29 +76,42 @@ def run_workloads(jobs, *, timeout, sample_interval=None, capture=False, artifac
     for observation in observations:
         steps, origin = applied[id(observation.pair.world)]
         observation.shared.update(link_changes=steps, schedule_origin=origin if steps or origin else None)
-    return [_results(observation, workload, pair_outcomes, artifact_dir, conditions)
-            for observation, (_, workload), pair_outcomes in zip(observations, jobs, outcomes)]
+    return [
+        _results(observation, workload, pair_outcomes, artifact_dir, conditions)
+        for observation, (_, workload), pair_outcomes in zip(observations, jobs, outcomes)
+    ]
 
 
 def _results(observation, workload, outcomes, artifact_dir, conditions):
     samples = observation.samples
-    shared = dict(observation.shared, workload=workload.kind, samples=samples, artifact_dir=artifact_dir,
-                  **(conditions or {}))
+    shared = dict(
+        observation.shared, workload=workload.kind, samples=samples, artifact_dir=artifact_dir, **(conditions or {})
+    )
     results = []
     for outcome in outcomes:
         if samples is not None:
             _complete_from_samples(outcome, samples)
         spec = outcome.spec
-        results.append(TransferResult(
-            nbytes=outcome.receiver["nbytes"],
-            direction="download" if outcome.sender_role == "server" else "upload",
-            sndbuf_requested=getattr(spec, "sndbuf", None), rcvbuf_requested=getattr(spec, "rcvbuf", None),
-            reader=getattr(spec, "reader", None), writer=getattr(spec, "writer", None),
-            write_size=getattr(spec, "write_size", None),
-            sender=outcome.sender, receiver=outcome.receiver, sender_role=outcome.sender_role,
-            capture=observation.capture_for(outcome.sender_role, outcome.sender.get("local"),
-                                            outcome.sender.get("remote")),
-            reported_bps=outcome.reported_bps, details=outcome.details, **shared))
+        results.append(
+            TransferResult(
+                nbytes=outcome.receiver["nbytes"],
+                direction="download" if outcome.sender_role == "server" else "upload",
+                sndbuf_requested=getattr(spec, "sndbuf", None),
+                rcvbuf_requested=getattr(spec, "rcvbuf", None),
+                reader=getattr(spec, "reader", None),
+                writer=getattr(spec, "writer", None),
+                write_size=getattr(spec, "write_size", None),
+                sender=outcome.sender,
+                receiver=outcome.receiver,
+                sender_role=outcome.sender_role,
+                capture=observation.capture_for(
+                    outcome.sender_role, outcome.sender.get("local"), outcome.sender.get("remote")
+                ),
+                reported_bps=outcome.reported_bps,
+                details=outcome.details,
+                **shared,
+            )
+        )
     observation.register(results)
     return results
 
@@ -103,8 +130,9 @@ def _complete_from_samples(outcome, samples):
         info = record.setdefault("tcp_info", {})
         for key, value in last_tcp_info(values).items():
             info.setdefault(key, value)
-        record.setdefault("buffers_at_connect", {"sndbuf": first_value(values, "sndbuf"),
-                                                 "rcvbuf": first_value(values, "rcvbuf")})
+        record.setdefault(
+            "buffers_at_connect", {"sndbuf": first_value(values, "sndbuf"), "rcvbuf": first_value(values, "rcvbuf")}
+        )
         buffers = record.setdefault("buffers", {})
         buffers.setdefault("sndbuf", first_value(values[::-1], "sndbuf"))
         buffers.setdefault("rcvbuf", first_value(values[::-1], "rcvbuf"))

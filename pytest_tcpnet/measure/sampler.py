@@ -74,8 +74,11 @@ class SocketSamples:
     def series(self, role, local, remote, field):
         """[(monotonic time, value)] of one field of one socket (absent values skipped)."""
         column = SERIES_FIELDS.index(field)
-        return [(t, values[column]) for t, values in self.rows.get((role, tuple(local), tuple(remote)), [])
-                if values[column] is not None]
+        return [
+            (t, values[column])
+            for t, values in self.rows.get((role, tuple(local), tuple(remote)), [])
+            if values[column] is not None
+        ]
 
     def sockets(self, role=None):
         """The (role, local, remote) keys seen."""
@@ -117,8 +120,9 @@ class SocketSampler:
                 outcome.append(error)
                 opened.set()
 
-            thread = threading.Thread(target=self._watch, args=(role, namespace, ready), daemon=True,
-                                      name=f"tcpnet-sampler-{role}")
+            thread = threading.Thread(
+                target=self._watch, args=(role, namespace, ready), daemon=True, name=f"tcpnet-sampler-{role}"
+            )
             thread.start()
             self._threads.append(thread)
             waits.append((opened, outcome))

@@ -16,8 +16,7 @@ from ..errors import LabError
 from ..locks import open_lock_file
 from ..netlink.ownership import owner_alive, process_start_ticks
 
-__all__ = ["measurement_slot", "slot_count", "slot_holders", "slot_wait_s", "DEFAULT_SLOT_WAIT_S",
-           "OVERDUE_GRACE_S"]
+__all__ = ["measurement_slot", "slot_count", "slot_holders", "slot_wait_s", "DEFAULT_SLOT_WAIT_S", "OVERDUE_GRACE_S"]
 
 #: Seconds a transfer may queue for a measurement slot before giving up (env TCPNET_SLOT_WAIT).
 DEFAULT_SLOT_WAIT_S = 900.0
@@ -90,8 +89,10 @@ def measurement_slot(timeout, hold_s=None):
             continue
         if time.monotonic() > deadline:
             held = "; ".join(f"slot {slot}: {holder['why']}" for slot, holder in sorted(holders.items()))
-            raise LabError(f"no measurement slot free within {timeout:.0f} s ({held}) "
-                           f"(TCPNET_SLOT_WAIT sets the wait, TCPNET_MEASUREMENT_SLOTS the count)")
+            raise LabError(
+                f"no measurement slot free within {timeout:.0f} s ({held}) "
+                f"(TCPNET_SLOT_WAIT sets the wait, TCPNET_MEASUREMENT_SLOTS the count)"
+            )
         interrupts.raise_dropped()
         time.sleep(0.01)
 
@@ -135,13 +136,21 @@ def _describe_holder(text):
         return {"pid": None, "since": None, "stale": False, "why": "a holder that recorded no pid (an older copy?)"}
     held = f"{time.time() - since:.0f} s"
     if not owner_alive(pid, start):
-        return {"pid": pid, "since": since, "stale": True,
-                "why": f"pid {pid}, which is dead, though a process that inherited its descriptor keeps the lock "
-                       f"(held {held})"}
+        return {
+            "pid": pid,
+            "since": since,
+            "stale": True,
+            "why": f"pid {pid}, which is dead, though a process that inherited its descriptor keeps the lock "
+            f"(held {held})",
+        }
     command = _command(pid)
     if until is not None and time.time() > until + OVERDUE_GRACE_S:
-        return {"pid": pid, "since": since, "stale": True,
-                "why": f"pid {pid} ({command}), {time.time() - until:.0f} s past its own deadline: hung"}
+        return {
+            "pid": pid,
+            "since": since,
+            "stale": True,
+            "why": f"pid {pid} ({command}), {time.time() - until:.0f} s past its own deadline: hung",
+        }
     return {"pid": pid, "since": since, "stale": False, "why": f"pid {pid} ({command}), held {held}"}
 
 

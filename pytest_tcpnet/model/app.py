@@ -27,8 +27,7 @@ def check_positive_bytes(field, value):
     if isinstance(value, str) and math.isfinite(nbytes) and nbytes == int(nbytes):
         nbytes = int(nbytes)
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or not 0 < nbytes <= MAX_TRANSFER_BYTES:
-        raise ValueError(f"{field}: must be a positive int of bytes up to 2^40 (or a size like '1mb'), "
-                         f"got {value!r}")
+        raise ValueError(f"{field}: must be a positive int of bytes up to 2^40 (or a size like '1mb'), got {value!r}")
     return nbytes
 
 
@@ -36,10 +35,16 @@ def check_buffer_bytes(field, value):
     """A socket buffer request: 1..2^31-1 bytes (setsockopt takes an int), or a size like '16kb'."""
     nbytes = parse_size(value, field) if isinstance(value, str) else value  # a bad unit says so itself
     # Finite first: int() of an infinity or NaN raises OverflowError or a message about NaN, not ours.
-    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not math.isfinite(nbytes) \
-            or nbytes != int(nbytes) or not 0 < nbytes <= 2**31 - 1:
-        raise ValueError(f"{field}: must be a whole number of bytes in 1..2^31-1 (or a size like '16kb'), "
-                         f"got {value!r}")
+    if (
+        isinstance(nbytes, bool)
+        or not isinstance(nbytes, (int, float))
+        or not math.isfinite(nbytes)
+        or nbytes != int(nbytes)
+        or not 0 < nbytes <= 2**31 - 1
+    ):
+        raise ValueError(
+            f"{field}: must be a whole number of bytes in 1..2^31-1 (or a size like '16kb'), got {value!r}"
+        )
     return int(nbytes)
 
 
@@ -139,8 +144,10 @@ class Flow:
         for name in ("reader", "writer"):
             pause = getattr(self, name)
             if isinstance(pause, Pause) and self.nbytes is not None and pause.after >= self.nbytes:
-                raise ValueError(f"{name}: Pause(after={pause.after}) is not before the end of the "
-                                 f"{self.nbytes}-byte transfer; pause after fewer bytes")
+                raise ValueError(
+                    f"{name}: Pause(after={pause.after}) is not before the end of the "
+                    f"{self.nbytes}-byte transfer; pause after fewer bytes"
+                )
 
 
 #: UDP payload that fits one 1500-byte frame under IPv6 (1500 - 40 - 8).
@@ -164,6 +171,7 @@ class Cbr:
 
     def __post_init__(self):
         from .units import parse_rate
+
         rate = parse_rate(self.rate, "Cbr.rate")
         if not math.isfinite(rate) or not 0 < rate <= 1e9:
             raise ValueError(f"Cbr.rate: must be > 0 and at most 1 Gbit/s (a Python sender's reach), got {self.rate!r}")
@@ -176,17 +184,23 @@ class Cbr:
         if isinstance(size, bool) or not isinstance(size, int) or not 16 <= size <= MAX_CBR_PACKET:
             raise ValueError(f"Cbr.packet_size: UDP payload bytes in 16..{MAX_CBR_PACKET} (one frame), got {size!r}")
         if rate / (8 * size) > 100_000:
-            raise ValueError(f"Cbr.rate: {rate / (8 * size):.0f} datagrams/s of {size} B is beyond a Python sender "
-                             "(at most 100000/s); use bigger packets")
+            raise ValueError(
+                f"Cbr.rate: {rate / (8 * size):.0f} datagrams/s of {size} B is beyond a Python sender "
+                "(at most 100000/s); use bigger packets"
+            )
         start = parse_time(self.start, "Cbr.start")
         if not math.isfinite(start) or not 0 <= start <= 3600:
             raise ValueError(f"Cbr.start: must be in [0, 3600] seconds, got {self.start!r}")
         object.__setattr__(self, "start", float(start))
         if self.direction not in ("download", "upload"):
-            raise ValueError(f"Cbr.direction: must be 'download' (server -> client) or 'upload', got {self.direction!r}")
+            raise ValueError(
+                f"Cbr.direction: must be 'download' (server -> client) or 'upload', got {self.direction!r}"
+            )
 
     def describe(self):
         """'UDP 5 Mbit/s (1200 B datagrams) for 8 s'."""
         from .units import format_rate
-        return (f"UDP {format_rate(self.rate)} ({self.packet_size} B datagrams) for {format_time(self.duration)}"
-                + (f" from {format_time(self.start)}" if self.start else ""))
+
+        return f"UDP {format_rate(self.rate)} ({self.packet_size} B datagrams) for {format_time(self.duration)}" + (
+            f" from {format_time(self.start)}" if self.start else ""
+        )

@@ -9,9 +9,17 @@ from .tcp import mathis_throughput, window_limited_transfer_time
 from .units import format_rate, format_size, format_time
 from .window import advertised_window, send_window
 
-__all__ = ["Conditions", "Prediction", "expected_throughput", "sustained_window", "PAYLOAD_PER_FRAME",
-           "PAYLOAD_PER_FRAME_IPV6", "LOSS_BASED_CCS",
-           "link_goodput", "loss_bound"]
+__all__ = [
+    "Conditions",
+    "Prediction",
+    "expected_throughput",
+    "sustained_window",
+    "PAYLOAD_PER_FRAME",
+    "PAYLOAD_PER_FRAME_IPV6",
+    "LOSS_BASED_CCS",
+    "link_goodput",
+    "loss_bound",
+]
 
 #: Payload bytes per full frame with TCP timestamps (1500 MTU - 20 IP - 32 TCP).
 PAYLOAD_PER_FRAME = 1448
@@ -20,8 +28,9 @@ PAYLOAD_PER_FRAME_IPV6 = 1428
 
 #: Congestion controls that halve (or cut by a fixed factor) on every loss, so Mathis' square-root
 #: law bounds them. bbr (model-based) and the delay-based ones are left out: no loss bound applies.
-LOSS_BASED_CCS = frozenset({"reno", "cubic", "bic", "highspeed", "htcp", "scalable", "hybla", "westwood",
-                            "illinois", "yeah", "veno"})
+LOSS_BASED_CCS = frozenset(
+    {"reno", "cubic", "bic", "highspeed", "htcp", "scalable", "hybla", "westwood", "illinois", "yeah", "veno"}
+)
 
 
 def link_goodput(rate_bps, mss_bytes=PAYLOAD_PER_FRAME):
@@ -74,8 +83,12 @@ class Conditions:
             raise ValueError(f"loss: must be in [0, 1), got {self.loss!r}")
         for name in ("queue_packets", "app_window_bytes", "app_rate_bps"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not value > 0 or not math.isfinite(value)):
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not value > 0
+                or not math.isfinite(value)
+            ):
                 raise ValueError(f"{name}: must be a finite number > 0 or None, got {value!r}")
 
     @classmethod
@@ -100,28 +113,41 @@ class Conditions:
         if observed:
             window = (result.sender_tcp_info or {}).get("snd_wnd") or None
             rtt = max(rtt, result.rtt_s or 0.0)
-        paced = [p.rate_bps for p in (getattr(result, "writer", None), getattr(result, "reader", None))
-                 if hasattr(p, "rate_bps")]
+        paced = [
+            p.rate_bps
+            for p in (getattr(result, "writer", None), getattr(result, "reader", None))
+            if hasattr(p, "rate_bps")
+        ]
         local = (getattr(result, "sender", None) or {}).get("local") or ("",)
         mss = PAYLOAD_PER_FRAME_IPV6 if ":" in str(local[0]) else PAYLOAD_PER_FRAME
-        return cls(kernel=result.kernel, rtt_s=rtt, rate_bps=way.rate_bps, loss=way.loss,
-                   queue_packets=way.queue_limit_packets() if way.rate_bps else None,
-                   queue=way.queue if way.rate_bps else None,
-                   app_rate_bps=min(paced) if paced else None,
-                   app_window_bytes=getattr(result, "app_window_bytes", None),
-                   cc=result.cc or sysctls.get(sender_role, {}).get("net.ipv4.tcp_congestion_control"),
-                   so_sndbuf=result.sndbuf_requested, so_rcvbuf=result.rcvbuf_requested,
-                   sender_sysctls=dict(sysctls.get(sender_role, {})),
-                   receiver_sysctls=dict(sysctls.get(receiver_role, {})), window_bytes=window,
-                   nbytes=getattr(result, "nbytes", None), mss_bytes=mss,
-                   write_chunk_bytes=getattr(result, "write_size", None) or 1 << 20)
+        return cls(
+            kernel=result.kernel,
+            rtt_s=rtt,
+            rate_bps=way.rate_bps,
+            loss=way.loss,
+            queue_packets=way.queue_limit_packets() if way.rate_bps else None,
+            queue=way.queue if way.rate_bps else None,
+            app_rate_bps=min(paced) if paced else None,
+            app_window_bytes=getattr(result, "app_window_bytes", None),
+            cc=result.cc or sysctls.get(sender_role, {}).get("net.ipv4.tcp_congestion_control"),
+            so_sndbuf=result.sndbuf_requested,
+            so_rcvbuf=result.rcvbuf_requested,
+            sender_sysctls=dict(sysctls.get(sender_role, {})),
+            receiver_sysctls=dict(sysctls.get(receiver_role, {})),
+            window_bytes=window,
+            nbytes=getattr(result, "nbytes", None),
+            mss_bytes=mss,
+            write_chunk_bytes=getattr(result, "write_size", None) or 1 << 20,
+        )
 
     def describe(self):
         """One line: 'kernel 6.1.0, RTT 20 ms, 100 Mbit/s, loss 0, cubic, SO_RCVBUF 64 kB, SO_SNDBUF auto'."""
-        return (f"kernel {self.kernel}, RTT {format_time(self.rtt_s)}, "
-                f"{format_rate(self.rate_bps) if self.rate_bps else 'no rate limit'}, loss {self.loss:.3g}, "
-                f"cc {self.cc or 'default'}, SO_RCVBUF {format_size(self.so_rcvbuf) if self.so_rcvbuf else 'auto'}, "
-                f"SO_SNDBUF {format_size(self.so_sndbuf) if self.so_sndbuf else 'auto'}")
+        return (
+            f"kernel {self.kernel}, RTT {format_time(self.rtt_s)}, "
+            f"{format_rate(self.rate_bps) if self.rate_bps else 'no rate limit'}, loss {self.loss:.3g}, "
+            f"cc {self.cc or 'default'}, SO_RCVBUF {format_size(self.so_rcvbuf) if self.so_rcvbuf else 'auto'}, "
+            f"SO_SNDBUF {format_size(self.so_sndbuf) if self.so_sndbuf else 'auto'}"
+        )
 
 
 @dataclass(frozen=True)
@@ -156,10 +182,16 @@ def _over_phases(result, observed):
     predictions = phase_predictions(result, observed=observed)
     spans = [phase.end_s - phase.start_s for phase, _ in predictions]
     bps = sum(p.bps * span for (_, p), span in zip(predictions, spans)) / sum(spans)
-    why = "; ".join(f"phase {phase.number} ({format_time(span)}): {format_rate(p.bps)}, {p.bound}"
-                    for (phase, p), span in zip(predictions, spans))
-    return Prediction(bps, "schedule", f"the link changes: each phase's bound for its time ({why})",
-                      {f"phase {phase.number}": p.bps for phase, p in predictions})
+    why = "; ".join(
+        f"phase {phase.number} ({format_time(span)}): {format_rate(p.bps)}, {p.bound}"
+        for (phase, p), span in zip(predictions, spans)
+    )
+    return Prediction(
+        bps,
+        "schedule",
+        f"the link changes: each phase's bound for its time ({why})",
+        {f"phase {phase.number}": p.bps for phase, p in predictions},
+    )
 
 
 def expected_throughput(conditions_or_result, *, observed=False):
@@ -179,8 +211,10 @@ def expected_throughput(conditions_or_result, *, observed=False):
     bounds, reasons = {}, {}
     if c.rate_bps:
         bounds["link"] = link_goodput(c.rate_bps, c.mss_bytes)
-        reasons["link"] = (f"the {format_rate(c.rate_bps)} shaper carries {c.mss_bytes} payload bytes "
-                           f"per {MTU_FRAME_BYTES}-byte frame" + (" (IPv6)" if c.mss_bytes == PAYLOAD_PER_FRAME_IPV6 else ""))
+        reasons["link"] = (
+            f"the {format_rate(c.rate_bps)} shaper carries {c.mss_bytes} payload bytes "
+            f"per {MTU_FRAME_BYTES}-byte frame" + (" (IPv6)" if c.mss_bytes == PAYLOAD_PER_FRAME_IPV6 else "")
+        )
     if c.rtt_s > 0:
         if c.window_bytes:
             window, source = c.window_bytes, "observed in TCP_INFO (snd_wnd)"
@@ -189,12 +223,13 @@ def expected_throughput(conditions_or_result, *, observed=False):
             source = _window_source(c)
         bounds["rwnd"] = window * 8 / c.rtt_s
         reasons["rwnd"] = f"a {format_size(window)} receive window ({source}) per {format_time(c.rtt_s)} RTT"
-        in_flight = send_window(c.so_sndbuf, kernel=c.kernel, sysctls=c.sender_sysctls,
-                                chunk_bytes=c.write_chunk_bytes)
+        in_flight = send_window(c.so_sndbuf, kernel=c.kernel, sysctls=c.sender_sysctls, chunk_bytes=c.write_chunk_bytes)
         bounds["sndbuf"] = in_flight * 8 / c.rtt_s
-        reasons["sndbuf"] = (f"at most {format_size(in_flight)} in flight under the send buffer "
-                             f"({'SO_SNDBUF ' + format_size(c.so_sndbuf) if c.so_sndbuf else 'tcp_wmem max'}) "
-                             f"per {format_time(c.rtt_s)} RTT")
+        reasons["sndbuf"] = (
+            f"at most {format_size(in_flight)} in flight under the send buffer "
+            f"({'SO_SNDBUF ' + format_size(c.so_sndbuf) if c.so_sndbuf else 'tcp_wmem max'}) "
+            f"per {format_time(c.rtt_s)} RTT"
+        )
         mathis = loss_bound(c.cc or "cubic", c.rtt_s, c.loss, c.mss_bytes)
         if mathis is not None:
             bounds["loss"] = mathis
@@ -206,10 +241,14 @@ def expected_throughput(conditions_or_result, *, observed=False):
         # Each application round sends its window, then waits a round trip for the application's ACK: the
         # window's time on the bottleneck counts too (16 KB at 20 Mbit/s is 6.6 ms beside a 40 ms RTT).
         round_s = c.rtt_s + (c.app_window_bytes * 8 / link_goodput(c.rate_bps, c.mss_bytes) if c.rate_bps else 0.0)
-        app.append((c.app_window_bytes * 8 / round_s,
-                    f"the application keeps {format_size(c.app_window_bytes)} outstanding per round of "
-                    f"{format_time(round_s)} (its own protocol: the {format_time(c.rtt_s)} RTT"
-                    + (" plus the window's time on the link)" if c.rate_bps else ")")))
+        app.append(
+            (
+                c.app_window_bytes * 8 / round_s,
+                f"the application keeps {format_size(c.app_window_bytes)} outstanding per round of "
+                f"{format_time(round_s)} (its own protocol: the {format_time(c.rtt_s)} RTT"
+                + (" plus the window's time on the link)" if c.rate_bps else ")"),
+            )
+        )
     if app:
         bounds["app"], reasons["app"] = min(app)
     if not bounds:
@@ -220,8 +259,7 @@ def expected_throughput(conditions_or_result, *, observed=False):
     why += queue_note
     if c.nbytes and c.rtt_s > 0 and bound != "loss":
         # The binding rate moves one window of rate x RTT per round trip once cwnd has grown to it.
-        time_s = window_limited_transfer_time(c.nbytes, max(1.0, bps * c.rtt_s / 8), c.rtt_s,
-                                             mss_bytes=c.mss_bytes)
+        time_s = window_limited_transfer_time(c.nbytes, max(1.0, bps * c.rtt_s / 8), c.rtt_s, mss_bytes=c.mss_bytes)
         if c.nbytes * 8 / time_s < bps:
             bps = c.nbytes * 8 / time_s
             why += f"; {format_size(c.nbytes)} take {time_s / c.rtt_s:.0f} round trips with slow start"
@@ -250,14 +288,18 @@ def _standing_queue(c, bounds, bound):
     if held is not None and held < standing:
         standing = held
         loaded = c.rtt_s + standing * 8 / link_goodput(c.rate_bps, c.mss_bytes)
-        return loaded, (f"; the {format_size(min(windows))} window exceeds the {format_size(bdp)} BDP, but the "
-                        f"{c.queue.kind} AQM keeps ~{format_size(standing)} standing: RTT under load "
-                        f"~{format_time(loaded)}")
+        return loaded, (
+            f"; the {format_size(min(windows))} window exceeds the {format_size(bdp)} BDP, but the "
+            f"{c.queue.kind} AQM keeps ~{format_size(standing)} standing: RTT under load "
+            f"~{format_time(loaded)}"
+        )
     loaded = c.rtt_s + standing * 8 / link_goodput(c.rate_bps, c.mss_bytes)
     where = f"{c.queue.kind} " if c.queue is not None else ""
-    note = (f"; the {format_size(min(windows))} window exceeds the {format_size(bdp)} BDP, so up to "
-            f"{format_size(standing)} stand in the {c.queue_packets}-packet {where}bottleneck queue: RTT under load "
-            f"~{format_time(loaded)}")
+    note = (
+        f"; the {format_size(min(windows))} window exceeds the {format_size(bdp)} BDP, so up to "
+        f"{format_size(standing)} stand in the {c.queue_packets}-packet {where}bottleneck queue: RTT under load "
+        f"~{format_time(loaded)}"
+    )
     if excess > capacity:
         note += " (the queue overflows: a loss-based cc backs off on its drops)"
     return loaded, note

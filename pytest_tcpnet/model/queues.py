@@ -11,8 +11,16 @@ from .units import MTU_FRAME_BYTES, format_rate, format_size, format_time, parse
 
 __all__ = ["Queue", "QUEUE_KINDS", "ECN_QUEUES", "check_queue", "CAKE_FLOW_MODES", "CAKE_DIFFSERV_MODES"]
 
-CAKE_FLOW_MODES = ("flowblind", "srchost", "dsthost", "hosts", "flows", "dual-srchost", "dual-dsthost",
-                   "triple-isolate")
+CAKE_FLOW_MODES = (
+    "flowblind",
+    "srchost",
+    "dsthost",
+    "hosts",
+    "flows",
+    "dual-srchost",
+    "dual-dsthost",
+    "triple-isolate",
+)
 CAKE_DIFFSERV_MODES = ("diffserv3", "diffserv4", "diffserv8", "besteffort", "precedence")
 
 
@@ -54,6 +62,7 @@ def _choice(choices):
         if value not in choices:
             raise ValueError(f"{field}: must be one of {', '.join(choices)}, got {value!r}")
         return value
+
     return check
 
 
@@ -67,23 +76,106 @@ def _alpha_beta(field, value):
 QUEUE_KINDS = {
     "pfifo": ({}, False, False, "packets", 1000),
     "bfifo": ({}, False, False, "bytes", None),
-    "fq_codel": ({"target": _time, "interval": _time, "flows": _count, "quantum": _size, "ce_threshold": _time,
-                  "memory_limit": _size, "drop_batch": _count}, True, True, "packets", 10240),
+    "fq_codel": (
+        {
+            "target": _time,
+            "interval": _time,
+            "flows": _count,
+            "quantum": _size,
+            "ce_threshold": _time,
+            "memory_limit": _size,
+            "drop_batch": _count,
+        },
+        True,
+        True,
+        "packets",
+        10240,
+    ),
     "codel": ({"target": _time, "interval": _time, "ce_threshold": _time}, True, False, "packets", 1000),
-    "pie": ({"target": _time, "tupdate": _time, "alpha": _alpha_beta, "beta": _alpha_beta, "bytemode": _flag,
-             "dq_rate_estimator": _flag}, True, False, "packets", 1000),
-    "fq_pie": ({"target": _time, "tupdate": _time, "alpha": _alpha_beta, "beta": _alpha_beta, "flows": _count,
-                "quantum": _size, "memory_limit": _size, "ecn_prob": _probability, "bytemode": _flag,
-                "dq_rate_estimator": _flag}, True, False, "packets", 10240),
+    "pie": (
+        {
+            "target": _time,
+            "tupdate": _time,
+            "alpha": _alpha_beta,
+            "beta": _alpha_beta,
+            "bytemode": _flag,
+            "dq_rate_estimator": _flag,
+        },
+        True,
+        False,
+        "packets",
+        1000,
+    ),
+    "fq_pie": (
+        {
+            "target": _time,
+            "tupdate": _time,
+            "alpha": _alpha_beta,
+            "beta": _alpha_beta,
+            "flows": _count,
+            "quantum": _size,
+            "memory_limit": _size,
+            "ecn_prob": _probability,
+            "bytemode": _flag,
+            "dq_rate_estimator": _flag,
+        },
+        True,
+        False,
+        "packets",
+        10240,
+    ),
     # cake marks every ECN-capable packet it would drop; the kernel has no switch to make it drop them.
-    "cake": ({"rtt": _time, "flow_mode": _choice(CAKE_FLOW_MODES), "diffserv": _choice(CAKE_DIFFSERV_MODES),
-              "ack_filter": _flag, "nat": _flag, "wash": _flag, "split_gso": _flag, "overhead": None,
-              "mpu": None, "memory": _size}, True, True, None, None),
-    "red": ({"min": _size, "max": _size, "avpkt": _size, "burst": _count, "probability": _probability,
-             "bandwidth": None, "harddrop": _flag, "adaptive": _flag}, True, False, "bytes", None),
+    "cake": (
+        {
+            "rtt": _time,
+            "flow_mode": _choice(CAKE_FLOW_MODES),
+            "diffserv": _choice(CAKE_DIFFSERV_MODES),
+            "ack_filter": _flag,
+            "nat": _flag,
+            "wash": _flag,
+            "split_gso": _flag,
+            "overhead": None,
+            "mpu": None,
+            "memory": _size,
+        },
+        True,
+        True,
+        None,
+        None,
+    ),
+    "red": (
+        {
+            "min": _size,
+            "max": _size,
+            "avpkt": _size,
+            "burst": _count,
+            "probability": _probability,
+            "bandwidth": None,
+            "harddrop": _flag,
+            "adaptive": _flag,
+        },
+        True,
+        False,
+        "bytes",
+        None,
+    ),
     # fq marks only above an explicit ce_threshold; it has no ECN switch of its own.
-    "fq": ({"flow_limit": _count, "quantum": _size, "initial_quantum": _size, "maxrate": None, "buckets": _count,
-            "ce_threshold": _time, "horizon": _time, "pacing": _flag}, False, False, "packets", 10000),
+    "fq": (
+        {
+            "flow_limit": _count,
+            "quantum": _size,
+            "initial_quantum": _size,
+            "maxrate": None,
+            "buckets": _count,
+            "ce_threshold": _time,
+            "horizon": _time,
+            "pacing": _flag,
+        },
+        False,
+        False,
+        "packets",
+        10000,
+    ),
 }
 #: The kinds that can mark instead of drop (Link(ecn=True) is refused on the others).
 ECN_QUEUES = frozenset(kind for kind, (_, marks, _, _, _) in QUEUE_KINDS.items() if marks)
@@ -101,14 +193,19 @@ def _mpu(field, value):
 
 def _rate(field, value):
     from .units import parse_rate
+
     rate = parse_rate(value, field)
     if not 0 < rate <= 400e9:
         raise ValueError(f"{field}: must be > 0 and at most 400 Gbit/s, got {value!r}")
     return rate
 
 
-_SPECIAL = {("cake", "overhead"): _overhead, ("cake", "mpu"): _mpu, ("red", "bandwidth"): _rate,
-            ("fq", "maxrate"): _rate}
+_SPECIAL = {
+    ("cake", "overhead"): _overhead,
+    ("cake", "mpu"): _mpu,
+    ("red", "bandwidth"): _rate,
+    ("fq", "maxrate"): _rate,
+}
 
 
 _TIME_OPTIONS = frozenset({"target", "interval", "ce_threshold", "tupdate", "rtt", "horizon"})
@@ -191,8 +288,7 @@ def check_queue(where, kind, limit, ecn, options):
     """
     if kind is None:
         if ecn is not None:
-            raise ValueError(f"{where}ecn: needs a queue that can mark ({', '.join(sorted(ECN_QUEUES))}); "
-                             "set queue=")
+            raise ValueError(f"{where}ecn: needs a queue that can mark ({', '.join(sorted(ECN_QUEUES))}); set queue=")
         if options:
             raise ValueError(f"{where}queue_options: needs queue= (the options belong to a queue discipline)")
         return None
@@ -202,11 +298,14 @@ def check_queue(where, kind, limit, ecn, options):
     if ecn is not None and not isinstance(ecn, bool):
         raise ValueError(f"{where}ecn: must be True or False (None: the queue's default), got {ecn!r}")
     if ecn and not marks:
-        raise ValueError(f"{where}ecn: {kind} cannot mark ECN (it only drops); queues that can: "
-                         f"{', '.join(sorted(ECN_QUEUES))}")
+        raise ValueError(
+            f"{where}ecn: {kind} cannot mark ECN (it only drops); queues that can: {', '.join(sorted(ECN_QUEUES))}"
+        )
     if ecn is False and kind == "cake":
-        raise ValueError(f"{where}ecn: cake always marks ECN-capable packets (the kernel has no switch); "
-                         "leave ecn unset, or hosts without net.ipv4.tcp_ecn=1 send no ECN-capable packets")
+        raise ValueError(
+            f"{where}ecn: cake always marks ECN-capable packets (the kernel has no switch); "
+            "leave ecn unset, or hosts without net.ipv4.tcp_ecn=1 send no ECN-capable packets"
+        )
     if options is None:
         options = {}
     if not isinstance(options, dict):
@@ -214,10 +313,15 @@ def check_queue(where, kind, limit, ecn, options):
     checked = {}
     for name, value in options.items():
         if name not in allowed:
-            hint = (" (the link's rate shapes for every queue, so cake runs unlimited under it)"
-                    if (kind, name) == ("cake", "bandwidth") else
-                    " (set it with the link's limit=)" if name == "limit" else
-                    " (set it with the link's ecn=)" if name == "ecn" else "")
+            hint = (
+                " (the link's rate shapes for every queue, so cake runs unlimited under it)"
+                if (kind, name) == ("cake", "bandwidth")
+                else " (set it with the link's limit=)"
+                if name == "limit"
+                else " (set it with the link's ecn=)"
+                if name == "ecn"
+                else ""
+            )
             known = ", ".join(sorted(allowed)) or "none"
             raise ValueError(f"{where}queue_options: {kind} has no option {name!r}{hint}; its options: {known}")
         check = allowed[name] or _SPECIAL[(kind, name)]
@@ -257,8 +361,9 @@ def _check_red(where, limit, options):
     high = options.get("max", limit // 4)
     low = options.get("min", high // 3)
     if not 0 < low < high <= limit:
-        raise ValueError(f"{where}queue_options: red needs 0 < min < max <= limit, got min {low}, max {high}, "
-                         f"limit {limit} (bytes)")
+        raise ValueError(
+            f"{where}queue_options: red needs 0 < min < max <= limit, got min {low}, max {high}, limit {limit} (bytes)"
+        )
     options.setdefault("max", high)
     options.setdefault("min", low)
     options.setdefault("avpkt", 1000)

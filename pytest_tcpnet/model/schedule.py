@@ -39,14 +39,18 @@ class Schedule:
             if step[1] is None or isinstance(step[1], Schedule):
                 raise ValueError(f"Schedule: step {number} value must be the field's value, got {step[1]!r}")
             if checked and at <= checked[-1][0]:
-                raise ValueError(f"Schedule: step times must increase; step {number} at {format_time(at)} comes "
-                                 f"after {format_time(checked[-1][0])}")
+                raise ValueError(
+                    f"Schedule: step times must increase; step {number} at {format_time(at)} comes "
+                    f"after {format_time(checked[-1][0])}"
+                )
             checked.append((at, step[1]))
         if not checked:
             raise ValueError("Schedule: needs at least one step, the value at t=0")
         if checked[0][0] != 0:
-            raise ValueError(f"Schedule: the first step must be at t=0 (the value the link starts with), "
-                             f"got {format_time(checked[0][0])}")
+            raise ValueError(
+                f"Schedule: the first step must be at t=0 (the value the link starts with), "
+                f"got {format_time(checked[0][0])}"
+            )
         if len(checked) > _MAX_STEPS:
             raise ValueError(f"Schedule: at most {_MAX_STEPS} steps, got {len(checked)}")
         self.steps = tuple(checked)
@@ -72,8 +76,10 @@ class Schedule:
         period = parse_time(period, "Schedule.repeat period")
         until = parse_time(until, "Schedule.repeat until")
         if not math.isfinite(period) or period <= pattern.steps[-1][0]:
-            raise ValueError(f"Schedule.repeat: period must be finite and after the last step "
-                             f"({format_time(pattern.steps[-1][0])}), got {period!r}")
+            raise ValueError(
+                f"Schedule.repeat: period must be finite and after the last step "
+                f"({format_time(pattern.steps[-1][0])}), got {period!r}"
+            )
         if not math.isfinite(until) or until < period:
             raise ValueError(f"Schedule.repeat: until must be finite and at least one period, got {until!r}")
         if until / period * len(pattern.steps) > _MAX_STEPS:
@@ -99,8 +105,10 @@ class Schedule:
         stamps = _read_trace(path)
         period_ms = stamps[-1]
         if period_ms <= 0:
-            raise ValueError(f"from_mahimahi: {os.fspath(path)}: a trace must span more than 0 ms (mahimahi's "
-                             "period is its last timestamp)")
+            raise ValueError(
+                f"from_mahimahi: {os.fspath(path)}: a trace must span more than 0 ms (mahimahi's "
+                "period is its last timestamp)"
+            )
         period = period_ms / 1000
         duration = period if duration is None else parse_time(duration, "from_mahimahi duration")
         if not math.isfinite(duration) or duration <= 0:
@@ -121,7 +129,9 @@ class Schedule:
         rates = [count * MAHIMAHI_PACKET_BYTES * 8 / width for count, width in zip(counts, widths)]
         floor = min((rate for rate in rates if rate > 0), default=None)
         if floor is None:
-            raise ValueError(f"from_mahimahi: {os.fspath(path)}: no delivery opportunity within {format_time(duration)}")
+            raise ValueError(
+                f"from_mahimahi: {os.fspath(path)}: no delivery opportunity within {format_time(duration)}"
+            )
         steps = [(round(i * interval, 9), f"{round(rate or floor)}bit") for i, rate in enumerate(rates)]
         return cls(_merge_equal(steps))
 
@@ -162,12 +172,15 @@ def _read_trace(path):
     stamps = []
     for number, text in enumerate(lines, start=1):
         if not text.isdigit():
-            raise ValueError(f"from_mahimahi: {where}: line {number} is {text[:40]!r}, not a timestamp in whole "
-                             "milliseconds; not a Mahimahi trace")
+            raise ValueError(
+                f"from_mahimahi: {where}: line {number} is {text[:40]!r}, not a timestamp in whole "
+                "milliseconds; not a Mahimahi trace"
+            )
         stamp = int(text)
         if stamps and stamp < stamps[-1]:
-            raise ValueError(f"from_mahimahi: {where}: line {number} ({stamp} ms) goes back in time "
-                             f"(after {stamps[-1]} ms); not a Mahimahi trace")
+            raise ValueError(
+                f"from_mahimahi: {where}: line {number} ({stamp} ms) goes back in time "
+                f"(after {stamps[-1]} ms); not a Mahimahi trace"
+            )
         stamps.append(stamp)
     return stamps
-

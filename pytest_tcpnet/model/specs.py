@@ -22,26 +22,69 @@ from .units import (
     parse_time,
 )
 
-__all__ = ["OneWay", "Link", "Host", "KNOWN_CONGESTION_CONTROLS", "HOST_GLOBAL_SYSCTLS", "MTU_FRAME_BYTES",
-           "DISTRIBUTIONS", "distribution_table", "GilbertElliott", "Slot"]
+__all__ = [
+    "OneWay",
+    "Link",
+    "Host",
+    "KNOWN_CONGESTION_CONTROLS",
+    "HOST_GLOBAL_SYSCTLS",
+    "MTU_FRAME_BYTES",
+    "DISTRIBUTIONS",
+    "distribution_table",
+    "GilbertElliott",
+    "Slot",
+]
 
 
 #: Congestion controls Linux has shipped; a name outside this set is a typo, not a missing module.
-KNOWN_CONGESTION_CONTROLS = frozenset({
-    "reno", "cubic", "bbr", "bic", "cdg", "dctcp", "highspeed", "htcp", "hybla",
-    "illinois", "lp", "nv", "scalable", "vegas", "veno", "westwood", "yeah",
-})
+KNOWN_CONGESTION_CONTROLS = frozenset(
+    {
+        "reno",
+        "cubic",
+        "bbr",
+        "bic",
+        "cdg",
+        "dctcp",
+        "highspeed",
+        "htcp",
+        "hybla",
+        "illinois",
+        "lp",
+        "nv",
+        "scalable",
+        "vegas",
+        "veno",
+        "westwood",
+        "yeah",
+    }
+)
 
 #: Sysctls under net.* that belong to the initial namespace only: a namespace cannot set
 #: them (absent or read-only there; measured on 6.18), so a per-host value would be a lie.
-HOST_GLOBAL_SYSCTLS = frozenset({
-    "net.core.rmem_max", "net.core.wmem_max", "net.core.rmem_default", "net.core.wmem_default",
-    "net.core.default_qdisc", "net.core.netdev_max_backlog", "net.core.netdev_budget",
-    "net.core.netdev_budget_usecs", "net.core.dev_weight", "net.core.busy_poll", "net.core.busy_read",
-    "net.core.bpf_jit_enable", "net.core.max_skb_frags", "net.core.gro_normal_batch",
-    "net.core.rps_sock_flow_entries", "net.core.flow_limit_table_len",
-    "net.ipv4.tcp_mem", "net.ipv4.udp_mem", "net.ipv4.tcp_max_orphans", "net.ipv4.tcp_low_latency",
-})
+HOST_GLOBAL_SYSCTLS = frozenset(
+    {
+        "net.core.rmem_max",
+        "net.core.wmem_max",
+        "net.core.rmem_default",
+        "net.core.wmem_default",
+        "net.core.default_qdisc",
+        "net.core.netdev_max_backlog",
+        "net.core.netdev_budget",
+        "net.core.netdev_budget_usecs",
+        "net.core.dev_weight",
+        "net.core.busy_poll",
+        "net.core.busy_read",
+        "net.core.bpf_jit_enable",
+        "net.core.max_skb_frags",
+        "net.core.gro_normal_batch",
+        "net.core.rps_sock_flow_entries",
+        "net.core.flow_limit_table_len",
+        "net.ipv4.tcp_mem",
+        "net.ipv4.udp_mem",
+        "net.ipv4.tcp_max_orphans",
+        "net.ipv4.tcp_low_latency",
+    }
+)
 
 _SYSCTL_NAME = re.compile(r"net(\.[A-Za-z0-9_\-]+)+")  # used with fullmatch: "$" would let "...\n" through
 #: Newline, NUL and other control characters: a newline in a value would make the kernel take a second one.
@@ -94,14 +137,24 @@ class OneWay:
     @property
     def needs_netem(self):
         """True when only netem can produce this (delay, jitter, loss, reorder, ...)."""
-        return any((self.delay_s, self.jitter_s, self.loss, self.reorder, self.duplicate, self.corrupt, self.gap,
-                    self.loss_model, self.slot))
+        return any(
+            (
+                self.delay_s,
+                self.jitter_s,
+                self.loss,
+                self.reorder,
+                self.duplicate,
+                self.corrupt,
+                self.gap,
+                self.loss_model,
+                self.slot,
+            )
+        )
 
     @property
     def is_unimpaired(self):
         """True when the router forwards this direction untouched."""
-        return (self.rate_bps is None and not self.needs_netem and self.queue_packets is None
-                and self.police_bps is None)
+        return self.rate_bps is None and not self.needs_netem and self.queue_packets is None and self.police_bps is None
 
     def in_flight_packets(self, assumed_rate_bps=10e9):
         """Packets that sit in the delay line at full rate: the one-way BDP in packets."""
@@ -178,8 +231,10 @@ class GilbertElliott:
         return (self.p * self.bad_loss + self.r * self.good_loss) / (self.p + self.r)
 
     def describe(self):
-        return (f"Gilbert-Elliott loss (p {self.p:.3g}, r {self.r:.3g}, bad {self.bad_loss:.3g}, good {self.good_loss:.3g}; "
-                f"mean {self.mean_loss * 100:.3g}%)")
+        return (
+            f"Gilbert-Elliott loss (p {self.p:.3g}, r {self.r:.3g}, bad {self.bad_loss:.3g}, good {self.good_loss:.3g}; "
+            f"mean {self.mean_loss * 100:.3g}%)"
+        )
 
 
 @dataclass(frozen=True)
@@ -208,22 +263,48 @@ class Slot:
                 raise ValueError(f"slot.{name}: must be a whole number >= 1 (or None: no limit), got {value!r}")
 
     def describe(self):
-        limits = [f"{self.packets} packets" for _ in [0] if self.packets] + [f"{self.bytes} B" for _ in [0] if self.bytes]
-        return (f"slots every {format_time(self.min_delay)}-{format_time(self.max_delay)}"
-                + (f" of at most {' and '.join(limits)}" if limits else ""))
+        limits = [f"{self.packets} packets" for _ in [0] if self.packets] + [
+            f"{self.bytes} B" for _ in [0] if self.bytes
+        ]
+        return f"slots every {format_time(self.min_delay)}-{format_time(self.max_delay)}" + (
+            f" of at most {' and '.join(limits)}" if limits else ""
+        )
 
 
 def _correlated(correlation):
     return f" (correlation {correlation * 100:.3g}%)" if correlation else ""
 
 
-_DIRECTION_KEYS = ("rate", "delay", "jitter", "loss", "reorder", "duplicate", "corrupt", "limit",
-                   "jitter_correlation", "loss_correlation", "reorder_correlation", "duplicate_correlation",
-                   "corrupt_correlation", "gap", "distribution", "slot", "queue", "ecn", "queue_options", "police",
-                   "burst")
-_CORRELATED = (("jitter_correlation", "jitter_s", "jitter"), ("loss_correlation", "loss", "loss"),
-               ("reorder_correlation", "reorder", "reorder"), ("duplicate_correlation", "duplicate", "duplicate"),
-               ("corrupt_correlation", "corrupt", "corrupt"))
+_DIRECTION_KEYS = (
+    "rate",
+    "delay",
+    "jitter",
+    "loss",
+    "reorder",
+    "duplicate",
+    "corrupt",
+    "limit",
+    "jitter_correlation",
+    "loss_correlation",
+    "reorder_correlation",
+    "duplicate_correlation",
+    "corrupt_correlation",
+    "gap",
+    "distribution",
+    "slot",
+    "queue",
+    "ecn",
+    "queue_options",
+    "police",
+    "burst",
+)
+_CORRELATED = (
+    ("jitter_correlation", "jitter_s", "jitter"),
+    ("loss_correlation", "loss", "loss"),
+    ("reorder_correlation", "reorder", "reorder"),
+    ("duplicate_correlation", "duplicate", "duplicate"),
+    ("corrupt_correlation", "corrupt", "corrupt"),
+)
 #: netem's delay distributions: "uniform" is its own (no table); the others are the tables iproute2 ships.
 DISTRIBUTIONS = ("uniform", "normal", "pareto", "paretonormal")
 #: Where iproute2 installs its tables (tc looks in its own lib directory; distributions put it in one of these).
@@ -235,12 +316,14 @@ def distribution_table(name):
     if name == "uniform":
         return None
     import os
+
     for directory in DISTRIBUTION_DIRS:
         path = os.path.join(directory, f"{name}.dist")
         if os.path.isfile(path):
             return path
-    raise ValueError(f"distribution: no table for {name!r} in {', '.join(DISTRIBUTION_DIRS)} "
-                     "(iproute2 ships them: install iproute2)")
+    raise ValueError(
+        f"distribution: no table for {name!r} in {', '.join(DISTRIBUTION_DIRS)} (iproute2 ships them: install iproute2)"
+    )
 
 
 def _check_nonnegative_time(field, value):
@@ -301,15 +384,17 @@ def _check_burst(where, police, burst):
         raise ValueError(f"{where}burst: belongs to a policer; set police= (its rate)")
     nbytes = parse_size(burst, f"{where}burst")
     if not MTU_FRAME_BYTES <= nbytes < 2**31:
-        raise ValueError(f"{where}burst: must hold at least one full frame ({MTU_FRAME_BYTES} B) and be under 2 GiB, "
-                         f"got {burst!r}")
+        raise ValueError(
+            f"{where}burst: must hold at least one full frame ({MTU_FRAME_BYTES} B) and be under 2 GiB, got {burst!r}"
+        )
     return int(nbytes)
 
 
 def _check_gap(field, value):
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**32 - 1:
-        raise ValueError(f"{field}: must be a whole number of packets >= 1 (every gap-th packet skips the delay), "
-                         f"got {value!r}")
+        raise ValueError(
+            f"{field}: must be a whole number of packets >= 1 (every gap-th packet skips the delay), got {value!r}"
+        )
     return value
 
 
@@ -320,10 +405,30 @@ def _check_distribution(field, value):
     return value
 
 
-def _one_way(where, rate, delay, jitter, loss, reorder, duplicate, corrupt, limit, jitter_correlation=None,
-             loss_correlation=None, reorder_correlation=None, duplicate_correlation=None, corrupt_correlation=None,
-             gap=None, distribution=None, slot=None, queue=None, ecn=None, queue_options=None, police=None,
-             burst=None):
+def _one_way(
+    where,
+    rate,
+    delay,
+    jitter,
+    loss,
+    reorder,
+    duplicate,
+    corrupt,
+    limit,
+    jitter_correlation=None,
+    loss_correlation=None,
+    reorder_correlation=None,
+    duplicate_correlation=None,
+    corrupt_correlation=None,
+    gap=None,
+    distribution=None,
+    slot=None,
+    queue=None,
+    ecn=None,
+    queue_options=None,
+    police=None,
+    burst=None,
+):
     """Validate one direction's fields and build its OneWay."""
     loss_model = None
     queue_spec = check_queue(where, queue, limit if queue is not None else None, ecn, queue_options)
@@ -332,18 +437,24 @@ def _one_way(where, rate, delay, jitter, loss, reorder, duplicate, corrupt, limi
     if isinstance(loss, GilbertElliott):
         loss_model, loss = loss, loss.mean_loss
         if loss_correlation is not None:
-            raise ValueError(f"{where}loss_correlation: correlates independent losses; a Gilbert-Elliott model "
-                             "makes its own bursts (its r sets their length)")
+            raise ValueError(
+                f"{where}loss_correlation: correlates independent losses; a Gilbert-Elliott model "
+                "makes its own bursts (its r sets their length)"
+            )
     if slot is not None and not isinstance(slot, Slot):
         raise TypeError(f"{where}slot: expected a Slot(min_delay, max_delay, packets=, bytes=), got {slot!r}")
     if gap is not None and reorder is None:
         reorder = 1.0  # tc's `gap 5 delay 10ms` is `reorder 100% gap 5`: every 5th packet skips the delay
-    correlations = {name: 0.0 if value is None else _check_probability(f"{where}{name}", value)
-                    for name, value in (("jitter_correlation", jitter_correlation),
-                                        ("loss_correlation", loss_correlation),
-                                        ("reorder_correlation", reorder_correlation),
-                                        ("duplicate_correlation", duplicate_correlation),
-                                        ("corrupt_correlation", corrupt_correlation))}
+    correlations = {
+        name: 0.0 if value is None else _check_probability(f"{where}{name}", value)
+        for name, value in (
+            ("jitter_correlation", jitter_correlation),
+            ("loss_correlation", loss_correlation),
+            ("reorder_correlation", reorder_correlation),
+            ("duplicate_correlation", duplicate_correlation),
+            ("corrupt_correlation", corrupt_correlation),
+        )
+    }
     way = OneWay(
         rate_bps=None if rate is None else _check_rate(f"{where}rate", rate),
         delay_s=0.0 if delay is None else _check_nonnegative_time(f"{where}delay", delay),
@@ -355,34 +466,44 @@ def _one_way(where, rate, delay, jitter, loss, reorder, duplicate, corrupt, limi
         queue_packets=None if limit is None else _check_limit(f"{where}limit", limit),
         gap=None if gap is None else _check_gap(f"{where}gap", gap),
         distribution="uniform" if distribution is None else _check_distribution(f"{where}distribution", distribution),
-        loss_model=loss_model, slot=slot, queue=queue_spec,
+        loss_model=loss_model,
+        slot=slot,
+        queue=queue_spec,
         police_bps=None if police is None else _check_rate(f"{where}police", police),
         police_burst_bytes=_check_burst(where, police, burst),
         **correlations,
     )
     if queue_spec is not None and way.rate_bps is None:
-        raise ValueError(f"{where}queue: a queue forms only behind a rate (the router forwards at once "
-                         "otherwise); set rate=")
+        raise ValueError(
+            f"{where}queue: a queue forms only behind a rate (the router forwards at once otherwise); set rate="
+        )
     if queue_spec is not None and queue_spec.kind == "red" and queue_spec.option("bandwidth") is None:
         options = dict(queue_spec.options, bandwidth=way.rate_bps)
         way = dataclasses.replace(way, queue=dataclasses.replace(queue_spec, options=tuple(sorted(options.items()))))
     for name, base, base_field in _CORRELATED:
         if getattr(way, name) and not getattr(way, base):
-            raise ValueError(f"{where}{name}: needs {base_field} (it correlates successive {base_field} draws); "
-                             f"set {base_field}=")
+            raise ValueError(
+                f"{where}{name}: needs {base_field} (it correlates successive {base_field} draws); set {base_field}="
+            )
     if way.distribution != "uniform" and not way.jitter_s:
-        raise ValueError(f"{where}distribution: needs jitter (the table shapes how the delay varies around it); "
-                         "set jitter=")
+        raise ValueError(
+            f"{where}distribution: needs jitter (the table shapes how the delay varies around it); set jitter="
+        )
     if way.gap and not way.delay_s:
-        raise ValueError(f"{where}gap: needs a delay (every gap-th packet skips it; the others wait); set rtt= or delay=")
+        raise ValueError(
+            f"{where}gap: needs a delay (every gap-th packet skips it; the others wait); set rtt= or delay="
+        )
     if way.jitter_s and not way.delay_s:
         raise ValueError(f"{where}jitter: needs a delay (netem varies the delay around it); set rtt= or delay=")
     if way.reorder and not way.delay_s:
-        raise ValueError(f"{where}reorder: needs a delay (netem reorders by letting some packets skip it); "
-                         "set rtt= or delay=")
+        raise ValueError(
+            f"{where}reorder: needs a delay (netem reorders by letting some packets skip it); set rtt= or delay="
+        )
     if way.jitter_s > way.delay_s:
-        raise ValueError(f"{where}jitter: must not exceed the one-way delay "
-                         f"({format_time(way.jitter_s)} > {format_time(way.delay_s)}), or delays would go negative")
+        raise ValueError(
+            f"{where}jitter: must not exceed the one-way delay "
+            f"({format_time(way.jitter_s)} > {format_time(way.delay_s)}), or delays would go negative"
+        )
     return way
 
 
@@ -412,11 +533,35 @@ class Link:
 
     __slots__ = ("_kwargs", "toward_client", "toward_server")
 
-    def __init__(self, *, rate=None, rtt=None, delay=None, jitter=None, loss=None, reorder=None,
-                 duplicate=None, corrupt=None, limit=None, jitter_correlation=None, loss_correlation=None,
-                 reorder_correlation=None, duplicate_correlation=None, corrupt_correlation=None, gap=None,
-                 distribution=None, slot=None, ports=None, queue=None, ecn=None, queue_options=None, police=None,
-                 burst=None, to_client=None, to_server=None):
+    def __init__(
+        self,
+        *,
+        rate=None,
+        rtt=None,
+        delay=None,
+        jitter=None,
+        loss=None,
+        reorder=None,
+        duplicate=None,
+        corrupt=None,
+        limit=None,
+        jitter_correlation=None,
+        loss_correlation=None,
+        reorder_correlation=None,
+        duplicate_correlation=None,
+        corrupt_correlation=None,
+        gap=None,
+        distribution=None,
+        slot=None,
+        ports=None,
+        queue=None,
+        ecn=None,
+        queue_options=None,
+        police=None,
+        burst=None,
+        to_client=None,
+        to_server=None,
+    ):
         given = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
         if _has_schedule(given):
             self._init_changing(given)
@@ -428,15 +573,37 @@ class Link:
             one_way_delay = _check_nonnegative_time("rtt", rtt) / 2
         elif delay is not None:
             one_way_delay = _check_nonnegative_time("delay", delay)
-        common = dict(rate=rate, delay=one_way_delay, jitter=jitter, loss=loss, reorder=reorder,
-                      duplicate=duplicate, corrupt=corrupt, limit=limit, jitter_correlation=jitter_correlation,
-                      loss_correlation=loss_correlation, reorder_correlation=reorder_correlation,
-                      duplicate_correlation=duplicate_correlation, corrupt_correlation=corrupt_correlation,
-                      gap=gap, distribution=distribution, slot=slot, queue=queue, ecn=ecn,
-                      queue_options=queue_options, police=police, burst=burst)
+        common = dict(
+            rate=rate,
+            delay=one_way_delay,
+            jitter=jitter,
+            loss=loss,
+            reorder=reorder,
+            duplicate=duplicate,
+            corrupt=corrupt,
+            limit=limit,
+            jitter_correlation=jitter_correlation,
+            loss_correlation=loss_correlation,
+            reorder_correlation=reorder_correlation,
+            duplicate_correlation=duplicate_correlation,
+            corrupt_correlation=corrupt_correlation,
+            gap=gap,
+            distribution=distribution,
+            slot=slot,
+            queue=queue,
+            ecn=ecn,
+            queue_options=queue_options,
+            police=police,
+            burst=burst,
+        )
         ports = _check_ports(ports)
-        kwargs = {k: v for k, v in dict(common, rtt=rtt, delay=delay, ports=ports, to_client=to_client,
-                                        to_server=to_server).items() if v is not None}
+        kwargs = {
+            k: v
+            for k, v in dict(
+                common, rtt=rtt, delay=delay, ports=ports, to_client=to_client, to_server=to_server
+            ).items()
+            if v is not None
+        }
         if rtt is not None:
             kwargs.pop("delay", None)
         object.__setattr__(self, "_kwargs", kwargs)
@@ -447,8 +614,10 @@ class Link:
         if ports is not None:
             if toward_client.is_unimpaired and toward_server.is_unimpaired:
                 raise ValueError("ports: the link impairs nothing (no rate, delay, loss, ...) for the ports to scope")
-            toward_client, toward_server = (way if way.is_unimpaired else dataclasses.replace(way, ports=ports)
-                                            for way in (toward_client, toward_server))
+            toward_client, toward_server = (
+                way if way.is_unimpaired else dataclasses.replace(way, ports=ports)
+                for way in (toward_client, toward_server)
+            )
         object.__setattr__(self, "toward_client", toward_client)
         object.__setattr__(self, "toward_server", toward_server)
 
@@ -459,8 +628,10 @@ class Link:
         for name, value in _fields_of(given):
             if isinstance(value, Schedule):
                 if name.rsplit(".", 1)[-1] not in SCHEDULABLE_FIELDS:
-                    raise ValueError(f"{name}: cannot change while a flow runs (netem and htb change "
-                                     f"{', '.join(SCHEDULABLE_FIELDS)} in place); give it one value")
+                    raise ValueError(
+                        f"{name}: cannot change while a flow runs (netem and htb change "
+                        f"{', '.join(SCHEDULABLE_FIELDS)} in place); give it one value"
+                    )
                 steps.update(value.times)
         phases = []
         for at in sorted(steps):
@@ -501,8 +672,9 @@ class Link:
         """The plain Link in force t seconds after the start (the link itself when it never changes)."""
         if not self.changing:
             return self
-        return Link._of_ways(_way_at(self.toward_client, t), _way_at(self.toward_server, t),
-                             {"at": t, "of": self._kwargs})
+        return Link._of_ways(
+            _way_at(self.toward_client, t), _way_at(self.toward_server, t), {"at": t, "of": self._kwargs}
+        )
 
     @property
     def change_times(self):
@@ -517,8 +689,10 @@ class Link:
             raise TypeError(f"{name}: expected a dict of per-direction fields {_DIRECTION_KEYS}, got {override!r}")
         unknown = set(override) - set(_DIRECTION_KEYS)
         if unknown:
-            raise ValueError(f"{name}: unknown field(s) {sorted(unknown)}; allowed: {', '.join(_DIRECTION_KEYS)} "
-                             "(delay is one-way here)")
+            raise ValueError(
+                f"{name}: unknown field(s) {sorted(unknown)}; allowed: {', '.join(_DIRECTION_KEYS)} "
+                "(delay is one-way here)"
+            )
         merged = dict(common)
         merged.update(override)
         return merged
@@ -526,12 +700,15 @@ class Link:
     @classmethod
     def _directions(cls, common, to_client, to_server):
         """Each direction's merged fields; a queue given for the whole link goes to the directions with a rate."""
-        merged = {name: cls._merge(name, common, override)
-                  for name, override in (("to_client", to_client), ("to_server", to_server))}
+        merged = {
+            name: cls._merge(name, common, override)
+            for name, override in (("to_client", to_client), ("to_server", to_server))
+        }
         if common.get("queue") is not None:
             if all(fields.get("rate") is None for fields in merged.values()):
-                raise ValueError("queue: a queue forms only behind a rate (the router forwards at once otherwise); "
-                                 "set rate=")
+                raise ValueError(
+                    "queue: a queue forms only behind a rate (the router forwards at once otherwise); set rate="
+                )
             for name, override in (("to_client", to_client), ("to_server", to_server)):
                 if merged[name].get("rate") is None and "queue" not in (override or {}):
                     merged[name].update(queue=None, ecn=None, queue_options=None)
@@ -579,7 +756,9 @@ class Link:
 
     def __eq__(self, other):
         return isinstance(other, Link) and (self.toward_client, self.toward_server) == (
-            other.toward_client, other.toward_server)
+            other.toward_client,
+            other.toward_server,
+        )
 
     def __hash__(self):
         return hash((self.toward_client, self.toward_server))
@@ -608,21 +787,30 @@ class Link:
             object.__setattr__(series, "_kwargs", {"in_series": [link._kwargs for link in links]})
             return series
         if any(link.ports for link in links):
-            raise ValueError("ports: a link scoped to TCP ports cannot be one of several on a path (the model would "
-                             "need the flow's ports); scope the bottleneck or the access link, not both in series")
-        return cls(to_client=_way_in_series([link.toward_client for link in links]),
-                   to_server=_way_in_series([link.toward_server for link in links]))
+            raise ValueError(
+                "ports: a link scoped to TCP ports cannot be one of several on a path (the model would "
+                "need the flow's ports); scope the bottleneck or the access link, not both in series"
+            )
+        return cls(
+            to_client=_way_in_series([link.toward_client for link in links]),
+            to_server=_way_in_series([link.toward_server for link in links]),
+        )
 
     def describe(self):
         """One line per direction, as a failure report shows it (a changing link: as it starts, then its changes)."""
         if self.changing:
             plain = Link._of_ways(self.toward_client.phases[0][1], self.toward_server.phases[0][1], {})
-            return plain.describe() + "; then " + "; ".join(
-                f"at {format_time(at)}: {self.at(at).describe()}" for at in self.change_times)
+            return (
+                plain.describe()
+                + "; then "
+                + "; ".join(f"at {format_time(at)}: {self.at(at).describe()}" for at in self.change_times)
+            )
         if self.toward_client == self.toward_server:
             return f"both ways: {self.toward_client.describe()} (RTT {format_time(self.rtt_s)})"
-        return (f"to client: {self.toward_client.describe()}; to server: {self.toward_server.describe()} "
-                f"(RTT {format_time(self.rtt_s)})")
+        return (
+            f"to client: {self.toward_client.describe()}; to server: {self.toward_server.describe()} "
+            f"(RTT {format_time(self.rtt_s)})"
+        )
 
 
 def _fields_of(given):
@@ -640,10 +828,15 @@ def _has_schedule(given):
 
 def _values_at(given, at):
     """A Link's arguments with each Schedule replaced by its value at time `at`."""
+
     def value(v):
         return v.value_at(at) if isinstance(v, Schedule) else v
-    return {name: ({k: value(v) for k, v in given_value.items()} if isinstance(given_value, dict) else value(given_value))
-            for name, given_value in given.items() if given_value is not None}
+
+    return {
+        name: ({k: value(v) for k, v in given_value.items()} if isinstance(given_value, dict) else value(given_value))
+        for name, given_value in given.items()
+        if given_value is not None
+    }
 
 
 def _way_at(way, t):
@@ -655,8 +848,16 @@ def _way_at(way, t):
     return current
 
 
-_SERIES_ONLY_ONE = ("jitter_correlation", "loss_correlation", "reorder_correlation", "duplicate_correlation",
-                    "corrupt_correlation", "gap", "loss_model", "slot")
+_SERIES_ONLY_ONE = (
+    "jitter_correlation",
+    "loss_correlation",
+    "reorder_correlation",
+    "duplicate_correlation",
+    "corrupt_correlation",
+    "gap",
+    "loss_model",
+    "slot",
+)
 
 
 def _check_ports(ports):
@@ -701,8 +902,9 @@ def _way_in_series(ways):
             fields["loss" if name == "loss_model" else name] = value
     if any(w.loss_model for w in ways):
         if sum(1 for w in ways if w.loss) > 1:
-            raise ValueError("loss: a Gilbert-Elliott model and another link's loss on one path; "
-                             "put the loss on one link only")
+            raise ValueError(
+                "loss: a Gilbert-Elliott model and another link's loss on one path; put the loss on one link only"
+            )
     if fields.get("gap") and "reorder" not in fields:
         fields["reorder"] = 1.0
     return fields
@@ -718,8 +920,10 @@ def _normalize_sysctl_value(name, value):
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str) and _CONTROL_CHARACTERS.search(value):
-        raise ValueError(f"sysctls[{name!r}]: newlines, NUL and other control characters are refused "
-                         f"(one value per sysctl), got {value!r}")
+        raise ValueError(
+            f"sysctls[{name!r}]: newlines, NUL and other control characters are refused "
+            f"(one value per sysctl), got {value!r}"
+        )
     if isinstance(value, str) and len(value) > _MAX_SYSCTL_TEXT:
         raise ValueError(f"sysctls[{name!r}]: at most {_MAX_SYSCTL_TEXT} characters, got {len(value)}")
     if isinstance(value, str) and value.strip():
@@ -744,8 +948,9 @@ def _check_triple(name, text):
 def check_congestion_control(field, name):
     """Reject a congestion control Linux never had (a typo), naming the known ones."""
     if not isinstance(name, str) or name not in KNOWN_CONGESTION_CONTROLS:
-        raise ValueError(f"{field}: unknown congestion control {name!r}; known: "
-                         f"{', '.join(sorted(KNOWN_CONGESTION_CONTROLS))}")
+        raise ValueError(
+            f"{field}: unknown congestion control {name!r}; known: {', '.join(sorted(KNOWN_CONGESTION_CONTROLS))}"
+        )
     return name
 
 
@@ -763,12 +968,16 @@ class Host:
         clean = {}
         for name, value in raw.items():
             if not isinstance(name, str) or len(name) > 200 or not _SYSCTL_NAME.fullmatch(name):
-                raise ValueError(f"sysctls: {name!r} is not a network sysctl name; expected dotted 'net.…' "
-                                 "(e.g. 'net.ipv4.tcp_rmem'); other sysctls are host-wide and not per namespace")
+                raise ValueError(
+                    f"sysctls: {name!r} is not a network sysctl name; expected dotted 'net.…' "
+                    "(e.g. 'net.ipv4.tcp_rmem'); other sysctls are host-wide and not per namespace"
+                )
             if name in HOST_GLOBAL_SYSCTLS:
-                raise ValueError(f"sysctls: {name} is host-global (a network namespace cannot set it); "
-                                 "pytest-tcpnet never changes the host's sysctls. For socket buffers, set "
-                                 "net.ipv4.tcp_rmem/tcp_wmem per host or SO_RCVBUF/SO_SNDBUF on the transfer")
+                raise ValueError(
+                    f"sysctls: {name} is host-global (a network namespace cannot set it); "
+                    "pytest-tcpnet never changes the host's sysctls. For socket buffers, set "
+                    "net.ipv4.tcp_rmem/tcp_wmem per host or SO_RCVBUF/SO_SNDBUF on the transfer"
+                )
             text = _normalize_sysctl_value(name, value)
             if name in _TRIPLE_SYSCTLS:
                 _check_triple(name, text)

@@ -3,8 +3,15 @@
 import math
 
 __all__ = [
-    "bdp", "window_limited_throughput", "window_limited_transfer_time", "window_for_throughput", "effective_socket_buffer",
-    "advertised_window_adv_win_scale", "mathis_throughput", "transfer_time", "SOCK_MIN_RCVBUF",
+    "bdp",
+    "window_limited_throughput",
+    "window_limited_transfer_time",
+    "window_for_throughput",
+    "effective_socket_buffer",
+    "advertised_window_adv_win_scale",
+    "mathis_throughput",
+    "transfer_time",
+    "SOCK_MIN_RCVBUF",
     "SOCK_MIN_SNDBUF",
 ]
 
@@ -56,8 +63,9 @@ def advertised_window_adv_win_scale(rcvbuf_bytes, adv_win_scale=1):
     """
     _positive("rcvbuf_bytes", rcvbuf_bytes)
     if adv_win_scale > 0:
-        return rcvbuf_bytes - (rcvbuf_bytes >> adv_win_scale if isinstance(rcvbuf_bytes, int)
-                               else rcvbuf_bytes / 2 ** adv_win_scale)
+        return rcvbuf_bytes - (
+            rcvbuf_bytes >> adv_win_scale if isinstance(rcvbuf_bytes, int) else rcvbuf_bytes / 2**adv_win_scale
+        )
     return rcvbuf_bytes / 2 ** (-adv_win_scale)
 
 
@@ -97,8 +105,19 @@ def window_limited_transfer_time(nbytes, window_bytes, rtt_s, *, mss_bytes=1448,
 TCP_RTO_MIN_S = 0.2
 
 
-def request_response_times(count, response_bytes, *, rtt_s, window_bytes, rate_bps=None, new_connection=False,
-                           interval_s=0.0, slow_start_after_idle=True, mss_bytes=1448, initial_window_segments=10):
+def request_response_times(
+    count,
+    response_bytes,
+    *,
+    rtt_s,
+    window_bytes,
+    rate_bps=None,
+    new_connection=False,
+    interval_s=0.0,
+    slow_start_after_idle=True,
+    mss_bytes=1448,
+    initial_window_segments=10,
+):
     """Expected seconds from each request's start to its response's last byte: [one per request].
 
     A new connection pays its handshake (1 RTT); the request reaches the server half an RTT

@@ -9,16 +9,47 @@ __all__ = ["TCP_INFO_FIELDS", "decode_tcp_info"]
 
 # (name, struct code) in kernel order; the 8 leading u8 fields pack bitfields we split below.
 TCP_INFO_FIELDS = (
-    [("state", "B"), ("ca_state", "B"), ("retransmits", "B"), ("probes", "B"), ("backoff", "B"),
-     ("options", "B"), ("wscale", "B"), ("flags8", "B")]
-    + [(name, "I") for name in (
-        "rto", "ato", "snd_mss", "rcv_mss", "unacked", "sacked", "lost", "retrans", "fackets",
-        "last_data_sent", "last_ack_sent", "last_data_recv", "last_ack_recv", "pmtu", "rcv_ssthresh",
-        "rtt", "rttvar", "snd_ssthresh", "snd_cwnd", "advmss", "reordering", "rcv_rtt", "rcv_space",
-        "total_retrans")]
+    [
+        ("state", "B"),
+        ("ca_state", "B"),
+        ("retransmits", "B"),
+        ("probes", "B"),
+        ("backoff", "B"),
+        ("options", "B"),
+        ("wscale", "B"),
+        ("flags8", "B"),
+    ]
+    + [
+        (name, "I")
+        for name in (
+            "rto",
+            "ato",
+            "snd_mss",
+            "rcv_mss",
+            "unacked",
+            "sacked",
+            "lost",
+            "retrans",
+            "fackets",
+            "last_data_sent",
+            "last_ack_sent",
+            "last_data_recv",
+            "last_ack_recv",
+            "pmtu",
+            "rcv_ssthresh",
+            "rtt",
+            "rttvar",
+            "snd_ssthresh",
+            "snd_cwnd",
+            "advmss",
+            "reordering",
+            "rcv_rtt",
+            "rcv_space",
+            "total_retrans",
+        )
+    ]
     + [(name, "Q") for name in ("pacing_rate", "max_pacing_rate", "bytes_acked", "bytes_received")]
-    + [(name, "I") for name in ("segs_out", "segs_in", "notsent_bytes", "min_rtt", "data_segs_in",
-                                "data_segs_out")]
+    + [(name, "I") for name in ("segs_out", "segs_in", "notsent_bytes", "min_rtt", "data_segs_in", "data_segs_out")]
     + [(name, "Q") for name in ("delivery_rate", "busy_time", "rwnd_limited", "sndbuf_limited")]
     + [(name, "I") for name in ("delivered", "delivered_ce")]
     + [(name, "Q") for name in ("bytes_sent", "bytes_retrans")]
@@ -44,4 +75,3 @@ def decode_tcp_info(raw):
     if "flags8" in result:
         result["delivery_rate_app_limited"] = result.pop("flags8") & 0x01
     return result
-

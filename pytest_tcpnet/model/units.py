@@ -3,7 +3,16 @@
 import math
 import re
 
-__all__ = ["MTU_FRAME_BYTES", "parse_rate", "parse_time", "parse_fraction", "parse_size", "format_rate", "format_time", "format_size"]
+__all__ = [
+    "MTU_FRAME_BYTES",
+    "parse_rate",
+    "parse_time",
+    "parse_fraction",
+    "parse_size",
+    "format_rate",
+    "format_time",
+    "format_size",
+]
 
 #: Bytes one full-size packet occupies on the veth (1500 MTU + Ethernet header); used to
 #: turn byte sizes and BDPs into the packet counts qdisc limits are expressed in.
@@ -12,17 +21,46 @@ MTU_FRAME_BYTES = 1514
 # tc(8) units. Rates are decimal (kbit = 1000 bit/s), "bps" means *bytes* per second;
 # sizes are binary (kb = 1024 bytes), exactly as tc parses them.
 _RATE_UNITS = {
-    "bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
-    "kibit": 1024, "mibit": 1024**2, "gibit": 1024**3, "tibit": 1024**4,
-    "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12,
+    "bit": 1,
+    "kbit": 1e3,
+    "mbit": 1e6,
+    "gbit": 1e9,
+    "tbit": 1e12,
+    "kibit": 1024,
+    "mibit": 1024**2,
+    "gibit": 1024**3,
+    "tibit": 1024**4,
+    "bps": 8,
+    "kbps": 8e3,
+    "mbps": 8e6,
+    "gbps": 8e9,
+    "tbps": 8e12,
 }
 _TIME_UNITS = {
-    "s": 1, "sec": 1, "secs": 1, "ms": 1e-3, "msec": 1e-3, "msecs": 1e-3,
-    "us": 1e-6, "usec": 1e-6, "usecs": 1e-6, "ns": 1e-9, "nsec": 1e-9, "nsecs": 1e-9,
+    "s": 1,
+    "sec": 1,
+    "secs": 1,
+    "ms": 1e-3,
+    "msec": 1e-3,
+    "msecs": 1e-3,
+    "us": 1e-6,
+    "usec": 1e-6,
+    "usecs": 1e-6,
+    "ns": 1e-9,
+    "nsec": 1e-9,
+    "nsecs": 1e-9,
 }
 _SIZE_UNITS = {
-    "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3,
-    "kbit": 1024 / 8, "mbit": 1024**2 / 8, "gbit": 1024**3 / 8,
+    "b": 1,
+    "k": 1024,
+    "kb": 1024,
+    "m": 1024**2,
+    "mb": 1024**2,
+    "g": 1024**3,
+    "gb": 1024**3,
+    "kbit": 1024 / 8,
+    "mbit": 1024**2 / 8,
+    "gbit": 1024**3 / 8,
 }
 _NUMBER_WITH_UNIT = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z%]*)\s*$", re.IGNORECASE)
 
@@ -63,8 +101,11 @@ def parse_time(value, field="time"):
 def parse_fraction(value, field="fraction"):
     """Return a fraction from a number (0..1) or a percentage string ("1%")."""
     if isinstance(value, str):
-        return _split(field, value, {"%": 0.01}, "% (e.g. '1%'), or a number 0..1") if "%" in value else _split(
-            field, value, {"": 1}, "% (e.g. '1%'), or a number 0..1")
+        return (
+            _split(field, value, {"%": 0.01}, "% (e.g. '1%'), or a number 0..1")
+            if "%" in value
+            else _split(field, value, {"": 1}, "% (e.g. '1%'), or a number 0..1")
+        )
     return _number(field, value)
 
 

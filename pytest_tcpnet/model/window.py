@@ -9,8 +9,15 @@ from .kernel import KernelVersion
 from .tcp import effective_socket_buffer
 from .units import parse_size
 
-__all__ = ["LEARNED_SCALING_RATIO", "INITIAL_SCALING_RATIO_6_6", "DEFAULT_ADV_WIN_SCALE", "receive_space",
-           "advertised_window", "send_window", "sysctl_triple"]
+__all__ = [
+    "LEARNED_SCALING_RATIO",
+    "INITIAL_SCALING_RATIO_6_6",
+    "DEFAULT_ADV_WIN_SCALE",
+    "receive_space",
+    "advertised_window",
+    "send_window",
+    "sysctl_triple",
+]
 
 #: scaling_ratio (6.6+) once data has arrived: skb->len / skb->truesize of received segments,
 #: in 1/256 units. A 1448-byte segment on a 1500-MTU veth lands in a ~2.3 KB skb: measured on
@@ -29,6 +36,7 @@ WINDOW_SEGMENT_NEW = 1448
 
 #: tcp_adv_win_scale's default since Linux 3.x (half the buffer is kept for overhead).
 DEFAULT_ADV_WIN_SCALE = 1
+
 
 def sysctl_triple(sysctls, name):
     """(min, default, max) of tcp_rmem/tcp_wmem from a {name: "a b c"} dict, or None when absent."""
@@ -75,8 +83,11 @@ def advertised_window(so_rcvbuf=None, *, kernel, sysctls=None, scaling_ratio=Non
     version = kernel if isinstance(kernel, KernelVersion) else KernelVersion.parse(str(kernel))
     space = receive_space(so_rcvbuf, sysctls=sysctls)
     if version.uses_scaling_ratio:
-        learned = INITIAL_SCALING_RATIO_6_6 if version.clamps_set_buffers_at_the_initial_ratio and so_rcvbuf \
+        learned = (
+            INITIAL_SCALING_RATIO_6_6
+            if version.clamps_set_buffers_at_the_initial_ratio and so_rcvbuf
             else LEARNED_SCALING_RATIO
+        )
         ratio = learned if scaling_ratio is None else scaling_ratio
         if not 0 < ratio <= 1:
             raise ValueError(f"scaling_ratio: must be in (0, 1], got {ratio!r}")

@@ -27,12 +27,13 @@ __all__ = ["SocketTable", "SKMEM_FIELDS", "watch_sockets", "tcp_counters"]
 _EXTENSIONS = (1 << 1) | (1 << 3) | (1 << 6)
 
 
-
 class _RawInfoMessage(inet_diag_msg):
     # Keep tcp_info and skmeminfo as bytes: the project's decoder knows every field up to the newest
     # kernels (snd_wnd, rcv_wnd), and pyroute2's stops short and mis-splits the wscale bitfield.
-    nla_map = tuple((name, "cdata") if name in ("INET_DIAG_INFO", "INET_DIAG_SKMEMINFO") else (name, kind)
-                    for name, kind in inet_diag_msg.nla_map)
+    nla_map = tuple(
+        (name, "cdata") if name in ("INET_DIAG_INFO", "INET_DIAG_SKMEMINFO") else (name, kind)
+        for name, kind in inet_diag_msg.nla_map
+    )
 
 
 class _RawMarshal(MarshalDiag):
@@ -62,8 +63,12 @@ class SocketTable:
             req["sdiag_protocol"] = socket.IPPROTO_TCP
             req["idiag_states"] = states
             req["idiag_ext"] = extensions
-            req["header"] = {"type": SOCK_DIAG_BY_FAMILY, "flags": NLM_F_REQUEST | NLM_F_ROOT | NLM_F_MATCH,
-                             "sequence_number": self._seq, "pid": 0}
+            req["header"] = {
+                "type": SOCK_DIAG_BY_FAMILY,
+                "flags": NLM_F_REQUEST | NLM_F_ROOT | NLM_F_MATCH,
+                "sequence_number": self._seq,
+                "pid": 0,
+            }
             req.encode()
             self._sock.send(req.data)
             found = []
@@ -87,14 +92,16 @@ class SocketTable:
         for msg in (msg for family in families for msg in self._dump(family, states, _EXTENSIONS)):
             raw_info = msg.get_attr("INET_DIAG_INFO")
             raw_mem = msg.get_attr("INET_DIAG_SKMEMINFO")
-            rows.append({
-                "local": (msg["idiag_src"], msg["idiag_sport"]),
-                "remote": (msg["idiag_dst"], msg["idiag_dport"]),
-                "state": msg["idiag_state"],
-                "tcp_info": decode_tcp_info(raw_info) if raw_info else {},
-                "skmem": dict(zip(SKMEM_FIELDS, memoryview(raw_mem).cast("I"))) if raw_mem else {},
-                "cc": msg.get_attr("INET_DIAG_CONG"),
-            })
+            rows.append(
+                {
+                    "local": (msg["idiag_src"], msg["idiag_sport"]),
+                    "remote": (msg["idiag_dst"], msg["idiag_dport"]),
+                    "state": msg["idiag_state"],
+                    "tcp_info": decode_tcp_info(raw_info) if raw_info else {},
+                    "skmem": dict(zip(SKMEM_FIELDS, memoryview(raw_mem).cast("I"))) if raw_mem else {},
+                    "cc": msg.get_attr("INET_DIAG_CONG"),
+                }
+            )
         return rows
 
     def close(self):
@@ -161,6 +168,11 @@ def _read_mib(directory):
             lines = f.read().splitlines()
         for names, values in zip(lines[::2], lines[1::2]):
             prefix, names = names.split(":", 1)
-            counters.update({f"{prefix}.{n}": int(v) for n, v in zip(names.split(), values.split(":", 1)[1].split())
-                             if prefix in ("TcpExt", "Tcp")})
+            counters.update(
+                {
+                    f"{prefix}.{n}": int(v)
+                    for n, v in zip(names.split(), values.split(":", 1)[1].split())
+                    if prefix in ("TcpExt", "Tcp")
+                }
+            )
     return counters

@@ -23,9 +23,24 @@ from .session import (
 )
 
 __all__ = [
-    "NETNS_DIR", "PREFIX", "create_namespace", "create_namespaces", "remove_namespace", "remove_namespaces", "namespace_path", "run_in_namespace",
-    "owner_tag", "lab_namespaces", "sweep_stale_namespaces", "pids_in_namespace", "write_sysctls",
-    "read_sysctls", "sysctl_exists", "with_iproute", "call_in_own_thread", "run_in_namespaces",
+    "NETNS_DIR",
+    "PREFIX",
+    "create_namespace",
+    "create_namespaces",
+    "remove_namespace",
+    "remove_namespaces",
+    "namespace_path",
+    "run_in_namespace",
+    "owner_tag",
+    "lab_namespaces",
+    "sweep_stale_namespaces",
+    "pids_in_namespace",
+    "write_sysctls",
+    "read_sysctls",
+    "sysctl_exists",
+    "with_iproute",
+    "call_in_own_thread",
+    "run_in_namespaces",
     "submit_in_namespace",
 ]
 
@@ -145,6 +160,7 @@ def _enterer(name):
             _setns(fd)
         finally:
             os.close(fd)
+
     return enter
 
 
@@ -169,8 +185,12 @@ def run_in_namespaces(calls):
     sessions = [session_for(call[0]) for call in calls]
     if None in sessions:
         return [run_in_namespace(namespace, function, *args) for namespace, function, *args in calls]
-    return gather([session.submit(f"running {getattr(call[1], '__name__', 'a function')}", call[1], *call[2:])
-                   for session, call in zip(sessions, calls)])
+    return gather(
+        [
+            session.submit(f"running {getattr(call[1], '__name__', 'a function')}", call[1], *call[2:])
+            for session, call in zip(sessions, calls)
+        ]
+    )
 
 
 def with_iproute(name, function, step="netlink request"):

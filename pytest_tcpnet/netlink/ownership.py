@@ -19,8 +19,20 @@ import stat
 
 from ..errors import LabError
 
-__all__ = ["STATE_DIR", "NETNS_DIR", "process_start_ticks", "owner_alive", "record_namespace", "forget_namespace",
-           "record_process", "forget_process", "namespace_records", "unmount_namespace", "sweep", "recorded_state"]
+__all__ = [
+    "STATE_DIR",
+    "NETNS_DIR",
+    "process_start_ticks",
+    "owner_alive",
+    "record_namespace",
+    "forget_namespace",
+    "record_process",
+    "forget_process",
+    "namespace_records",
+    "unmount_namespace",
+    "sweep",
+    "recorded_state",
+]
 
 #: Root-only directory (0700) holding the records; under /run so a reboot clears it with the namespaces.
 STATE_DIR = os.environ.get("TCPNET_STATE_DIR", "/run/pytest-tcpnet")
@@ -57,8 +69,10 @@ def _state_dir():
         os.chmod(STATE_DIR, 0o700)
         st = os.lstat(STATE_DIR)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        raise LabError(f"{STATE_DIR} must be a directory owned by uid {os.geteuid()} with mode 0700 "
-                       f"(found mode {stat.filemode(st.st_mode)}, uid {st.st_uid}); refusing to trust it")
+        raise LabError(
+            f"{STATE_DIR} must be a directory owned by uid {os.geteuid()} with mode 0700 "
+            f"(found mode {stat.filemode(st.st_mode)}, uid {st.st_uid}); refusing to trust it"
+        )
     return STATE_DIR
 
 
@@ -107,8 +121,9 @@ def record_process(namespace, pid):
     """Record a process this plugin started in one of its namespaces (skipped for namespaces it did not make)."""
     if not os.path.exists(os.path.join(STATE_DIR, f"{namespace}.ns")):
         return
-    _write_record(f"{namespace}.{pid}.proc", {"namespace": namespace, "pid": pid,
-                                                "start": process_start_ticks(pid), **_owner()})
+    _write_record(
+        f"{namespace}.{pid}.proc", {"namespace": namespace, "pid": pid, "start": process_start_ticks(pid), **_owner()}
+    )
 
 
 def forget_process(namespace, pid):

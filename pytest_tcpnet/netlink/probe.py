@@ -39,6 +39,7 @@ _PROBE_ARGUMENTS = {"tbf": {"rate": "1mbit", "burst": 16000, "latency": 50000}}
 def _probe_queue(kind):
     """The smallest valid Queue of a queue kind, for a probe."""
     from ..model.queues import check_queue
+
     options = {"bandwidth": 10e6} if kind == "red" else None
     return check_queue("", kind, "400kb" if kind == "red" else None, None, options)
 
@@ -59,8 +60,22 @@ def qdisc_supported(kind):
             queue_kind, options = queue_options(_probe_queue(kind))
             sock = RtnlSocket()
             try:
-                sock.batch([("tc", "add-raw", dict(index=1, handle=0x10000, parent=0xFFFFFFFF, kind=queue_kind,
-                                                   options=options, nested_flag=options_flagged_nested(kind)))])
+                sock.batch(
+                    [
+                        (
+                            "tc",
+                            "add-raw",
+                            dict(
+                                index=1,
+                                handle=0x10000,
+                                parent=0xFFFFFFFF,
+                                kind=queue_kind,
+                                options=options,
+                                nested_flag=options_flagged_nested(kind),
+                            ),
+                        )
+                    ]
+                )
                 return True
             except NetlinkError:
                 return False
@@ -70,9 +85,17 @@ def qdisc_supported(kind):
             try:
                 if kind == "police":
                     ipr.tc("add", "htb", index=1, handle=0x10000, default=1)
-                    ipr.tc("add-filter", "u32", index=1, parent=0x10000, prio=1, protocol=3, target=0x10001,
-                           keys=["0x0/0x0+0"], action=[dict(kind="police", rate="1mbit", burst=15140, limit=0,
-                                                            action="drop")])
+                    ipr.tc(
+                        "add-filter",
+                        "u32",
+                        index=1,
+                        parent=0x10000,
+                        prio=1,
+                        protocol=3,
+                        target=0x10001,
+                        keys=["0x0/0x0+0"],
+                        action=[dict(kind="police", rate="1mbit", burst=15140, limit=0, action="drop")],
+                    )
                 else:
                     ipr.tc("add", kind, index=1, handle=0x10000, **_PROBE_ARGUMENTS.get(kind, {}))
                 return True

@@ -17,12 +17,23 @@ from .rtnl import nlattr
 from .session import session_for
 from .topology import _index
 
-__all__ = ["shape_egress", "change_egress", "prepare_change", "timed_change", "read_back_egress", "shape_egress_classes", "qdisc_stats", "qdisc_stats_of", "htb_burst_bytes", "u32_keys",
-           "UNLIMITED_CLASS_BPS"]
+__all__ = [
+    "shape_egress",
+    "change_egress",
+    "prepare_change",
+    "timed_change",
+    "read_back_egress",
+    "shape_egress_classes",
+    "qdisc_stats",
+    "qdisc_stats_of",
+    "htb_burst_bytes",
+    "u32_keys",
+    "UNLIMITED_CLASS_BPS",
+]
 
-_ROOT = 0x10000        # 1:
+_ROOT = 0x10000  # 1:
 _RATE_CLASS = 0x10001  # 1:1
-_LEAF = 0x100000       # 10:
+_LEAF = 0x100000  # 10:
 
 
 #: How late a timer may fire on this platform, so how long htb may go without sending: what it cannot send
@@ -55,9 +66,13 @@ def _netem_kwargs(way, *, every_field=False):
     if way.corrupt:
         kwargs["prob_corrupt"] = way.corrupt * 100
     # Correlations: pyroute2's names for tc's third number after a value (`delay 100ms 10ms 30%`).
-    for field, name in (("jitter_correlation", "delay_corr"), ("loss_correlation", "loss_corr"),
-                        ("duplicate_correlation", "dup_corr"), ("reorder_correlation", "corr_reorder"),
-                        ("corrupt_correlation", "corr_corrupt")):
+    for field, name in (
+        ("jitter_correlation", "delay_corr"),
+        ("loss_correlation", "loss_corr"),
+        ("duplicate_correlation", "dup_corr"),
+        ("reorder_correlation", "corr_reorder"),
+        ("corrupt_correlation", "corr_corrupt"),
+    ):
         if getattr(way, field):
             kwargs[name] = getattr(way, field) * 100
     if way.gap:
@@ -74,8 +89,14 @@ def _netem_kwargs(way, *, every_field=False):
         extra.append((_TCA_NETEM_LOSS | _NLA_F_NESTED, nlattr(_NETEM_LOSS_GE, model)))
     if way.slot:
         slot = way.slot
-        extra.append((_TCA_NETEM_SLOT, _SLOT.pack(round(slot.min_delay * 1e9), round(slot.max_delay * 1e9),
-                                                  slot.packets or 0, slot.bytes or 0, 0, 0)))
+        extra.append(
+            (
+                _TCA_NETEM_SLOT,
+                _SLOT.pack(
+                    round(slot.min_delay * 1e9), round(slot.max_delay * 1e9), slot.packets or 0, slot.bytes or 0, 0, 0
+                ),
+            )
+        )
     if every_field:
         # netem's change keeps the correlations, reorder and corrupt it is not sent (sch_netem.c: netem_change
         # reads each only if present), and pyroute2 sends none of them at zero: a step from 1% corrupt to none
@@ -106,7 +127,9 @@ _TCA_NETEM_SLOT = 12
 _NETEM_LOSS_GE = 2
 _NLA_F_NESTED = 0x8000
 _GEMODEL = struct.Struct("=IIII")  # struct tc_netem_gemodel: p, r, h, k1
-_SLOT = struct.Struct("=qqiiqq")   # struct tc_netem_slot: min_delay, max_delay (ns), max_packets, max_bytes, dist_delay, dist_jitter
+_SLOT = struct.Struct(
+    "=qqiiqq"
+)  # struct tc_netem_slot: min_delay, max_delay (ns), max_packets, max_bytes, dist_delay, dist_jitter
 _NETEM_DIST_MAX = 16384  # the kernel's limit on a table's entries (sch_netem.c)
 
 
@@ -119,8 +142,10 @@ def _read_distribution(path):
             if not line.lstrip().startswith("#"):
                 values.extend(int(v) for v in line.split())
     if not 0 < len(values) <= _NETEM_DIST_MAX or not all(-32768 <= v <= 32767 for v in values):
-        raise LabError(f"{path}: not a netem distribution table ({len(values)} values; 1..{_NETEM_DIST_MAX} "
-                       "signed 16-bit values expected)")
+        raise LabError(
+            f"{path}: not a netem distribution table ({len(values)} values; 1..{_NETEM_DIST_MAX} "
+            "signed 16-bit values expected)"
+        )
     return struct.pack(f"={len(values)}h", *values)
 
 
@@ -173,16 +198,29 @@ def _requests(index, way):
     more, installed = _class_requests(index, _RATE_CLASS, _LEAF, way, rate_bps=UNLIMITED_CLASS_BPS)
     if way.police_bps:
         # Every packet meets the policer on its way into the class: a match-all u32 filter with a police action.
-        requests.append(("tc", "add-filter", dict(kind="u32", index=index, parent=_ROOT, prio=1, protocol=_ETH_P_ALL,
-                                                  target=_RATE_CLASS, keys=["0x0/0x0+0"], action=_police(way))))
+        requests.append(
+            (
+                "tc",
+                "add-filter",
+                dict(
+                    kind="u32",
+                    index=index,
+                    parent=_ROOT,
+                    prio=1,
+                    protocol=_ETH_P_ALL,
+                    target=_RATE_CLASS,
+                    keys=["0x0/0x0+0"],
+                    action=_police(way),
+                ),
+            )
+        )
         installed.insert(0, _describe_police(way))
     return requests + more, installed
 
 
 def _police(way):
     """pyroute2's police action for a way: above police_bps, beyond a bucket of police_burst_bytes, drop."""
-    return [dict(kind="police", rate=f"{int(way.police_bps)}bit", burst=way.police_burst_bytes, limit=0,
-                 action="drop")]
+    return [dict(kind="police", rate=f"{int(way.police_bps)}bit", burst=way.police_burst_bytes, limit=0, action="drop")]
 
 
 def _describe_police(way):
@@ -196,8 +234,18 @@ def _child_handle(leaf):
 
 def _queue_request(index, handle, parent, queue):
     kind, options = queue_options(queue)
-    return ("tc", "add-raw", dict(index=index, handle=handle, parent=parent, kind=kind, options=options,
-                                  nested_flag=options_flagged_nested(kind)))
+    return (
+        "tc",
+        "add-raw",
+        dict(
+            index=index,
+            handle=handle,
+            parent=parent,
+            kind=kind,
+            options=options,
+            nested_flag=options_flagged_nested(kind),
+        ),
+    )
 
 
 def _class_requests(index, classid, leaf, way, rate_bps=None):
@@ -206,9 +254,23 @@ def _class_requests(index, classid, leaf, way, rate_bps=None):
     rate = int(way.rate_bps or rate_bps)
     burst = htb_burst_bytes(rate)
     # quantum: a few frames; the default (rate/r2q) overflows at Gbit rates.
-    requests = [("tc", "add-class", dict(kind="htb", index=index, handle=classid, parent=_ROOT,
-                                         rate=f"{rate}bit", ceil=f"{rate}bit", burst=burst, cburst=burst,
-                                         quantum=min(200000, max(MTU_FRAME_BYTES, burst))))]
+    requests = [
+        (
+            "tc",
+            "add-class",
+            dict(
+                kind="htb",
+                index=index,
+                handle=classid,
+                parent=_ROOT,
+                rate=f"{rate}bit",
+                ceil=f"{rate}bit",
+                burst=burst,
+                cburst=burst,
+                quantum=min(200000, max(MTU_FRAME_BYTES, burst)),
+            ),
+        )
+    ]
     installed = [f"htb rate {rate}bit burst {burst}b"] if way.rate_bps else []
     if _frame(way)[1]:
         kwargs = _netem_kwargs(way)
@@ -223,8 +285,9 @@ def _class_requests(index, classid, leaf, way, rate_bps=None):
         requests.append(_queue_request(index, leaf, classid, way.queue))
         installed.append(way.queue.describe())
     else:
-        requests.append(("tc", "add", dict(kind="pfifo", index=index, handle=leaf, parent=classid,
-                                           limit=way.queue_limit_packets())))
+        requests.append(
+            ("tc", "add", dict(kind="pfifo", index=index, handle=leaf, parent=classid, limit=way.queue_limit_packets()))
+        )
         installed.append(f"pfifo limit {way.queue_limit_packets()}")
     return requests, installed
 
@@ -280,8 +343,9 @@ def change_egress(namespace, changes):
     import time
 
     requests, indexes = _changes_requests(namespace, changes)
-    session_for(namespace).batch(f"changing {', '.join(f'{ifname} to {way.describe()}' for ifname, way, _ in changes)}",
-                                 requests)
+    session_for(namespace).batch(
+        f"changing {', '.join(f'{ifname} to {way.describe()}' for ifname, way, _ in changes)}", requests
+    )
     return time.monotonic(), read_back_egress(namespace, indexes)
 
 
@@ -314,17 +378,41 @@ def _change_requests(index, way, frame_way):
     if rated or frame_way.police_bps:
         rate = int(way.rate_bps or UNLIMITED_CLASS_BPS)
         burst = htb_burst_bytes(rate)
-        requests.append(("tc", "change-class", dict(kind="htb", index=index, handle=_RATE_CLASS, parent=_ROOT,
-                                                    rate=f"{rate}bit", ceil=f"{rate}bit", burst=burst, cburst=burst,
-                                                    quantum=min(200000, max(MTU_FRAME_BYTES, burst)))))
+        requests.append(
+            (
+                "tc",
+                "change-class",
+                dict(
+                    kind="htb",
+                    index=index,
+                    handle=_RATE_CLASS,
+                    parent=_ROOT,
+                    rate=f"{rate}bit",
+                    ceil=f"{rate}bit",
+                    burst=burst,
+                    cburst=burst,
+                    quantum=min(200000, max(MTU_FRAME_BYTES, burst)),
+                ),
+            )
+        )
         parent = _RATE_CLASS
     if netem:
         where = {} if parent is None else {"parent": parent}
-        requests.append(("tc", "change", dict(kind="netem", index=index, handle=_LEAF, **where,
-                                              **_netem_kwargs(way, every_field=True))))
+        requests.append(
+            (
+                "tc",
+                "change",
+                dict(kind="netem", index=index, handle=_LEAF, **where, **_netem_kwargs(way, every_field=True)),
+            )
+        )
     elif way.queue is None:
-        requests.append(("tc", "change", dict(kind="pfifo", index=index, handle=_LEAF, parent=parent,
-                                              limit=way.queue_limit_packets())))
+        requests.append(
+            (
+                "tc",
+                "change",
+                dict(kind="pfifo", index=index, handle=_LEAF, parent=parent, limit=way.queue_limit_packets()),
+            )
+        )
     return requests
 
 
@@ -339,10 +427,15 @@ def _htb_rate_bps(msg):
 
 
 def _describe_netem(kwargs, way):
-    return " ".join(["netem", *(f"{k}={v}" for k, v in kwargs.items() if k != "options_extra"),
-                     *([f"distribution={way.distribution}"] if way.distribution != "uniform" else []),
-                     *([way.loss_model.describe()] if way.loss_model else []),
-                     *([way.slot.describe()] if way.slot else [])])
+    return " ".join(
+        [
+            "netem",
+            *(f"{k}={v}" for k, v in kwargs.items() if k != "options_extra"),
+            *([f"distribution={way.distribution}"] if way.distribution != "uniform" else []),
+            *([way.loss_model.describe()] if way.loss_model else []),
+            *([way.slot.describe()] if way.slot else []),
+        ]
+    )
 
 
 #: The rate of a class that only impairs (no rate asked): far above what a veth carries here, so
@@ -378,11 +471,25 @@ def shape_egress_classes(namespace, ifname, classes):
             protocol, keys = u32_keys(match)
             # One protocol per filter priority (the kernel refuses an IPv6 filter beside IPv4 ones at one prio).
             police = dict(action=_police(way)) if way.police_bps else {}
-            requests.append(("tc", "add-filter", dict(kind="u32", index=index, parent=_ROOT,
-                                                      prio=1 if protocol == _ETH_P_IP else 2,
-                                                      protocol=protocol, target=classid, keys=keys, **police)))
+            requests.append(
+                (
+                    "tc",
+                    "add-filter",
+                    dict(
+                        kind="u32",
+                        index=index,
+                        parent=_ROOT,
+                        prio=1 if protocol == _ETH_P_IP else 2,
+                        protocol=protocol,
+                        target=classid,
+                        keys=keys,
+                        **police,
+                    ),
+                )
+            )
         installed[" or ".join(describe_match(match) for match in matches)] = (
-            [_describe_police(way)] if way.police_bps else []) + lines
+            [_describe_police(way)] if way.police_bps else []
+        ) + lines
     session.batch(f"installing classified qdiscs on {ifname}", requests)
     return installed
 
@@ -396,22 +503,24 @@ def u32_keys(match):
     """(ethertype, u32 selector keys "value/mask+offset") for a match dict; ValueError on a bad one."""
     unknown = set(match) - {"src", "dst", "sport", "dport", "family"}
     if unknown or not set(match) - {"family"}:
-        raise ValueError(f"match: keys must be among src, dst, sport, dport, family (at least one but family), "
-                         f"got {sorted(match)}")
+        raise ValueError(
+            f"match: keys must be among src, dst, sport, dport, family (at least one but family), got {sorted(match)}"
+        )
     addresses = {field: ipaddress.ip_address(match[field]) for field in ("src", "dst") if field in match}
     versions = {address.version for address in addresses.values()} | ({match["family"]} if "family" in match else set())
     if len(versions) > 1 or not versions <= {4, 6}:
         raise ValueError(f"match: one address family (4 or 6) for src, dst and family, got {match}")
     for field in ("sport", "dport"):
-        if field in match and (isinstance(match[field], bool) or not isinstance(match[field], int)
-                               or not 1 <= match[field] <= 65535):
+        if field in match and (
+            isinstance(match[field], bool) or not isinstance(match[field], int) or not 1 <= match[field] <= 65535
+        ):
             raise ValueError(f"match.{field}: a TCP port in 1..65535, got {match[field]!r}")
     v6 = versions == {6}
     keys = []
     for field, offset in (("src", 8 if v6 else 12), ("dst", 24 if v6 else 16)):
         if field in addresses:
             packed = addresses[field].packed
-            keys += [f"0x{packed[i:i + 4].hex()}/0xffffffff+{offset + i}" for i in range(0, len(packed), 4)]
+            keys += [f"0x{packed[i : i + 4].hex()}/0xffffffff+{offset + i}" for i in range(0, len(packed), 4)]
     if "sport" in match or "dport" in match:
         keys.append(_IPV6_NEXT_HEADER_TCP if v6 else _IP_PROTOCOL_TCP)
     ports = 40 if v6 else 20  # the TCP header right after a header without options
@@ -443,8 +552,14 @@ def qdisc_stats_of(namespace, ifnames):
         # From this thread on the session's plain socket: no hop, no IPRoute to open.
         (answer,) = session.query(f"reading qdisc stats of {', '.join(ifnames)}", [("tc", "dump", {})])
         return {ifname: _stats([msg for msg in answer if msg["index"] == index]) for ifname, index in indexes.items()}
-    return {ifname: with_iproute(namespace, lambda ipr, ifname=ifname: _stats(ipr.get_qdiscs(index=_index(ipr, ifname))),
-                                 f"reading qdisc stats of {ifname}") for ifname in ifnames}
+    return {
+        ifname: with_iproute(
+            namespace,
+            lambda ipr, ifname=ifname: _stats(ipr.get_qdiscs(index=_index(ipr, ifname))),
+            f"reading qdisc stats of {ifname}",
+        )
+        for ifname in ifnames
+    }
 
 
 def _stats(messages):
@@ -454,12 +569,18 @@ def _stats(messages):
         stats2 = msg.get_attr("TCA_STATS2")
         basic = (stats2 and stats2.get_attr("TCA_STATS_BASIC")) or {}
         queue = (stats2 and stats2.get_attr("TCA_STATS_QUEUE")) or {}
-        result.append({
-            "kind": msg.get_attr("TCA_KIND"), "handle": msg["handle"], "parent": msg["parent"],
-            "packets": basic.get("packets", 0), "bytes": basic.get("bytes", 0),
-            "drops": queue.get("drops", 0), "overlimits": queue.get("overlimits", 0),
-            "backlog": queue.get("backlog", 0),
-        })
+        result.append(
+            {
+                "kind": msg.get_attr("TCA_KIND"),
+                "handle": msg["handle"],
+                "parent": msg["parent"],
+                "packets": basic.get("packets", 0),
+                "bytes": basic.get("bytes", 0),
+                "drops": queue.get("drops", 0),
+                "overlimits": queue.get("overlimits", 0),
+                "backlog": queue.get("backlog", 0),
+            }
+        )
         if result[-1]["kind"] == "netem":
             result[-1]["settings"] = _netem_settings(msg.get_attr("TCA_OPTIONS"))
         elif result[-1]["kind"] in _QUEUE_KINDS:
@@ -478,14 +599,23 @@ def _netem_settings(options):
     """What the kernel holds for a netem qdisc (percentages as tc shows them): read back, not what was asked."""
     if options is None:
         return {}
-    settings = {"limit": options.get("limit"), "loss": _percent(options.get("loss", 0)), "gap": options.get("gap"),
-                "duplicate": _percent(options.get("duplicate", 0)),
-                # The kernel reports delay and jitter in psched ticks of 64 ns (PSCHED_SHIFT), capped at 2^32 - 1.
-                "delay_s": options.get("delay", 0) * 64 / 1e9, "jitter_s": options.get("jitter", 0) * 64 / 1e9}
-    for attr, fields in (("TCA_NETEM_CORR", {"delay_corr": "jitter_correlation", "loss_corr": "loss_correlation",
-                                             "dup_corr": "duplicate_correlation"}),
-                         ("TCA_NETEM_REORDER", {"prob_reorder": "reorder", "corr_reorder": "reorder_correlation"}),
-                         ("TCA_NETEM_CORRUPT", {"prob_corrupt": "corrupt", "corr_corrupt": "corrupt_correlation"})):
+    settings = {
+        "limit": options.get("limit"),
+        "loss": _percent(options.get("loss", 0)),
+        "gap": options.get("gap"),
+        "duplicate": _percent(options.get("duplicate", 0)),
+        # The kernel reports delay and jitter in psched ticks of 64 ns (PSCHED_SHIFT), capped at 2^32 - 1.
+        "delay_s": options.get("delay", 0) * 64 / 1e9,
+        "jitter_s": options.get("jitter", 0) * 64 / 1e9,
+    }
+    for attr, fields in (
+        (
+            "TCA_NETEM_CORR",
+            {"delay_corr": "jitter_correlation", "loss_corr": "loss_correlation", "dup_corr": "duplicate_correlation"},
+        ),
+        ("TCA_NETEM_REORDER", {"prob_reorder": "reorder", "corr_reorder": "reorder_correlation"}),
+        ("TCA_NETEM_CORRUPT", {"prob_corrupt": "corrupt", "corr_corrupt": "corrupt_correlation"}),
+    ):
         nested = options.get_attr(attr) or {}
         for field, name in fields.items():
             settings[name] = _percent(nested.get(field, 0))

@@ -16,8 +16,8 @@ __all__ = ["queue_options", "options_flagged_nested", "read_queue", "decode_queu
 _U32 = struct.Struct("=I")
 _S32 = struct.Struct("=i")
 _U64 = struct.Struct("=Q")
-_FIFO = struct.Struct("=I")                # struct tc_fifo_qopt: limit
-_RED_QOPT = struct.Struct("=IIIBBBB")      # struct tc_red_qopt: limit, qth_min, qth_max, Wlog, Plog, Scell_log, flags
+_FIFO = struct.Struct("=I")  # struct tc_fifo_qopt: limit
+_RED_QOPT = struct.Struct("=IIIBBBB")  # struct tc_red_qopt: limit, qth_min, qth_max, Wlog, Plog, Scell_log, flags
 _TC_RED_ECN, _TC_RED_HARDDROP, _TC_RED_ADAPTATIVE, _TC_RED_SUPPORTED_FLAGS = 1, 2, 4, 0x0F
 _TCA_RED_FLAGS = 4
 _BITFIELD32 = struct.Struct("=II")  # struct nla_bitfield32: value, selector
@@ -29,21 +29,65 @@ def _us(seconds):
 
 # kind -> {option: (attribute type, encoder)}; "ecn" and "limit" are the Link's own fields.
 _ATTRS = {
-    "fq_codel": {"target": (1, _us), "limit": (2, int), "interval": (3, _us), "ecn": (4, int), "flows": (5, int),
-                 "quantum": (6, int), "ce_threshold": (7, _us), "drop_batch": (8, int), "memory_limit": (9, int)},
+    "fq_codel": {
+        "target": (1, _us),
+        "limit": (2, int),
+        "interval": (3, _us),
+        "ecn": (4, int),
+        "flows": (5, int),
+        "quantum": (6, int),
+        "ce_threshold": (7, _us),
+        "drop_batch": (8, int),
+        "memory_limit": (9, int),
+    },
     "codel": {"target": (1, _us), "limit": (2, int), "interval": (3, _us), "ecn": (4, int), "ce_threshold": (5, _us)},
-    "pie": {"target": (1, _us), "limit": (2, int), "tupdate": (3, _us), "alpha": (4, int), "beta": (5, int),
-            "ecn": (6, int), "bytemode": (7, int), "dq_rate_estimator": (8, int)},
-    "fq_pie": {"limit": (1, int), "flows": (2, int), "target": (3, _us), "tupdate": (4, _us), "alpha": (5, int),
-               "beta": (6, int), "quantum": (7, int), "memory_limit": (8, int),
-               "ecn_prob": (9, lambda p: round(p * 100)), "ecn": (10, int), "bytemode": (11, int),
-               "dq_rate_estimator": (12, int)},
-    "cake": {"diffserv": (3, CAKE_DIFFSERV_MODES.index), "flow_mode": (5, CAKE_FLOW_MODES.index),
-             "overhead": (6, None), "rtt": (7, _us), "memory": (10, int), "nat": (11, int), "wash": (13, int),
-             "mpu": (14, int), "ack_filter": (16, int), "split_gso": (17, int)},
-    "fq": {"limit": (1, int), "flow_limit": (2, int), "quantum": (3, int), "initial_quantum": (4, int),
-           "pacing": (5, int), "maxrate": (7, lambda bps: min(2**32 - 1, round(bps / 8))),
-           "buckets": (8, lambda n: max(1, math.ceil(math.log2(n)))), "ce_threshold": (12, _us), "horizon": (14, _us)},
+    "pie": {
+        "target": (1, _us),
+        "limit": (2, int),
+        "tupdate": (3, _us),
+        "alpha": (4, int),
+        "beta": (5, int),
+        "ecn": (6, int),
+        "bytemode": (7, int),
+        "dq_rate_estimator": (8, int),
+    },
+    "fq_pie": {
+        "limit": (1, int),
+        "flows": (2, int),
+        "target": (3, _us),
+        "tupdate": (4, _us),
+        "alpha": (5, int),
+        "beta": (6, int),
+        "quantum": (7, int),
+        "memory_limit": (8, int),
+        "ecn_prob": (9, lambda p: round(p * 100)),
+        "ecn": (10, int),
+        "bytemode": (11, int),
+        "dq_rate_estimator": (12, int),
+    },
+    "cake": {
+        "diffserv": (3, CAKE_DIFFSERV_MODES.index),
+        "flow_mode": (5, CAKE_FLOW_MODES.index),
+        "overhead": (6, None),
+        "rtt": (7, _us),
+        "memory": (10, int),
+        "nat": (11, int),
+        "wash": (13, int),
+        "mpu": (14, int),
+        "ack_filter": (16, int),
+        "split_gso": (17, int),
+    },
+    "fq": {
+        "limit": (1, int),
+        "flow_limit": (2, int),
+        "quantum": (3, int),
+        "initial_quantum": (4, int),
+        "pacing": (5, int),
+        "maxrate": (7, lambda bps: min(2**32 - 1, round(bps / 8))),
+        "buckets": (8, lambda n: max(1, math.ceil(math.log2(n)))),
+        "ce_threshold": (12, _us),
+        "horizon": (14, _us),
+    },
 }
 _CAKE_BASE_RATE64, _CAKE_OVERHEAD, _CAKE_TARGET, _CAKE_AUTORATE = 2, 6, 8, 9
 
@@ -100,20 +144,28 @@ def _red_options(queue):
     wlog = _red_ewma(low, burst, avpkt)
     plog = _red_p(low, high, probability)
     scell_log, stab = _red_idle_damping(wlog, avpkt, o["bandwidth"] / 8)
-    flags = (_TC_RED_ECN if queue.ecn else 0) | (_TC_RED_HARDDROP if o.get("harddrop") else 0) | (
-        _TC_RED_ADAPTATIVE if o.get("adaptive") else 0)
+    flags = (
+        (_TC_RED_ECN if queue.ecn else 0)
+        | (_TC_RED_HARDDROP if o.get("harddrop") else 0)
+        | (_TC_RED_ADAPTATIVE if o.get("adaptive") else 0)
+    )
     # As tc since 5.7: the flags in TCA_RED_FLAGS (a bitfield with its selector), none in the legacy field.
     qopt = _RED_QOPT.pack(queue.limit, low, high, wlog, plog, scell_log, 0)
     max_p = min(2**32 - 1, int(probability * 2**32))
-    return (nlattr(1, qopt) + nlattr(2, stab) + nlattr(3, _U32.pack(max_p))
-            + nlattr(_TCA_RED_FLAGS, _BITFIELD32.pack(flags, _TC_RED_SUPPORTED_FLAGS)))
+    return (
+        nlattr(1, qopt)
+        + nlattr(2, stab)
+        + nlattr(3, _U32.pack(max_p))
+        + nlattr(_TCA_RED_FLAGS, _BITFIELD32.pack(flags, _TC_RED_SUPPORTED_FLAGS))
+    )
 
 
 def _red_ewma(qmin, burst, avpkt):
     a = burst + 1 - qmin / avpkt
     if a < 1.0:
-        raise ValueError(f"queue_options.burst: red's burst {burst} is too small for min {qmin} B; try "
-                         f"{1 + qmin // avpkt}")
+        raise ValueError(
+            f"queue_options.burst: red's burst {burst} is too small for min {qmin} B; try {1 + qmin // avpkt}"
+        )
     w = 0.5
     for wlog in range(1, 32):
         if a <= (1 - (1 - w) ** burst) / w:
@@ -159,20 +211,26 @@ def _attrs(data, offset=0, end=None):
         length, kind = _NLA.unpack_from(data, offset)
         if length < _NLA.size:
             break
-        found[kind & 0x3FFF] = bytes(data[offset + _NLA.size: offset + length])
+        found[kind & 0x3FFF] = bytes(data[offset + _NLA.size : offset + length])
         offset += (length + 3) & ~3
     return found
 
 
 # kind -> [(xstats offset, struct)] of its mark counters, summed: the ECN marks of its AQM and, where it has one,
 # the marks above ce_threshold (a DCTCP-style step), which the kernel counts apart (pkt_sched.h's *_xstats).
-_XSTATS_MARKS = {"fq_codel": [(12, _U32), (28, _U32)], "codel": [(24, _U32), (32, _U32)], "pie": [(36, _U32)],
-                 "fq_pie": [(16, _U32)], "red": [(12, _U32)], "fq": [(80, _U64)]}
+_XSTATS_MARKS = {
+    "fq_codel": [(12, _U32), (28, _U32)],
+    "codel": [(24, _U32), (32, _U32)],
+    "pie": [(36, _U32)],
+    "fq_pie": [(16, _U32)],
+    "red": [(12, _U32)],
+    "fq": [(80, _U64)],
+}
 
 
 def read_queue(msg):
     """decode_queue of a dumped qdisc message (pyroute2's): its kind, TCA_OPTIONS and TCA_XSTATS."""
-    data = msg.data[msg.offset: msg.offset + msg.length] if msg.length else msg.data
+    data = msg.data[msg.offset : msg.offset + msg.length] if msg.length else msg.data
     top = _attrs(data, _TCMSG_ATTRS)
     return decode_queue(msg.get_attr("TCA_KIND"), top.get(_TCA_OPTIONS, b""), top.get(_TCA_XSTATS, b""))
 

@@ -99,7 +99,7 @@ def precompile(requests):
     """Compile [(mode, command, kwargs)] into the cache now, so sending them later costs no Python encoding (a
     scheduled link change must go out on time: an htb class change took ~2 ms of compiling on the host, tens of
     ms in the emulated VM)."""
-    for mode, command, kwargs in requests[:_COMPILED_MAX // 2]:
+    for mode, command, kwargs in requests[: _COMPILED_MAX // 2]:
         _compiled_request(mode, command, 0, kwargs)
 
 
@@ -137,8 +137,9 @@ def _compile(mode, command, seq, kwargs):
         kwargs.setdefault("type", "unicast")
         parameters = {"strict_check": False}
     arguments = get_arguments_processor(mode, command, kwargs, parameters)
-    request = NetlinkRequest(_Compiler, msg_class(), command, {command: (msg_type, flags)}, None, arguments,
-                             msg_seq=seq)
+    request = NetlinkRequest(
+        _Compiler, msg_class(), command, {command: (msg_type, flags)}, None, arguments, msg_seq=seq
+    )
     request.msg.encode()
     return request.msg.data
 
@@ -202,8 +203,10 @@ def veth_peer_linkinfo(peer_ifname, peer_netns_fd, peer_index, peer_mac=None):
     if peer_mac:
         attrs.append(("IFLA_ADDRESS", peer_mac))
     peer = {"attrs": attrs, "index": peer_index}
-    return ("IFLA_LINKINFO", {"attrs": [("IFLA_INFO_KIND", "veth"),
-                                        ("IFLA_INFO_DATA", {"attrs": [("VETH_INFO_PEER", peer)]})]})
+    return (
+        "IFLA_LINKINFO",
+        {"attrs": [("IFLA_INFO_KIND", "veth"), ("IFLA_INFO_DATA", {"attrs": [("VETH_INFO_PEER", peer)]})]},
+    )
 
 
 class RtnlSocket:
@@ -266,4 +269,3 @@ class RtnlSocket:
 
 def _describe(kwargs):
     return " ".join(f"{k}={v}" for k, v in kwargs.items() if k != "attrs") or "-"
-

@@ -65,8 +65,7 @@ def translate_errors(step, namespace):
         raise LabError(f"{step} in namespace {namespace} failed: {exc}") from exc
     except OSError as exc:
         if exc.errno in (errno.EPERM, errno.EACCES):
-            raise MissingCapability("privilege", f"{step} in namespace {namespace}: "
-                                                 f"{exc.strerror or exc}") from exc
+            raise MissingCapability("privilege", f"{step} in namespace {namespace}: {exc.strerror or exc}") from exc
         raise LabError(f"{step} in namespace {namespace} failed: {exc.strerror or exc}") from exc
 
 
@@ -166,8 +165,10 @@ class NamespaceSession:
             ownership.forget_namespace(self.name)
             self.owned = False
             raise LabError(f"network namespace {self.name!r} already exists") from None
-        _check(_libc.mount(b"/proc/thread-self/ns/net", self.path.encode(), b"none", _MS_BIND, None),
-               f"bind mount {self.path}")
+        _check(
+            _libc.mount(b"/proc/thread-self/ns/net", self.path.encode(), b"none", _MS_BIND, None),
+            f"bind mount {self.path}",
+        )
         self._write_sysctls_here(sysctls)
         self.created_with = dict(sysctls)
         self._open_sockets()
@@ -262,7 +263,9 @@ class NamespaceSession:
         """
         found = self._resources.get(key)
         if found is None:
-            found = self.call(f"opening {key}", lambda: self._resources.get(key) or self._resources.setdefault(key, factory()))
+            found = self.call(
+                f"opening {key}", lambda: self._resources.get(key) or self._resources.setdefault(key, factory())
+            )
         return found
 
     def known_index(self, ifname):
@@ -360,8 +363,7 @@ def write_sysctls_here(namespace, values):
             with open(_sysctl_path(key), "w") as f:
                 f.write(value)
         except OSError as exc:
-            raise LabError(f"sysctl {key} = {value!r} refused in namespace {namespace}: "
-                           f"{exc.strerror or exc}") from exc
+            raise LabError(f"sysctl {key} = {value!r} refused in namespace {namespace}: {exc.strerror or exc}") from exc
 
 
 def read_sysctls_here(keys):

@@ -38,17 +38,31 @@ _IFA_F_NODAD = 0x02
 
 
 def _addr_requests(index, addresses):
-    return [("addr", "add", {"index": index, "address": address, "prefixlen": prefixlen,
-                             **({"flags": _IFA_F_NODAD} if ":" in address else {})})
-            for address, prefixlen in addresses]
+    return [
+        (
+            "addr",
+            "add",
+            {
+                "index": index,
+                "address": address,
+                "prefixlen": prefixlen,
+                **({"flags": _IFA_F_NODAD} if ":" in address else {}),
+            },
+        )
+        for address, prefixlen in addresses
+    ]
 
 
 _STATS_LINK_64 = 1 << (1 - 1)  # RTM_GETSTATS filter bit of IFLA_STATS_LINK_64 (attribute 1)
 
 #: ethtool features that let a veth carry 64 KB super-packets (DESIGN pitfall 3). The TSO ones
 #: decide whether a super-packet leaves the device whole; GSO and GRO build them in software.
-TSO_FEATURES = ("tx-tcp-segmentation", "tx-tcp6-segmentation", "tx-tcp-ecn-segmentation",
-                "tx-tcp-mangleid-segmentation")
+TSO_FEATURES = (
+    "tx-tcp-segmentation",
+    "tx-tcp6-segmentation",
+    "tx-tcp-ecn-segmentation",
+    "tx-tcp-mangleid-segmentation",
+)
 OFFLOAD_FEATURES = TSO_FEATURES + ("tx-generic-segmentation", "rx-gro")
 
 
@@ -80,8 +94,10 @@ def _mac(number, end):
 
 def _neighbour_requests(index, addresses, mac):
     """Permanent neighbour entries for the far end's addresses on our end `index`."""
-    return [("neigh", "add", {"ifindex": index, "dst": address, "lladdr": mac, "state": _NUD_PERMANENT})
-            for address, _ in addresses]
+    return [
+        ("neigh", "add", {"ifindex": index, "dst": address, "lladdr": mac, "state": _NUD_PERMANENT})
+        for address, _ in addresses
+    ]
 
 
 def wire(veths, routes):
@@ -112,25 +128,49 @@ def wire(veths, routes):
         for name in namespaces:
             held = [v for v in veths if v.a_ns == name]
             if held:
-                sessions[name].batch(f"creating veths {', '.join(v.a_if for v in held)}", [
-                    *[("link", "add", {"ifname": v.a_if, "index": v.a_index, "state": "up", "address": macs[v][0],
-                                       "attrs": [veth_peer_linkinfo(v.b_if, fds[v.b_ns], v.b_index, macs[v][1])]})
-                      for v in held],
-                    *[request for v in held for request in _addr_requests(v.a_index, v.a_addresses)],
-                    *[request for v in held for request in _neighbour_requests(v.a_index, v.b_addresses, macs[v][1])],
-                ], indexes={v.a_if: v.a_index for v in held})
+                sessions[name].batch(
+                    f"creating veths {', '.join(v.a_if for v in held)}",
+                    [
+                        *[
+                            (
+                                "link",
+                                "add",
+                                {
+                                    "ifname": v.a_if,
+                                    "index": v.a_index,
+                                    "state": "up",
+                                    "address": macs[v][0],
+                                    "attrs": [veth_peer_linkinfo(v.b_if, fds[v.b_ns], v.b_index, macs[v][1])],
+                                },
+                            )
+                            for v in held
+                        ],
+                        *[request for v in held for request in _addr_requests(v.a_index, v.a_addresses)],
+                        *[
+                            request
+                            for v in held
+                            for request in _neighbour_requests(v.a_index, v.b_addresses, macs[v][1])
+                        ],
+                    ],
+                    indexes={v.a_if: v.a_index for v in held},
+                )
     finally:
         for fd in fds.values():
             os.close(fd)
     for name in namespaces:
         peers = [v for v in veths if v.b_ns == name]
-        requests = [*[("link", "set", {"index": v.b_index, "state": "up"}) for v in peers],
-                    *[request for v in peers for request in _addr_requests(v.b_index, v.b_addresses)],
-                    *[request for v in peers for request in _neighbour_requests(v.b_index, v.a_addresses, macs[v][0])],
-                    *[("route", "add", {"dst": dst, "gateway": gateway}) for dst, gateway in routes.get(name, ())]]
+        requests = [
+            *[("link", "set", {"index": v.b_index, "state": "up"}) for v in peers],
+            *[request for v in peers for request in _addr_requests(v.b_index, v.b_addresses)],
+            *[request for v in peers for request in _neighbour_requests(v.b_index, v.a_addresses, macs[v][0])],
+            *[("route", "add", {"dst": dst, "gateway": gateway}) for dst, gateway in routes.get(name, ())],
+        ]
         if requests:
-            sessions[name].batch(f"addressing {', '.join(v.b_if for v in peers) or 'routes'}", requests,
-                                 indexes={v.b_if: v.b_index for v in peers})
+            sessions[name].batch(
+                f"addressing {', '.join(v.b_if for v in peers) or 'routes'}",
+                requests,
+                indexes={v.b_if: v.b_index for v in peers},
+            )
 
 
 def interface_counters(namespace, ifname):
@@ -145,11 +185,15 @@ def interface_counters(namespace, ifname):
     if index:
         # From this thread on the session's plain socket (no hop, no IPRoute to open), and RTM_GETSTATS for
         # just the 64-bit counters: a whole link message takes ~4x as long for pyroute2 to decode.
-        (answer,) = session.query(f"reading counters of {ifname}", [
-            ("stats", "get", {"ifindex": index, "filter_mask": _STATS_LINK_64})])
+        (answer,) = session.query(
+            f"reading counters of {ifname}", [("stats", "get", {"ifindex": index, "filter_mask": _STATS_LINK_64})]
+        )
         return counters(answer[0].get_attr("IFLA_STATS_LINK_64"))
-    return _ipr_call(namespace, f"reading counters of {ifname}",
-                     lambda ipr: counters(ipr.get_links(_index(ipr, ifname))[0].get_attr("IFLA_STATS64")))
+    return _ipr_call(
+        namespace,
+        f"reading counters of {ifname}",
+        lambda ipr: counters(ipr.get_links(_index(ipr, ifname))[0].get_attr("IFLA_STATS64")),
+    )
 
 
 def _with_ethtool(namespace, function):

@@ -6,5 +6,16 @@ from .results_file import ResultsWriter, read_rows
 from .rows import flow_row, flow_rows
 from .table import junit_properties, summary_table
 
-__all__ = ["KEEP_CHOICES", "ArtifactStore", "Comparison", "compare", "comparison_table", "ResultsWriter",
-           "read_rows", "flow_row", "flow_rows", "junit_properties", "summary_table"]
+__all__ = [
+    "KEEP_CHOICES",
+    "ArtifactStore",
+    "Comparison",
+    "compare",
+    "comparison_table",
+    "ResultsWriter",
+    "read_rows",
+    "flow_row",
+    "flow_rows",
+    "junit_properties",
+    "summary_table",
+]

@@ -64,7 +64,7 @@ def directory_name(nodeid):
     """A file name from a test id: readable, unique (a hash settles truncation), safe on every filesystem."""
     name = re.sub(r"[^\w.\-\[\]]+", "_", nodeid.replace("::", "-")).strip("_.") or "test"
     if len(name) > _NAME_LIMIT:
-        name = name[:_NAME_LIMIT - 9] + "-" + hashlib.sha1(nodeid.encode()).hexdigest()[:8]
+        name = name[: _NAME_LIMIT - 9] + "-" + hashlib.sha1(nodeid.encode()).hexdigest()[:8]
     return name
 
 
@@ -94,6 +94,7 @@ def explain_failure(results, directory, *, test, keep):
     Plotting is best effort (no matplotlib, no capture): the reason is listed instead of the plot.
     """
     from .rows import flow_rows
+
     problems, transfers = [], {id(t): t for t in (getattr(r, "transfer", r) for r in results)}
     for transfer in transfers.values():  # a window probe's transfer is in the results too: plot it once
         plot = getattr(transfer, "plot", None)

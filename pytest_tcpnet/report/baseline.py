@@ -36,9 +36,33 @@ TIMING_FLOOR_S = 0.025
 
 # Two-sided 99.9% quantiles of Student's t (t_0.9995) by degrees of freedom; past the table, the
 # entry for the largest tabled df below (a little wide, never narrow), then the normal's 3.291.
-_T_9995 = {1: 636.62, 2: 31.599, 3: 12.924, 4: 8.610, 5: 6.869, 6: 5.959, 7: 5.408, 8: 5.041, 9: 4.781,
-           10: 4.587, 11: 4.437, 12: 4.318, 13: 4.221, 14: 4.140, 15: 4.073, 16: 4.015, 17: 3.965, 18: 3.922,
-           19: 3.883, 20: 3.850, 25: 3.725, 30: 3.646, 40: 3.551, 60: 3.460, 120: 3.373}
+_T_9995 = {
+    1: 636.62,
+    2: 31.599,
+    3: 12.924,
+    4: 8.610,
+    5: 6.869,
+    6: 5.959,
+    7: 5.408,
+    8: 5.041,
+    9: 4.781,
+    10: 4.587,
+    11: 4.437,
+    12: 4.318,
+    13: 4.221,
+    14: 4.140,
+    15: 4.073,
+    16: 4.015,
+    17: 3.965,
+    18: 3.922,
+    19: 3.883,
+    20: 3.850,
+    25: 3.725,
+    30: 3.646,
+    40: 3.551,
+    60: 3.460,
+    120: 3.373,
+}
 
 
 def t_quantile(df):
@@ -58,8 +82,15 @@ def baseline_key(row):
 def conditions(row):
     """The conditions a flow ran under, as comparable text: link, requested buffers, sysctls, cc, direction."""
     key = flow_key(row)
-    return {"direction": key[2], "link": key[3], "SO_SNDBUF": key[4], "SO_RCVBUF": key[5],
-            "client sysctls": dict(key[6][0]), "server sysctls": dict(key[6][1]), "cc": row.get("cc")}
+    return {
+        "direction": key[2],
+        "link": key[3],
+        "SO_SNDBUF": key[4],
+        "SO_RCVBUF": key[5],
+        "client sysctls": dict(key[6][0]),
+        "server sysctls": dict(key[6][1]),
+        "cc": row.get("cc"),
+    }
 
 
 def _run_id(row):
@@ -94,12 +125,15 @@ class Judgement:
         if self.verdict == "not judged":
             return f"{test}: not judged ({self.reason})"
         word = "slower" if self.change < 0 else "faster"
-        text = (f"{test} on {self.key[2] or 'an unknown kernel'}: {rate_cell(self.after_bps)} against "
-                f"{rate_cell(self.before_bps)} over {self.runs} saved run(s), {abs(self.change):.1%} {word}; "
-                f"tolerance {self.tolerance:.1%} ({self.basis})")
+        text = (
+            f"{test} on {self.key[2] or 'an unknown kernel'}: {rate_cell(self.after_bps)} against "
+            f"{rate_cell(self.before_bps)} over {self.runs} saved run(s), {abs(self.change):.1%} {word}; "
+            f"tolerance {self.tolerance:.1%} ({self.basis})"
+        )
         if self.changed:
-            text += "; conditions changed: " + ", ".join(f"{name} {_show(b)} -> {_show(a)}"
-                                                          for name, (b, a) in self.changed.items())
+            text += "; conditions changed: " + ", ".join(
+                f"{name} {_show(b)} -> {_show(a)}" for name, (b, a) in self.changed.items()
+            )
         return text
 
 
@@ -146,16 +180,30 @@ class Baseline:
         before = [r["measured_bps"] for r in saved]
         base = statistics.fmean(before)
         if len(before) < MIN_RUNS:
-            return Judgement(key, "not judged", after, base, len(before),
-                             reason=f"{len(before)} saved run(s), {MIN_RUNS} needed to learn the spread")
+            return Judgement(
+                key,
+                "not judged",
+                after,
+                base,
+                len(before),
+                reason=f"{len(before)} saved run(s), {MIN_RUNS} needed to learn the spread",
+            )
         variants = {repr(sorted(conditions(r).items())) for r in saved}
         if len(variants) > 1:
-            return Judgement(key, "not judged", after, base, len(before),
-                             reason="its conditions differ between the saved runs (a hypothesis sweep?)")
+            return Judgement(
+                key,
+                "not judged",
+                after,
+                base,
+                len(before),
+                reason="its conditions differ between the saved runs (a hypothesis sweep?)",
+            )
         spread = max(self._own_spread(saved), self.typical_spread or 0.0)
         tolerance = t_quantile(len(before) - 1) * spread * math.sqrt(1 / len(values) + 1 / len(before))
         basis = f"the saved runs' {CONFIDENCE:.1%} prediction interval"
-        durations = [r["duration_s"] for r in saved if isinstance(r.get("duration_s"), (int, float)) and r["duration_s"] > 0]
+        durations = [
+            r["duration_s"] for r in saved if isinstance(r.get("duration_s"), (int, float)) and r["duration_s"] > 0
+        ]
         if durations and TIMING_FLOOR_S / statistics.median(durations) > tolerance:
             duration = statistics.median(durations)
             tolerance = TIMING_FLOOR_S / duration
@@ -163,8 +211,9 @@ class Baseline:
         now, then = conditions(new[-1]), conditions(saved[-1])
         changed = {name: (then[name], now[name]) for name in now if now[name] != then[name]}
         moved = abs(after / base - 1) > tolerance
-        return Judgement(key, "moved" if moved else "held", after, base, len(before), tolerance, changed=changed,
-                         basis=basis)
+        return Judgement(
+            key, "moved" if moved else "held", after, base, len(before), tolerance, changed=changed, basis=basis
+        )
 
 
 def load_baseline(path):
@@ -177,8 +226,10 @@ def load_baseline(path):
     schemas = {row.get("schema") for row in rows}
     if schemas != {SCHEMA}:
         other = ", ".join(sorted(str(s) if s is not None else "none" for s in schemas - {SCHEMA}))
-        raise ValueError(f"baseline {path} has rows of schema {other}; this pytest-tcpnet reads schema {SCHEMA}: "
-                         f"save the baseline again")
+        raise ValueError(
+            f"baseline {path} has rows of schema {other}; this pytest-tcpnet reads schema {SCHEMA}: "
+            f"save the baseline again"
+        )
     return Baseline(rows, path=str(path))
 
 
@@ -187,12 +238,19 @@ def baseline_table(judgements):
     header = ["test", "kernel", "before", "runs", "after", "change", "tolerance", "verdict", "conditions changed"]
     body = []
     for j in sorted(judgements, key=lambda j: (j.verdict != "moved", str(j.key))):
-        body.append([short_test(j.key[0]) + (f" #{j.key[1]}" if j.key[1] else ""), j.key[2] or MISSING,
-                     rate_cell(j.before_bps), j.runs or MISSING, rate_cell(j.after_bps),
-                     f"{j.change:+.1%}" if j.change is not None else MISSING,
-                     f"±{j.tolerance:.1%}" if j.tolerance is not None else MISSING,
-                     j.verdict if j.verdict != "not judged" else f"not judged: {j.reason}",
-                     ", ".join(f"{n} {_show(b)} -> {_show(a)}" for n, (b, a) in j.changed.items()) or MISSING])
+        body.append(
+            [
+                short_test(j.key[0]) + (f" #{j.key[1]}" if j.key[1] else ""),
+                j.key[2] or MISSING,
+                rate_cell(j.before_bps),
+                j.runs or MISSING,
+                rate_cell(j.after_bps),
+                f"{j.change:+.1%}" if j.change is not None else MISSING,
+                f"±{j.tolerance:.1%}" if j.tolerance is not None else MISSING,
+                j.verdict if j.verdict != "not judged" else f"not judged: {j.reason}",
+                ", ".join(f"{n} {_show(b)} -> {_show(a)}" for n, (b, a) in j.changed.items()) or MISSING,
+            ]
+        )
     return format_table(header, body)
 
 

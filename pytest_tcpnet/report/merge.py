@@ -30,8 +30,15 @@ def flow_key(row):
     buffers = row.get("buffers") or {}
     link = row.get("link") or {}
     hosts = tuple(tuple(sorted(((row.get(role) or {}).get("sysctls") or {}).items())) for role in ("client", "server"))
-    return (row.get("test"), row.get("flow", 0), row.get("direction"), link.get("describe"),
-            buffers.get("sndbuf_requested"), buffers.get("rcvbuf_requested"), hosts)
+    return (
+        row.get("test"),
+        row.get("flow", 0),
+        row.get("direction"),
+        link.get("describe"),
+        buffers.get("sndbuf_requested"),
+        buffers.get("rcvbuf_requested"),
+        hosts,
+    )
 
 
 def group_of(row, by):
@@ -77,8 +84,11 @@ def comparison_table(comparison):
     for key, row in comparison.flows:
         buffers = row.get("buffers") or {}
         requested = {k: v for k, v in buffers.items() if k.endswith("_requested")}
-        line = [short_test(row.get("test")) + (f" #{row['flow']}" if row.get("flow") else ""),
-                link_cell(row.get("link")), buffers_cell(requested)]
+        line = [
+            short_test(row.get("test")) + (f" #{row['flow']}" if row.get("flow") else ""),
+            link_cell(row.get("link")),
+            buffers_cell(requested),
+        ]
         for group in comparison.groups:
             at = comparison.rows_at(key, group)
             if not at:
@@ -87,10 +97,15 @@ def comparison_table(comparison):
             measured = rate_cell(median_of(at, "measured_bps")) + (f" (n={len(at)})" if len(at) > 1 else "")
             bound = at[-1].get("bound")
             limited = sorted({r.get("limited_by") for r in at if r.get("limited_by")})
-            line += ["/".join(sorted({r.get("cc") or MISSING for r in at})), measured,
-                     rate_cell(median_of(at, "expected_bps")) + (f" ({bound})" if bound else ""),
-                     ratio_cell(median_of(at, "ratio")), "/".join(limited) or MISSING,
-                     count_cell(_median_count(at, "window_full")), count_cell(_median_count(at, "retransmissions"))]
+            line += [
+                "/".join(sorted({r.get("cc") or MISSING for r in at})),
+                measured,
+                rate_cell(median_of(at, "expected_bps")) + (f" ({bound})" if bound else ""),
+                ratio_cell(median_of(at, "ratio")),
+                "/".join(limited) or MISSING,
+                count_cell(_median_count(at, "window_full")),
+                count_cell(_median_count(at, "retransmissions")),
+            ]
         base = median_of(comparison.rows_at(key, first), "measured_bps") if first is not None else None
         for group in comparison.groups[1:]:
             other = median_of(comparison.rows_at(key, group), "measured_bps")

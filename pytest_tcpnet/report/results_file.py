@@ -21,8 +21,12 @@ class ResultsWriter:
         self.path = Path(path)
         if self.path.parent and not self.path.parent.is_dir():
             raise ValueError(f"--tcpnet-results: directory {self.path.parent} does not exist")
-        self.run = {"host": platform.node(), "started": datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec="seconds"), "label": label, "id": uuid.uuid4().hex[:12]}
+        self.run = {
+            "host": platform.node(),
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "label": label,
+            "id": uuid.uuid4().hex[:12],
+        }
         self._file = open(self.path, "a" if append else "w", encoding="utf-8")
         self.count = 0
 

@@ -14,8 +14,18 @@ from .. import guest
 SCHEMA = 1
 
 #: Capture event counts copied into a row when the result has a capture (keys of CaptureResult.events).
-EVENT_KEYS = ("window_full", "zero_window", "zero_window_probe", "window_update", "retransmission",
-              "fast_retransmission", "spurious_retransmission", "duplicate_ack", "out_of_order", "lost_segment")
+EVENT_KEYS = (
+    "window_full",
+    "zero_window",
+    "zero_window_probe",
+    "window_update",
+    "retransmission",
+    "fast_retransmission",
+    "spurious_retransmission",
+    "duplicate_ack",
+    "out_of_order",
+    "lost_segment",
+)
 
 
 def flow_rows(results, *, test, outcome=None):
@@ -82,9 +92,19 @@ def flow_row(result, *, test="", flow=0, outcome=None):
         "emulator_drops": _attr(transfer, "emulator_drops"),
         "advertised_window": probe.window_bytes if probe else None,
         # A changing link (Schedule): each phase's figures and each step as the kernel took it.
-        "phases": [{"number": p.number, "scheduled_at": p.scheduled_at, "start_s": p.start_s, "end_s": p.end_s,
-                    "link": p.link.describe(), "goodput_bps": _number(p.goodput_bps), "rtt_s": _number(p.rtt_s),
-                    "retransmissions": p.retransmits} for p in (_attr(transfer, "phases") or [])],
+        "phases": [
+            {
+                "number": p.number,
+                "scheduled_at": p.scheduled_at,
+                "start_s": p.start_s,
+                "end_s": p.end_s,
+                "link": p.link.describe(),
+                "goodput_bps": _number(p.goodput_bps),
+                "rtt_s": _number(p.rtt_s),
+                "retransmissions": p.retransmits,
+            }
+            for p in (_attr(transfer, "phases") or [])
+        ],
         "link_changes": list(getattr(transfer, "link_changes", None) or []),
         "offloads": getattr(transfer, "offloads", None) or {},
         "host_contention_cpus": _number(getattr(transfer, "host_contention_cpus", None)),
@@ -155,6 +175,7 @@ def _limited_by(result):
     if behind and behind[0] == verdict:
         return str(verdict), behind[1]
     from ..analysis.limits import chrono_shares
+
     try:
         return str(verdict), chrono_shares(_attr(result, "sender_tcp_info"), _attr(result, "sender_active_s"))
     except ValueError:
@@ -169,4 +190,5 @@ def _events(result):
     if events is None:
         return None
     return {key: int(events.get(key, 0) or 0) for key in EVENT_KEYS} | {
-        k: v for k, v in dict(events).items() if k not in EVENT_KEYS and isinstance(v, (int, float))}
+        k: v for k, v in dict(events).items() if k not in EVENT_KEYS and isinstance(v, (int, float))
+    }

@@ -81,9 +81,17 @@ def count_cell(value):
 
 #: Row field -> JUnit property suffix; the key figures a CI dashboard trends.
 JUNIT_FIELDS = (
-    ("kernel", "kernel"), ("link", "link"), ("cc", "cc"), ("measured_bps", "measured_bps"),
-    ("expected_bps", "expected_bps"), ("bound", "bound"), ("ratio", "ratio"), ("limited_by", "limited_by"),
-    ("window_full", "window_full"), ("retransmissions", "retransmissions"), ("min_rtt_s", "min_rtt_s"),
+    ("kernel", "kernel"),
+    ("link", "link"),
+    ("cc", "cc"),
+    ("measured_bps", "measured_bps"),
+    ("expected_bps", "expected_bps"),
+    ("bound", "bound"),
+    ("ratio", "ratio"),
+    ("limited_by", "limited_by"),
+    ("window_full", "window_full"),
+    ("retransmissions", "retransmissions"),
+    ("min_rtt_s", "min_rtt_s"),
     ("advertised_window", "advertised_window"),
 )
 

@@ -20,8 +20,15 @@ import os
 from ..guest import BACKEND_ENV, IN_VM_ENV, inside_vm, software_emulated
 from .options import add_options
 
-__all__ = ["add_options", "maybe_run_in_vm", "inside_vm", "software_emulated", "use_host_for_analysis", "IN_VM_ENV",
-           "ACCEL_ENV"]
+__all__ = [
+    "add_options",
+    "maybe_run_in_vm",
+    "inside_vm",
+    "software_emulated",
+    "use_host_for_analysis",
+    "IN_VM_ENV",
+    "ACCEL_ENV",
+]
 
 #: "1" in the guest's environment when the runner serves host calls (hostcall.py); "0" on the host turns them off.
 HOSTCALL_ENV = "TCPNET_VM_HOSTCALL"

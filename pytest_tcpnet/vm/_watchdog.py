@@ -48,8 +48,12 @@ _SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}
 
 
 class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
-                ("userns_fd", ctypes.c_uint64)]
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
 
 
 def _check(result: int, what: str) -> None:
@@ -77,9 +81,12 @@ def _private_read_only_root(writable: list, scratch: str) -> None:
     if nr is None:
         raise OSError(f"mount_setattr: unknown on {os.uname().machine}")
     for path, attr in [("/", _MountAttr(attr_set=_MOUNT_ATTR_RDONLY))] + [
-            (d, _MountAttr(attr_clr=_MOUNT_ATTR_RDONLY)) for d in writable]:
-        _check(libc.syscall(nr, _AT_FDCWD, path.encode(), _AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)),
-               f"mount_setattr {path}")
+        (d, _MountAttr(attr_clr=_MOUNT_ATTR_RDONLY)) for d in writable
+    ]:
+        _check(
+            libc.syscall(nr, _AT_FDCWD, path.encode(), _AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)),
+            f"mount_setattr {path}",
+        )
     os.makedirs(scratch, exist_ok=True)
     _check(libc.mount(b"tmpfs", scratch.encode(), b"tmpfs", 0, b"mode=0700"), f"tmpfs on {scratch}")
 

@@ -27,16 +27,13 @@ def cache_path() -> Path:
 def qemu_version(qemu: str) -> str:
     """Return the first line of ``qemu --version`` ("" if it cannot be run)."""
     try:
-        out = subprocess.run(
-            [qemu, "--version"], capture_output=True, text=True, timeout=10, check=False
-        ).stdout
+        out = subprocess.run([qemu, "--version"], capture_output=True, text=True, timeout=10, check=False).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
     return out.splitlines()[0].strip() if out else ""
 
 
-def cache_key(kernel: Kernel, qemu_ver: str, host_release: str | None = None,
-              method: str = "vng") -> str:
+def cache_key(kernel: Kernel, qemu_ver: str, host_release: str | None = None, method: str = "vng") -> str:
     """Key a probe result by guest kernel, qemu, host kernel (which provides KVM) and boot method."""
     try:
         st = os.stat(kernel.path)

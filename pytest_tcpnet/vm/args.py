@@ -11,15 +11,29 @@ from .options import FLAG_OPTIONS, VALUE_OPTIONS
 
 # Environment carried into the guest (virtme-ng gives the guest a minimal one of its own).
 ENV_NAMES = (
-    "PATH", "PYTHONPATH", "HOME", "CI", "VIRTUAL_ENV", "TERM", "TZ",
-    "LANG", "LC_ALL", "LC_CTYPE", "PYTHONHASHSEED", "PYTHONWARNINGS", "PYTHONUTF8",
-    "PYTHONIOENCODING", "PYTHONDONTWRITEBYTECODE", "PY_COLORS", "NO_COLOR", "FORCE_COLOR",
+    "PATH",
+    "PYTHONPATH",
+    "HOME",
+    "CI",
+    "VIRTUAL_ENV",
+    "TERM",
+    "TZ",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "PYTHONHASHSEED",
+    "PYTHONWARNINGS",
+    "PYTHONUTF8",
+    "PYTHONIOENCODING",
+    "PYTHONDONTWRITEBYTECODE",
+    "PY_COLORS",
+    "NO_COLOR",
+    "FORCE_COLOR",
     "COLUMNS",
 )
 ENV_PREFIXES = ("TCPNET_", "PYTEST_", "HYPOTHESIS_")
 # Per-process state of the host session, meaningless (or harmful) in the guest's session.
-ENV_EXCLUDED = ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT",
-                "PYTEST_XDIST_TESTRUNUID")
+ENV_EXCLUDED = ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 
 # virtme-ng joins its arguments into a shell command line without quoting, and qemu splits
 # -fsdev/-kernel values on commas, so only plain paths survive the trip intact.
@@ -51,14 +65,10 @@ def strip_vm_args(
     return out
 
 
-def guest_environment(
-    host_env: Mapping[str, str], extra: Mapping[str, str] | None = None
-) -> dict:
+def guest_environment(host_env: Mapping[str, str], extra: Mapping[str, str] | None = None) -> dict:
     """Select the host variables the guest session needs and add ``extra`` on top."""
     env = {
-        k: v
-        for k, v in host_env.items()
-        if (k in ENV_NAMES or k.startswith(ENV_PREFIXES)) and k not in ENV_EXCLUDED
+        k: v for k, v in host_env.items() if (k in ENV_NAMES or k.startswith(ENV_PREFIXES)) and k not in ENV_EXCLUDED
     }
     env.update(extra or {})
     return env

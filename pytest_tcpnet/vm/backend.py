@@ -70,13 +70,17 @@ class Choice:
 def image_for_line(line: str, boot_dir: str = BOOT_DIR, modules_dir: str = MODULES_DIR) -> Kernel | None:
     """The newest /boot image of kernel line ``line`` with its modules installed, other than the running kernel."""
     running = os.uname().release
-    images = [k for k in installed_kernels(boot_dir, modules_dir)
-              if uml.kernel_line(k.release) == line and k.release != running]
+    images = [
+        k
+        for k in installed_kernels(boot_dir, modules_dir)
+        if uml.kernel_line(k.release) == line and k.release != running
+    ]
     return images[-1] if images else None
 
 
-def resolve_target(spec: str | None, builds: list | None = None, boot_dir: str = BOOT_DIR,
-                   modules_dir: str = MODULES_DIR) -> Target:
+def resolve_target(
+    spec: str | None, builds: list | None = None, boot_dir: str = BOOT_DIR, modules_dir: str = MODULES_DIR
+) -> Target:
     """One ``--tcpnet-kernel`` value as a Target; raises only when nothing at all is installed for it."""
     builds = uml.installed_builds() if builds is None else builds
     spec = spec or ""
@@ -85,7 +89,8 @@ def resolve_target(spec: str | None, builds: list | None = None, boot_dir: str =
         if target.image is None and target.build is None:
             raise VMUsageError(
                 f"--tcpnet-kernel={spec}: no kernel of line {spec} is installed, neither a qemu image in {boot_dir} "
-                f"nor a User-Mode Linux build ({uml.SETUP_HINT}; for qemu, Debian: {INSTALL_HINT})")
+                f"nor a User-Mode Linux build ({uml.SETUP_HINT}; for qemu, Debian: {INSTALL_HINT})"
+            )
         return target
     by_binary = {b.binary: b for b in builds}
     if spec and os.path.realpath(spec) in by_binary:  # the path of a UML build's binary
@@ -99,19 +104,24 @@ def resolve_target(spec: str | None, builds: list | None = None, boot_dir: str =
                 raise
             build = builds[-1]  # no qemu image at all: the newest UML build
             return Target(spec, build.line, None, build)
-        return Target(spec, uml.kernel_line(image.release), image, uml.find_build(uml.kernel_line(image.release), builds))
+        return Target(
+            spec, uml.kernel_line(image.release), image, uml.find_build(uml.kernel_line(image.release), builds)
+        )
     image = resolve_kernel(spec, boot_dir, modules_dir)
     line = uml.kernel_line(image.release)
     return Target(spec, line, image, uml.find_build(line, builds))
 
 
 def _netem(target: Target) -> bool:
-    return bool((target.image and has_module(target.image, "sch_netem"))
-                or (target.build and uml.has_module(target.build, "sch_netem")))
+    return bool(
+        (target.image and has_module(target.image, "sch_netem"))
+        or (target.build and uml.has_module(target.build, "sch_netem"))
+    )
 
 
-def resolve_targets(specs, builds: list | None = None, boot_dir: str = BOOT_DIR,
-                    modules_dir: str = MODULES_DIR) -> list:
+def resolve_targets(
+    specs, builds: list | None = None, boot_dir: str = BOOT_DIR, modules_dir: str = MODULES_DIR
+) -> list:
     """``--tcpnet-kernel`` given zero, one or more times, or ``all``: the checked targets, before any boot.
 
     ``all`` is every kernel line installed with sch_netem, as a qemu image or a UML build. With more than one
@@ -125,12 +135,17 @@ def resolve_targets(specs, builds: list | None = None, boot_dir: str = BOOT_DIR,
     if "all" in specs:
         if len(specs) > 1:
             raise VMUsageError("--tcpnet-kernel=all already means every installed kernel: give it alone")
-        lines = {uml.kernel_line(k.release) for k in installed_kernels(boot_dir, modules_dir)
-                 if has_module(k, "sch_netem") and k.release != os.uname().release}
+        lines = {
+            uml.kernel_line(k.release)
+            for k in installed_kernels(boot_dir, modules_dir)
+            if has_module(k, "sch_netem") and k.release != os.uname().release
+        }
         lines |= {b.line for b in builds if uml.has_module(b, "sch_netem")}
         if not lines:
-            raise VMUsageError(f"--tcpnet-kernel=all: no kernel with sch_netem is installed, neither in {boot_dir} "
-                               f"({INSTALL_HINT}) nor as a User-Mode Linux build ({uml.SETUP_HINT})")
+            raise VMUsageError(
+                f"--tcpnet-kernel=all: no kernel with sch_netem is installed, neither in {boot_dir} "
+                f"({INSTALL_HINT}) nor as a User-Mode Linux build ({uml.SETUP_HINT})"
+            )
         return [resolve_target(line, builds, boot_dir, modules_dir) for line in sorted(lines, key=version_key)]
     if len(specs) <= 1:
         return [resolve_target(specs[0] if specs else None, builds, boot_dir, modules_dir)]
@@ -142,8 +157,10 @@ def resolve_targets(specs, builds: list | None = None, boot_dir: str = BOOT_DIR,
             raise VMUsageError(f"--tcpnet-kernel: {key} given twice ({seen[key]} and {spec})")
         seen[key] = spec
         if not _netem(target):
-            raise VMUsageError(f"--tcpnet-kernel={spec}: {target.describe()} has no sch_netem; several kernels "
-                               "in one run are compared on netem paths")
+            raise VMUsageError(
+                f"--tcpnet-kernel={spec}: {target.describe()} has no sch_netem; several kernels "
+                "in one run are compared on netem paths"
+            )
     return targets
 
 
@@ -157,9 +174,11 @@ def choose(requested: str, target: Target, kvm_probe: Callable[[], tuple[str, st
         return Choice("uml", "forced by --tcpnet-vm-backend=uml", target)
     if requested in ("kvm", "tcg"):
         if target.image is None:
-            raise VMUsageError(f"--tcpnet-vm-backend={requested}: no qemu image of kernel line {target.line} in "
-                               f"{BOOT_DIR} (Debian: {INSTALL_HINT}); a User-Mode Linux build of it is installed: "
-                               "--tcpnet-vm-backend=uml or auto")
+            raise VMUsageError(
+                f"--tcpnet-vm-backend={requested}: no qemu image of kernel line {target.line} in "
+                f"{BOOT_DIR} (Debian: {INSTALL_HINT}); a User-Mode Linux build of it is installed: "
+                "--tcpnet-vm-backend=uml or auto"
+            )
         return Choice(requested, f"forced by --tcpnet-vm-backend={requested}", target)
     # auto
     kvm_why = "no qemu image of this line"
@@ -168,12 +187,19 @@ def choose(requested: str, target: Target, kvm_probe: Callable[[], tuple[str, st
         if accel == "kvm":
             return Choice("kvm", f"auto: {kvm_why}", target)
     if target.build is not None:
-        return Choice("uml", f"auto: no KVM ({kvm_why}); a User-Mode Linux build of {target.line} is installed "
-                             f"({target.build.binary})", target)
+        return Choice(
+            "uml",
+            f"auto: no KVM ({kvm_why}); a User-Mode Linux build of {target.line} is installed ({target.build.binary})",
+            target,
+        )
     if target.image is None:
         raise VMUsageError(f"no way to boot {target.describe()}")
-    return Choice("tcg", f"auto: no KVM ({kvm_why}) and no User-Mode Linux build of {target.line} "
-                         f"({uml.SETUP_HINT}): software emulation", target)
+    return Choice(
+        "tcg",
+        f"auto: no KVM ({kvm_why}) and no User-Mode Linux build of {target.line} "
+        f"({uml.SETUP_HINT}): software emulation",
+        target,
+    )
 
 
 def lines_installed(builds: list | None = None) -> dict:
@@ -188,5 +214,13 @@ def lines_installed(builds: list | None = None) -> dict:
     return {line: tuple(v) for line, v in sorted(out.items(), key=lambda kv: version_key(kv[0]))}
 
 
-__all__ = ["BACKENDS", "Choice", "Target", "choose", "image_for_line", "lines_installed", "resolve_target",
-           "resolve_targets"]
+__all__ = [
+    "BACKENDS",
+    "Choice",
+    "Target",
+    "choose",
+    "image_for_line",
+    "lines_installed",
+    "resolve_target",
+    "resolve_targets",
+]

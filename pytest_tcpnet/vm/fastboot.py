@@ -142,11 +142,11 @@ def bzimage_payload(data: bytes) -> bytes:
         raise Unavailable("not an x86 bzImage (no HdrS header)")
     (version,) = struct.unpack_from("<H", data, 0x206)
     if version < 0x208:
-        raise Unavailable(f"boot protocol {version >> 8}.{version & 0xff} is older than 2.08")
+        raise Unavailable(f"boot protocol {version >> 8}.{version & 0xFF} is older than 2.08")
     setup_sects = data[0x1F1] or 4
     offset, length = struct.unpack_from("<II", data, 0x248)
     start = (setup_sects + 1) * 512 + offset
-    payload = data[start:start + length]
+    payload = data[start : start + length]
     if len(payload) != length or not length:
         raise Unavailable("bzImage payload lies outside the file")
     return payload
@@ -175,7 +175,7 @@ def elf_notes(elf: bytes):
     """Yield (name, type, descriptor) of the PT_NOTE segments of a 64-bit little-endian ELF."""
     if elf[:4] != b"\x7fELF" or elf[4] != 2 or elf[5] != 1:
         raise Unavailable("the decompressed kernel is not a 64-bit little-endian ELF")
-    phoff, = struct.unpack_from("<Q", elf, 0x20)
+    (phoff,) = struct.unpack_from("<Q", elf, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", elf, 0x36)
     for i in range(phnum):
         p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", elf, phoff + i * phentsize)
@@ -184,9 +184,9 @@ def elf_notes(elf: bytes):
         pos, end = p_offset, p_offset + p_filesz
         while pos + 12 <= end:
             namesz, descsz, ntype = struct.unpack_from("<III", elf, pos)
-            name = elf[pos + 12:pos + 12 + namesz].rstrip(b"\0")
+            name = elf[pos + 12 : pos + 12 + namesz].rstrip(b"\0")
             desc_at = pos + 12 + (namesz + 3) // 4 * 4
-            yield name, ntype, elf[desc_at:desc_at + descsz]
+            yield name, ntype, elf[desc_at : desc_at + descsz]
             pos = desc_at + (descsz + 3) // 4 * 4
 
 
@@ -267,10 +267,13 @@ def is_static(path: str) -> bool:
         head = f.read(4096)
     if head[:4] != b"\x7fELF" or head[4] != 2:
         return False
-    phoff, = struct.unpack_from("<Q", head, 0x20)
+    (phoff,) = struct.unpack_from("<Q", head, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
-    types = [struct.unpack_from("<I", head, phoff + i * phentsize)[0]
-             for i in range(phnum) if phoff + (i + 1) * phentsize <= len(head)]
+    types = [
+        struct.unpack_from("<I", head, phoff + i * phentsize)[0]
+        for i in range(phnum)
+        if phoff + (i + 1) * phentsize <= len(head)
+    ]
     return 3 not in types  # PT_INTERP
 
 
@@ -303,8 +306,21 @@ def build_initramfs(busybox: str, modules: list[tuple[str, bytes]]) -> bytes:
     cw.mkchardev(b"dev/null", (1, 3), mode=0o666)
     with open(busybox, "rb") as f:
         cw.write_file(b"bin/busybox", body=f, mode=0o755)
-    for tool in ("sh", "mount", "insmod", "switch_root", "mkdir", "ln", "cat", "cp", "echo", "tr",
-                 "sleep", "sync", "poweroff"):
+    for tool in (
+        "sh",
+        "mount",
+        "insmod",
+        "switch_root",
+        "mkdir",
+        "ln",
+        "cat",
+        "cp",
+        "echo",
+        "tr",
+        "sleep",
+        "sync",
+        "poweroff",
+    ):
         cw.symlink(b"busybox", f"bin/{tool}".encode())
     names = []
     for name, data in modules:
@@ -355,39 +371,81 @@ def prepare(kernel: Kernel, qemu: str) -> FastBoot:
 
 def kernel_cmdline(shares: list, script: str, debug: bool = False, code: Sequence[str] = ()) -> str:
     """Return the kernel command line for a fast boot (paths are plain: see args.check_shareable)."""
-    words = ["console=ttyS0", "panic=-1", "rdinit=/init", f"tcpnet_shares={','.join(shares)}",
-             f"tcpnet_code={','.join(code)}", f"tcpnet_script={script}"]
+    words = [
+        "console=ttyS0",
+        "panic=-1",
+        "rdinit=/init",
+        f"tcpnet_shares={','.join(shares)}",
+        f"tcpnet_code={','.join(code)}",
+        f"tcpnet_script={script}",
+    ]
     if not debug:
         words.append("quiet")  # the serial console is slow under emulation; errors still show
     return " ".join(words)
 
 
-def qemu_command(qemu: str, boot: FastBoot, accel: str, cpus: int, memory: str,
-                 shares: list, script: str, debug: bool = False, code: Sequence[str] = (), extra: Sequence[str] = ()) -> list:
+def qemu_command(
+    qemu: str,
+    boot: FastBoot,
+    accel: str,
+    cpus: int,
+    memory: str,
+    shares: list,
+    script: str,
+    debug: bool = False,
+    code: Sequence[str] = (),
+    extra: Sequence[str] = (),
+) -> list:
     """Return the qemu command line: q35, no network device, host root read-only, shares rw.
 
     code: directories the session imports from (a virtualenv, this package): the guest sees
     them read-only through the cached root even where a share or its tmpfs covers them.
     extra: more devices (the host-call port: hostcall.Server.qemu_args).
     """
-    cmd = [qemu, "-M", f"q35,accel={accel}", "-cpu", "host" if accel == "kvm" else "max",
-           "-smp", str(cpus), "-m", memory, "-no-reboot", "-nodefaults", "-no-user-config",
-           "-display", "none",
-           # Kernel console (boot log, panics) and the script's stdout/stderr, as vng wires them.
-           "-serial", "chardev:console", "-chardev", "file,id=console,path=/proc/self/fd/2",
-           "-device", "virtio-serial-pci",
-           "-chardev", "file,id=out,path=/proc/self/fd/1",
-           "-device", "virtserialport,chardev=out,name=tcpnet.stdout",
-           "-chardev", "file,id=err,path=/proc/self/fd/2",
-           "-device", "virtserialport,chardev=err,name=tcpnet.stderr",
-           *extra,
-           "-fsdev", "local,id=root,path=/,security_model=none,readonly=on,multidevs=remap",
-           "-device", "virtio-9p-pci,fsdev=root,mount_tag=root"]
+    cmd = [
+        qemu,
+        "-M",
+        f"q35,accel={accel}",
+        "-cpu",
+        "host" if accel == "kvm" else "max",
+        "-smp",
+        str(cpus),
+        "-m",
+        memory,
+        "-no-reboot",
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        # Kernel console (boot log, panics) and the script's stdout/stderr, as vng wires them.
+        "-serial",
+        "chardev:console",
+        "-chardev",
+        "file,id=console,path=/proc/self/fd/2",
+        "-device",
+        "virtio-serial-pci",
+        "-chardev",
+        "file,id=out,path=/proc/self/fd/1",
+        "-device",
+        "virtserialport,chardev=out,name=tcpnet.stdout",
+        "-chardev",
+        "file,id=err,path=/proc/self/fd/2",
+        "-device",
+        "virtserialport,chardev=err,name=tcpnet.stderr",
+        *extra,
+        "-fsdev",
+        "local,id=root,path=/,security_model=none,readonly=on,multidevs=remap",
+        "-device",
+        "virtio-9p-pci,fsdev=root,mount_tag=root",
+    ]
     for i, path in enumerate(shares):
-        cmd += ["-fsdev", f"local,id=tcpnet{i},path={path},security_model=none,multidevs=remap",
-                "-device", f"virtio-9p-pci,fsdev=tcpnet{i},mount_tag=tcpnet{i}"]
-    cmd += ["-kernel", boot.vmlinux, "-initrd", boot.initramfs,
-            "-append", kernel_cmdline(shares, script, debug, code)]
+        cmd += [
+            "-fsdev",
+            f"local,id=tcpnet{i},path={path},security_model=none,multidevs=remap",
+            "-device",
+            f"virtio-9p-pci,fsdev=tcpnet{i},mount_tag=tcpnet{i}",
+        ]
+    cmd += ["-kernel", boot.vmlinux, "-initrd", boot.initramfs, "-append", kernel_cmdline(shares, script, debug, code)]
     return cmd
 
 
@@ -395,4 +453,3 @@ def session_script(body: str) -> str:
     """Wrap the runner's guest script so that it can run as PID 1 and power off at the end."""
     # A subshell: the body's `exit` ends it, not PID 1 (whose exit would panic the kernel).
     return "# Runs as PID 1 of a fast-booted guest (vm/fastboot.py).\n" + PROLOGUE + "(\n" + body + ")\n" + EPILOGUE
-

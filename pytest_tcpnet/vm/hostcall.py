@@ -34,8 +34,18 @@ import warnings
 
 from . import HOSTCALL_ENV as ENV  # "1" in the guest's environment when the runner serves host calls
 
-__all__ = ["ENV", "MAILBOX_ENV", "PORT_NAME", "MailboxServer", "Server", "Unavailable", "available", "call",
-           "host_cpu_snapshot", "use_host_for_analysis"]
+__all__ = [
+    "ENV",
+    "MAILBOX_ENV",
+    "PORT_NAME",
+    "MailboxServer",
+    "Server",
+    "Unavailable",
+    "available",
+    "call",
+    "host_cpu_snapshot",
+    "use_host_for_analysis",
+]
 
 #: The mailbox directory, in a User-Mode Linux guest's environment (a directory shared with the host).
 MAILBOX_ENV = "TCPNET_VM_HOSTCALL_DIR"
@@ -91,24 +101,24 @@ class FrameReader:
         while True:
             start = self._buf.find(MAGIC)
             if start < 0:
-                del self._buf[:max(0, len(self._buf) - len(MAGIC) + 1)]
+                del self._buf[: max(0, len(self._buf) - len(MAGIC) + 1)]
                 return None
             del self._buf[:start]
             if len(self._buf) < _PREFIX.size:
                 return None
             _, head_len, payload_len = _PREFIX.unpack_from(self._buf)
             if head_len > MAX_HEADER or payload_len > MAX_PAYLOAD:
-                del self._buf[:len(MAGIC)]  # not a frame after all: look for the next MAGIC
+                del self._buf[: len(MAGIC)]  # not a frame after all: look for the next MAGIC
                 continue
             end = _PREFIX.size + head_len + payload_len
             if len(self._buf) < end:
                 return None
             try:
-                header = json.loads(bytes(self._buf[_PREFIX.size:_PREFIX.size + head_len]))
+                header = json.loads(bytes(self._buf[_PREFIX.size : _PREFIX.size + head_len]))
             except ValueError:
-                del self._buf[:len(MAGIC)]
+                del self._buf[: len(MAGIC)]
                 continue
-            payload = bytes(self._buf[_PREFIX.size + head_len:end])
+            payload = bytes(self._buf[_PREFIX.size + head_len : end])
             del self._buf[:end]
             if isinstance(header, dict):
                 return header, payload
@@ -161,8 +171,12 @@ def handle(header: dict, payload: bytes) -> tuple[dict, bytes]:
     except Exception as exc:  # reported to the guest, which raises it where it asked
         from ..errors import MissingCapability
 
-        return {**reply, "ok": False, "error": f"{type(exc).__name__}: {exc}",
-                "missing": isinstance(exc, MissingCapability)}, b""
+        return {
+            **reply,
+            "ok": False,
+            "error": f"{type(exc).__name__}: {exc}",
+            "missing": isinstance(exc, MissingCapability),
+        }, b""
     return {**reply, "ok": True, **out}, data
 
 
@@ -185,8 +199,12 @@ class Server:
 
     def qemu_args(self) -> list:
         """qemu options that connect the guest's ``tcpnet.hostcall`` port to this socket."""
-        return ["-chardev", f"socket,id=hostcall,path={self.path}",
-                "-device", f"virtserialport,chardev=hostcall,name={PORT_NAME}"]
+        return [
+            "-chardev",
+            f"socket,id=hostcall,path={self.path}",
+            "-device",
+            f"virtserialport,chardev=hostcall,name={PORT_NAME}",
+        ]
 
     def start(self) -> Server:
         self._thread.start()
@@ -365,8 +383,9 @@ def call(op: str, header: dict | None = None, payload: bytes = b"", timeout: flo
     deadline = time.monotonic() + timeout
     request_id = secrets.token_hex(8)
     if mailbox is not None:
-        return _call_mailbox(mailbox, request_id, encode({**(header or {}), "id": request_id, "op": op}, payload),
-                             deadline, op)
+        return _call_mailbox(
+            mailbox, request_id, encode({**(header or {}), "id": request_id, "op": op}, payload), deadline, op
+        )
     assert port is not None  # no mailbox, so the port
     frame = memoryview(encode({**(header or {}), "id": request_id, "op": op}, payload))
     fd = _open(port, deadline)
@@ -374,7 +393,7 @@ def call(op: str, header: dict | None = None, payload: bytes = b"", timeout: flo
         while frame:
             _wait(fd, select.POLLOUT, deadline)
             try:
-                frame = frame[os.write(fd, frame):]
+                frame = frame[os.write(fd, frame) :]
             except BlockingIOError:
                 continue
         reader = FrameReader()

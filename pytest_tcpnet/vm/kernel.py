@@ -53,10 +53,7 @@ def release_from_name(path: str | os.PathLike[str]) -> str | None:
 
 def version_key(release: str) -> tuple:
     """Sort key that orders releases numerically: 6.10.0 after 6.9.0, -56 after -9."""
-    return tuple(
-        (0, int(part), "") if part.isdigit() else (1, 0, part)
-        for part in re.split(r"[.\-+~_]", release)
-    )
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"[.\-+~_]", release))
 
 
 def _modules_dir(release: str, modules_dir: str) -> str | None:
@@ -64,9 +61,7 @@ def _modules_dir(release: str, modules_dir: str) -> str | None:
     return path if os.path.isdir(path) else None
 
 
-def default_kernel(
-    boot_dir: str = BOOT_DIR, modules_dir: str = MODULES_DIR, running: str | None = None
-) -> Kernel:
+def default_kernel(boot_dir: str = BOOT_DIR, modules_dir: str = MODULES_DIR, running: str | None = None) -> Kernel:
     """Pick the newest ``boot_dir/vmlinuz-*`` that has modules and is not the running kernel."""
     running = running if running is not None else os.uname().release
     candidates, skipped = [], []
@@ -91,9 +86,7 @@ def default_kernel(
     return Kernel(newest, release, os.path.join(modules_dir, release))
 
 
-def resolve_kernel(
-    spec: str | None, boot_dir: str = BOOT_DIR, modules_dir: str = MODULES_DIR
-) -> Kernel:
+def resolve_kernel(spec: str | None, boot_dir: str = BOOT_DIR, modules_dir: str = MODULES_DIR) -> Kernel:
     """Turn ``--tcpnet-kernel`` (None, a path or a release) into a checked ``Kernel``."""
     if not spec:
         return default_kernel(boot_dir, modules_dir)
@@ -102,7 +95,7 @@ def resolve_kernel(
     if not os.path.isfile(path):
         if looks_like_path:
             raise VMUsageError(f"--tcpnet-kernel: kernel image {path} does not exist")
-        available = sorted(p.name[len("vmlinuz-"):] for p in Path(boot_dir).glob("vmlinuz-*"))
+        available = sorted(p.name[len("vmlinuz-") :] for p in Path(boot_dir).glob("vmlinuz-*"))
         raise VMUsageError(
             f"--tcpnet-kernel={spec}: no {path}; releases in {boot_dir}: "
             f"{', '.join(available) or 'none'} (Debian: apt-get install linux-image-{spec})"

@@ -144,7 +144,7 @@ class _ConsoleFilter:
         data = self.held + data
         cut = data.rfind(b"\n") + 1
         done, rest = data[:cut], data[cut:]
-        self.held = rest if rest.startswith(b"[") or rest[:7] == b"reboot:"[:len(rest)] else b""
+        self.held = rest if rest.startswith(b"[") or rest[:7] == b"reboot:"[: len(rest)] else b""
         if not self.held:
             done += rest
         return _POWER_DOWN.sub(b"", done)
@@ -197,8 +197,9 @@ def launch(
             stderr=subprocess.PIPE,
             pass_fds=(lifeline_r,),
             start_new_session=True,  # our own group: Ctrl-C reaches us, we stop the VM
-            env=None if nice is None and not env else
-            dict(os.environ, **(env or {}), **({} if nice is None else {"TCPNET_VM_NICE": str(nice)})),
+            env=None
+            if nice is None and not env
+            else dict(os.environ, **(env or {}), **({} if nice is None else {"TCPNET_VM_NICE": str(nice)})),
         )
     except BaseException:
         os.close(lifeline_w)
@@ -226,8 +227,10 @@ def launch(
             if not result.started and now - t0 > boot_timeout:
                 result.timed_out = True
                 break
-            if result.started and after_start_timeout is not None and (
-                now - t0 - result.start_seconds > after_start_timeout
+            if (
+                result.started
+                and after_start_timeout is not None
+                and (now - t0 - result.start_seconds > after_start_timeout)
             ):
                 result.timed_out = True
                 break
@@ -261,7 +264,7 @@ def launch(
                 if idx < 0:
                     continue
                 tail.feed(pending[:idx])
-                rest = pending[idx + len(sentinel):]
+                rest = pending[idx + len(sentinel) :]
                 rest = rest[1:] if rest.startswith(b"\n") else rest
                 pending = b""
                 result.started = True
@@ -269,7 +272,9 @@ def launch(
                 with contextlib.suppress(OSError):
                     result.nice = os.getpriority(os.PRIO_PROCESS, proc.pid)  # the watchdog's, which its child inherited
                 with contextlib.suppress(OSError, ValueError, IndexError):
-                    with open(f"/proc/{proc.pid}/autogroup", encoding="ascii") as autogroup:  # "/autogroup-123 nice -10"
+                    with open(
+                        f"/proc/{proc.pid}/autogroup", encoding="ascii"
+                    ) as autogroup:  # "/autogroup-123 nice -10"
                         result.autogroup_nice = int(autogroup.read().split()[-1])
                 if on_start is not None:
                     on_start(result.start_seconds)

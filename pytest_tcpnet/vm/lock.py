@@ -77,8 +77,7 @@ def open_lock(directory: Path | None = None) -> int:
             raise VMError(f"VM lock {path} is a symbolic link: refusing it; remove it") from err
         raise VMError(f"cannot open the VM lock {path}: {err}") from err
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1 \
-            or st.st_mode & 0o022:
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1 or st.st_mode & 0o022:
         os.close(fd)
         raise VMError(
             f"VM lock {path} is not a regular file of ours with one link and mode 0644 "
@@ -97,16 +96,19 @@ def describe_holder(fd: int) -> str:
     if not isinstance(info, dict) or "pid" not in info:
         return "an unknown session"
     since = time.strftime("%H:%M:%S", time.localtime(info.get("since", 0)))
-    return (f"pid {info.get('pid')} (user {info.get('user')}, since {since}, "
-            f"in {info.get('cwd')})")
+    return f"pid {info.get('pid')} (user {info.get('user')}, since {since}, in {info.get('cwd')})"
 
 
 class VMLock:
     """Hold the host's VM lock: ``with VMLock(timeout, say): ...``; raises ``VMBusy`` on timeout."""
 
-    def __init__(self, timeout: float = DEFAULT_LOCK_TIMEOUT,
-                 say: Callable[[str], None] | None = None,
-                 directory: Path | None = None, poll: float = 0.2) -> None:
+    def __init__(
+        self,
+        timeout: float = DEFAULT_LOCK_TIMEOUT,
+        say: Callable[[str], None] | None = None,
+        directory: Path | None = None,
+        poll: float = 0.2,
+    ) -> None:
         self.timeout = timeout
         self.say = say or (lambda _msg: None)
         self.directory = directory
@@ -132,8 +134,10 @@ class VMLock:
                         f"after {self.timeout:g} s (--tcpnet-vm-lock-timeout)"
                     )
                 if not announced:
-                    self.say(f"waiting for the VM lock held by {holder} "
-                             f"(at most {self.timeout:g} s; one VM at a time on this host)")
+                    self.say(
+                        f"waiting for the VM lock held by {holder} "
+                        f"(at most {self.timeout:g} s; one VM at a time on this host)"
+                    )
                     announced = True
                 time.sleep(self.poll)
             info = {"pid": os.getpid(), "user": _user(), "since": time.time(), "cwd": os.getcwd()}

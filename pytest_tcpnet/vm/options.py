@@ -85,8 +85,7 @@ def add_options(group) -> None:
         default=_env("TCPNET_VM_MEMORY", DEFAULT_MEMORY),
         dest="tcpnet_vm_memory",
         metavar="SIZE",
-        help="memory of the VM, qemu syntax such as 2G or 1536M "
-        "(env TCPNET_VM_MEMORY). Default: %(default)s.",
+        help="memory of the VM, qemu syntax such as 2G or 1536M (env TCPNET_VM_MEMORY). Default: %(default)s.",
     )
     group.addoption(
         "--tcpnet-vm-boot-timeout",

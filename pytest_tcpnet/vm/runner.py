@@ -30,10 +30,28 @@ from .options import BACKEND_CHOICES
 # Loaded in the guest before pytest starts; the labs need them and the Debian kernel has
 # them as modules. A failure is reported, not fatal: a test that needs one fails clearly.
 GUEST_MODULES = (
-    "sch_netem", "sch_htb", "sch_tbf", "sch_fq", "sch_fq_codel", "sch_prio", "sch_sfq",
-    "sch_codel", "sch_cake", "sch_pie", "sch_fq_pie", "sch_red",
-    "sch_ingress", "cls_u32", "cls_bpf", "cls_matchall", "act_mirred", "act_police", "ifb", "veth",
-    "tcp_bbr", "tcp_dctcp",
+    "sch_netem",
+    "sch_htb",
+    "sch_tbf",
+    "sch_fq",
+    "sch_fq_codel",
+    "sch_prio",
+    "sch_sfq",
+    "sch_codel",
+    "sch_cake",
+    "sch_pie",
+    "sch_fq_pie",
+    "sch_red",
+    "sch_ingress",
+    "cls_u32",
+    "cls_bpf",
+    "cls_matchall",
+    "act_mirred",
+    "act_police",
+    "ifb",
+    "veth",
+    "tcp_bbr",
+    "tcp_dctcp",
     # Built into Debian's amd64 kernels, a module in its UML builds (their guests have no /proc/net/tcp6 without it).
     "ipv6",
 )
@@ -136,6 +154,7 @@ def _check_baseline(config) -> None:
     if not path or config.getoption("tcpnet_baseline_mode", default="compare") != "compare":
         return
     from ..report.baseline import load_baseline
+
     try:
         load_baseline(os.path.join(str(config.invocation_params.dir), path))
     except (OSError, ValueError) as exc:
@@ -159,11 +178,14 @@ def plan_from_config(config, target: backends.Target | None = None) -> Plan:
     if target.image is None and target.build is None:
         raise VMUsageError(f"nothing installed boots {target.describe()}")
     if requested == "auto" and qemu is None and target.build is None:
-        raise VMUsageError(f"--tcpnet-vm needs {qemu_hint()}, or a User-Mode Linux build of {target.line} "
-                           f"({uml.SETUP_HINT})")
+        raise VMUsageError(
+            f"--tcpnet-vm needs {qemu_hint()}, or a User-Mode Linux build of {target.line} ({uml.SETUP_HINT})"
+        )
     if requested == "uml" and target.build is not None and not uml.has_module(target.build, "sch_netem"):
-        raise VMUsageError(f"the User-Mode Linux build {target.build.binary} ({target.build.release}) has no sch_netem "
-                           f"in {target.build.modules}: reinstall it ({uml.SETUP_HINT})")
+        raise VMUsageError(
+            f"the User-Mode Linux build {target.build.binary} ({target.build.release}) has no sch_netem "
+            f"in {target.build.modules}: reinstall it ({uml.SETUP_HINT})"
+        )
     if target.image is not None:
         check_shareable(target.image.path, "the kernel image")
     if target.build is not None:
@@ -185,10 +207,14 @@ def plan_from_config(config, target: backends.Target | None = None) -> Plan:
         cache_dir=_cache_dir(config),
         # Other plugins' report files, when those plugins are installed.
         report_files=[
-            f for f in (config.getoption("report_log", default=None),
-                        config.getoption("htmlpath", default=None),
-                        config.getoption("tcpnet_results", default=None),
-                        config.getoption("tcpnet_baseline", default=None)) if f
+            f
+            for f in (
+                config.getoption("report_log", default=None),
+                config.getoption("htmlpath", default=None),
+                config.getoption("tcpnet_results", default=None),
+                config.getoption("tcpnet_baseline", default=None),
+            )
+            if f
         ],
     )
     for d in wanted:
@@ -285,7 +311,7 @@ def guest_script(plan: Plan, sentinel: str, exit_file: str) -> str:
         "missing=''",
         # One modprobe for all (1.1 s one by one under emulation); one by one only to name a failure.
         f"modules={q(' '.join(plan.modules))}",
-        'modprobe -a -q $modules 2>/dev/null || for m in $modules; do',
+        "modprobe -a -q $modules 2>/dev/null || for m in $modules; do",
         '  modprobe -q "$m" 2>/dev/null || missing="$missing $m"',
         "done",
         '[ -z "$missing" ] || echo "tcpnet-vm: could not load kernel modules:$missing" >&2',
@@ -304,8 +330,7 @@ def guest_script(plan: Plan, sentinel: str, exit_file: str) -> str:
 
 def vng_command(plan: Plan, accel: str, script: str, shares: list) -> list:
     """Return the vng command line (no network device: vng adds none unless --network)."""
-    cmd = [plan.vng, "--run", plan.kernel.path, "--verbose",
-           "--cpus", str(plan.cpus), "--memory", plan.memory]
+    cmd = [plan.vng, "--run", plan.kernel.path, "--verbose", "--cpus", str(plan.cpus), "--memory", plan.memory]
     if accel == "tcg":
         cmd.append("--disable-kvm")
     if os.environ.get("TCPNET_VM_VIRTIOFS") != "1":
@@ -342,10 +367,27 @@ def kvm_probe_boot(plan: Plan | ProbeTools, timeout: float, boot: fastboot.FastB
             cmd = fastboot.qemu_command(plan.qemu, boot, "kvm", 1, "512M", [workdir], script)
         else:
             assert plan.vng is not None, "without a fast boot, vng boots the probe"
-            cmd = [plan.vng, "--run", plan.kernel.path, "--cpus", "1", "--memory", "512M",
-                   "--force-9p", "--exec", f"echo {sentinel}"]
-        result = launch(cmd, cwd=tempfile.gettempdir(), sentinel=sentinel.encode(),
-                        boot_timeout=timeout, echo=False, after_start_timeout=15, cleanup=workdir)
+            cmd = [
+                plan.vng,
+                "--run",
+                plan.kernel.path,
+                "--cpus",
+                "1",
+                "--memory",
+                "512M",
+                "--force-9p",
+                "--exec",
+                f"echo {sentinel}",
+            ]
+        result = launch(
+            cmd,
+            cwd=tempfile.gettempdir(),
+            sentinel=sentinel.encode(),
+            boot_timeout=timeout,
+            echo=False,
+            after_start_timeout=15,
+            cleanup=workdir,
+        )
     finally:
         if workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -358,24 +400,34 @@ def kvm_probe_boot(plan: Plan | ProbeTools, timeout: float, boot: fastboot.FastB
     last = result.tail[-1] if result.tail else "no output"
     if result.returncode == 127 or "not found" in last:
         # A tool that is not there says nothing of KVM: an error now, and nothing cached that would pin TCG.
-        raise VMUsageError(f"the KVM probe could not start {'qemu' if boot else 'vng'}: {last}. "
-                           + ("" if boot else f"vng runs virtme-run through the shell, so the directory holding vng "
-                              f"({os.path.dirname(plan.vng or '') or '?'}) must be on PATH; or {VNG_HINT}"))
+        raise VMUsageError(
+            f"the KVM probe could not start {'qemu' if boot else 'vng'}: {last}. "
+            + (
+                ""
+                if boot
+                else f"vng runs virtme-run through the shell, so the directory holding vng "
+                f"({os.path.dirname(plan.vng or '') or '?'}) must be on PATH; or {VNG_HINT}"
+            )
+        )
     return False, f"{'qemu' if boot else 'vng'} exited with {result.returncode}: {last}"
 
 
 def _boot_hints(plan: Plan, tail: list, fast: bool = False) -> list:
     text = "\n".join(tail)
     hints = []
-    if re.search(r"too old to load a ram disk|Error loading|could not load (PVH|kernel)|"
-                 r"invalid kernel|not a valid", text, re.IGNORECASE):
+    if re.search(
+        r"too old to load a ram disk|Error loading|could not load (PVH|kernel)|"
+        r"invalid kernel|not a valid",
+        text,
+        re.IGNORECASE,
+    ):
         hints.append(f"{plan.kernel.path} does not look like a bootable kernel image")
     if "Unable to mount root" in text or "Kernel panic" in text:
-        hints.append(f"the guest kernel could not mount the host root over 9p/virtiofs: "
-                     f"are its modules complete in {plan.kernel.modules}?")
-    if "busybox" in text.lower() and not any(
-        shutil.which(b) for b in ("busybox", "busybox-static", "busybox.static")
-    ):
+        hints.append(
+            f"the guest kernel could not mount the host root over 9p/virtiofs: "
+            f"are its modules complete in {plan.kernel.modules}?"
+        )
+    if "busybox" in text.lower() and not any(shutil.which(b) for b in ("busybox", "busybox-static", "busybox.static")):
         hints.append("virtme-ng needs busybox for its initramfs: apt-get install busybox-static")
     if fast:
         hints.append("this was a fast boot; TCPNET_VM_FASTBOOT=0 boots with vng instead")
@@ -390,11 +442,15 @@ def _explain(plan: Plan, accel: str, result: LaunchResult, fast: bool = False) -
         if accel == "kvm":
             advice = "try --tcpnet-vm-backend=tcg (KVM guests hang at boot on some hosts)"
         elif accel == "uml":
-            advice = ("User-Mode Linux usually starts in 1-3 s; raise --tcpnet-vm-boot-timeout if this host is slow "
-                      "or busy, or TCPNET_VM_DEBUG=1 to see its boot log")
+            advice = (
+                "User-Mode Linux usually starts in 1-3 s; raise --tcpnet-vm-boot-timeout if this host is slow "
+                "or busy, or TCPNET_VM_DEBUG=1 to see its boot log"
+            )
         else:
-            advice = ("software emulation usually starts in 20-40 s; raise "
-                      "--tcpnet-vm-boot-timeout if this host is slow or busy")
+            advice = (
+                "software emulation usually starts in 20-40 s; raise "
+                "--tcpnet-vm-boot-timeout if this host is slow or busy"
+            )
         return VMError(
             f"guest did not start within {plan.boot_timeout:g} s under {accel.upper()}; "
             f"VM killed; {advice}. Last lines of its boot log:\n{shown}"
@@ -405,9 +461,14 @@ def _explain(plan: Plan, accel: str, result: LaunchResult, fast: bool = False) -
         return VMError(
             f"the guest exited (linux.uml status {result.returncode}) before it started the session, booting "
             f"{build.binary} ({build.release}) under User-Mode Linux. Last lines of its output:\n{shown}"
-            + (f"\n  hint: a build unpacked by dev/setup-uml runs with the libc unpacked beside it: reinstall with "
-               f"{uml.SETUP_HINT}" if build.binary.startswith(uml.UNPACKED_ROOT) and result.returncode else "")
-            + "\n  hint: TCPNET_VM_DEBUG=1 shows the whole boot log live")
+            + (
+                f"\n  hint: a build unpacked by dev/setup-uml runs with the libc unpacked beside it: reinstall with "
+                f"{uml.SETUP_HINT}"
+                if build.binary.startswith(uml.UNPACKED_ROOT) and result.returncode
+                else ""
+            )
+            + "\n  hint: TCPNET_VM_DEBUG=1 shows the whole boot log live"
+        )
     hints = "".join(f"\n  hint: {h}" for h in _boot_hints(plan, result.tail, fast))
     return VMError(
         f"the VM exited ({'qemu' if fast else 'vng'} status {result.returncode}) before the guest started the "
@@ -432,11 +493,14 @@ def _qemu_boot(plan: Plan) -> tuple[fastboot.FastBoot | None, str]:
     """Fast boot's files for the plan's image, or None with vng as the fallback; and how it boots, in words."""
     assert plan.qemu is not None, "a qemu backend was chosen"
     try:
-        return fastboot.prepare(plan.kernel, plan.qemu), "fast boot: uncompressed kernel, own init, cached read-only root"
+        return fastboot.prepare(
+            plan.kernel, plan.qemu
+        ), "fast boot: uncompressed kernel, own init, cached read-only root"
     except fastboot.Unavailable as why_not:
         if plan.vng is None:
-            raise VMUsageError(f"--tcpnet-vm: fast boot is unavailable ({why_not}) and the fallback needs "
-                               f"{VNG_HINT}") from None
+            raise VMUsageError(
+                f"--tcpnet-vm: fast boot is unavailable ({why_not}) and the fallback needs {VNG_HINT}"
+            ) from None
         # vng runs virtme-run through a shell: a virtualenv used without activating it must be on PATH.
         vng_dir = os.path.dirname(plan.vng)
         if vng_dir not in os.environ.get("PATH", "").split(os.pathsep):
@@ -491,14 +555,25 @@ def _run_locked(plan: Plan) -> int:
         shares = plan.shares + [workdir]
         if boot:
             assert plan.qemu is not None, "a qemu backend was chosen"
-            cmd = fastboot.qemu_command(plan.qemu, boot, accel, plan.cpus, plan.memory, shares, script,
-                                        debug=plan.echo_boot, code=plan.code,
-                                        extra=server.qemu_args() if server else ())
+            cmd = fastboot.qemu_command(
+                plan.qemu,
+                boot,
+                accel,
+                plan.cpus,
+                plan.memory,
+                shares,
+                script,
+                debug=plan.echo_boot,
+                code=plan.code,
+                extra=server.qemu_args() if server else (),
+            )
         else:
             cmd = vng_command(plan, accel, script, shares)
-        say(f"booting {plan.kernel.release} ({plan.kernel.path}, {how}), {plan.cpus} CPUs, "
+        say(
+            f"booting {plan.kernel.release} ({plan.kernel.path}, {how}), {plan.cpus} CPUs, "
             f"{plan.memory}, no network device; the guest must start within "
-            f"{plan.boot_timeout:g} s; shared read-write: {', '.join(plan.shares)}")
+            f"{plan.boot_timeout:g} s; shared read-write: {', '.join(plan.shares)}"
+        )
         contention = HostContention()
         result = launch(
             cmd,
@@ -517,8 +592,15 @@ def _run_locked(plan: Plan) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _finish(plan: Plan, backend: str, result: LaunchResult, exit_file: str, server, contention: HostContention,
-            fast: bool = False) -> int:
+def _finish(
+    plan: Plan,
+    backend: str,
+    result: LaunchResult,
+    exit_file: str,
+    server,
+    contention: HostContention,
+    fast: bool = False,
+) -> int:
     """After the guest ran: its pytest's exit code, or an error that explains why there is none; and what the host saw."""
     if result.interrupted:
         say("interrupted; VM stopped")
@@ -536,18 +618,26 @@ def _finish(plan: Plan, backend: str, result: LaunchResult, exit_file: str, serv
             f"{result.returncode}): a kernel panic, out of memory (--tcpnet-vm-memory) "
             f"or a killed guest?" + (f" Last kernel/stderr lines:\n{last}" if last else "")
         ) from None
-    say(f"pytest in the VM exited with {code} ({result.total_seconds:.1f} s in all, "
-        f"{result.start_seconds:.1f} s of it booting)")
+    say(
+        f"pytest in the VM exited with {code} ({result.total_seconds:.1f} s in all, "
+        f"{result.start_seconds:.1f} s of it booting)"
+    )
     others = contention.other_cores()
     if backend in ("tcg", "uml") and others is not None and others >= CONTENTION_WARNING_CORES:
-        raised = result.nice is not None and result.nice < 0 and (result.autogroup_nice is None
-                                                                   or result.autogroup_nice < 0)
+        raised = (
+            result.nice is not None and result.nice < 0 and (result.autogroup_nice is None or result.autogroup_nice < 0)
+        )
         what = "the guest's kernel" if backend == "uml" else "the emulator"
-        priority = (f"{what} ran at nice {result.nice}, ahead of them" if raised
-                    else f"{what} competed with them (as root it runs at nice -10: TCPNET_VM_NICE)")
-        say(f"warning: other processes kept {others:.1f} of this host's {os.cpu_count()} CPUs busy during the "
+        priority = (
+            f"{what} ran at nice {result.nice}, ahead of them"
+            if raised
+            else f"{what} competed with them (as root it runs at nice -10: TCPNET_VM_NICE)"
+        )
+        say(
+            f"warning: other processes kept {others:.1f} of this host's {os.cpu_count()} CPUs busy during the "
             f"session; {priority}; a starved guest slows its endpoints and its shaped links: "
-            f"timing and rate verdicts in the VM are less reliable on a busy host")
+            f"timing and rate verdicts in the VM are less reliable on a busy host"
+        )
     if server is not None and server.calls:
         say(f"the host decoded pcaps and drew plots for the guest: {server.calls} host calls")
     if server is not None and server.cpu_calls:
@@ -566,12 +656,17 @@ def _run_uml(plan: Plan, choice: backends.Choice) -> int:
         server = None
         if os.environ.get(hostcall.ENV) != "0":
             server = hostcall.MailboxServer(os.path.join(workdir, "hostcall")).start()
-        guest_env = {**plan.env, ACCEL_ENV: "uml", "TCPNET_VM_KERNEL": build.release, guest.WHY_ENV: choice.why,
-                     # Every page a UML process touches for the first time is a fault its kernel serves through the
-                     # host (~0.2 ms): pymalloc hands whole arenas back and faults them in again, glibc's malloc keeps
-                     # them. 100k small dicts: 1.13 s -> 0.28 s in the guest (0.03 s on the host).
-                     "PYTHONMALLOC": os.environ.get("PYTHONMALLOC", "malloc"),
-                     **({hostcall.ENV: "1", hostcall.MAILBOX_ENV: server.path} if server else {})}
+        guest_env = {
+            **plan.env,
+            ACCEL_ENV: "uml",
+            "TCPNET_VM_KERNEL": build.release,
+            guest.WHY_ENV: choice.why,
+            # Every page a UML process touches for the first time is a fault its kernel serves through the
+            # host (~0.2 ms): pymalloc hands whole arenas back and faults them in again, glibc's malloc keeps
+            # them. 100k small dicts: 1.13 s -> 0.28 s in the guest (0.03 s on the host).
+            "PYTHONMALLOC": os.environ.get("PYTHONMALLOC", "malloc"),
+            **({hostcall.ENV: "1", hostcall.MAILBOX_ENV: server.path} if server else {}),
+        }
         body = guest_script(replace(plan, env=guest_env), sentinel, exit_file)
         shares = plan.shares + [workdir]
         init = os.path.join(workdir, "init.sh")
@@ -583,10 +678,18 @@ def _run_uml(plan: Plan, choice: backends.Choice) -> int:
         scratch = os.path.join(workdir, "memory")
         os.makedirs(scratch)
         isolation = os.path.join(workdir, "isolation")
-        cmd = uml.command(build, uml.memory_for_uml(plan.memory), init, os.path.join(workdir, "uml"),
-                          f"tcpnet-{os.getpid()}-{secrets.token_hex(4)}", debug=plan.echo_boot)
-        say(f"booting {build.release} under User-Mode Linux ({build.binary}), 1 CPU, {plan.memory}, no network "
-            f"device; the guest must start within {plan.boot_timeout:g} s; shared read-write: {', '.join(plan.shares)}")
+        cmd = uml.command(
+            build,
+            uml.memory_for_uml(plan.memory),
+            init,
+            os.path.join(workdir, "uml"),
+            f"tcpnet-{os.getpid()}-{secrets.token_hex(4)}",
+            debug=plan.echo_boot,
+        )
+        say(
+            f"booting {build.release} under User-Mode Linux ({build.binary}), 1 CPU, {plan.memory}, no network "
+            f"device; the guest must start within {plan.boot_timeout:g} s; shared read-write: {', '.join(plan.shares)}"
+        )
         contention = HostContention()
 
         def started(seconds: float) -> None:
@@ -606,8 +709,7 @@ def _run_uml(plan: Plan, choice: backends.Choice) -> int:
             on_start=started,
             cleanup=workdir,
             nice=emulator_nice(),
-            env={"TMPDIR": scratch,
-                 "TCPNET_VM_PRIVATE_ROOT": json.dumps({"writable": shares, "status": isolation})},
+            env={"TMPDIR": scratch, "TCPNET_VM_PRIVATE_ROOT": json.dumps({"writable": shares, "status": isolation})},
         )
         return _finish(plan, "uml", result, exit_file, server, contention)
     finally:
@@ -661,6 +763,7 @@ def run_kernels(config, kernels: list) -> int:
     session's, 0 when every kernel's session passed.
     """
     from ..report import compare, comparison_table, read_rows
+
     collect = check_shareable(tempfile.mkdtemp(prefix="tcpnet-kernels-"), "the runner's temporary directory")
     codes = []
     try:
@@ -673,8 +776,7 @@ def run_kernels(config, kernels: list) -> int:
             plans.append(replace(plan, pytest_args=args, shares=plan.shares + [collect]))
             labels.append(label)
         for number, (plan, label) in enumerate(zip(plans, labels), 1):
-            sys.stdout.write(f"\n{'=' * 20} tcpnet-vm: kernel {label} ({number} of {len(plans)}) "
-                             f"{'=' * 20}\n")
+            sys.stdout.write(f"\n{'=' * 20} tcpnet-vm: kernel {label} ({number} of {len(plans)}) {'=' * 20}\n")
             sys.stdout.flush()
             codes.append(run_plan(plan))
             if codes[-1] == EXIT_INTERRUPTED:

@@ -117,8 +117,10 @@ def require_build(line: str, builds: list | None = None) -> UmlBuild:
     build = find_build(line, builds)
     if build is None:
         have = ", ".join(f"{b.line} ({b.release}, {b.binary})" for b in builds) or "none"
-        raise VMUsageError(f"--tcpnet-vm-backend=uml: no User-Mode Linux build of kernel line {line} "
-                           f"(installed: {have}); install it with {SETUP_HINT}")
+        raise VMUsageError(
+            f"--tcpnet-vm-backend=uml: no User-Mode Linux build of kernel line {line} "
+            f"(installed: {have}); install it with {SETUP_HINT}"
+        )
     return build
 
 
@@ -174,21 +176,35 @@ exec < /dev/null > /dev/tty1 2> /dev/console
 def guest_init(body: str, build: UmlBuild, shares: list, code: list, busybox: str) -> str:
     """The whole PID-1 script: mounts, then the runner's body in a subshell, then power-off."""
     q = shlex.quote
-    text = (PROLOGUE.replace("@BUSYBOX@", q(busybox))
-            .replace("@MODULES_BASE@", q(os.path.dirname(build.modules)))
-            .replace("@SHARES@", " ".join(q(s) for s in shares) or "")
-            .replace("@CODE@", " ".join(q(c) for c in code) or ""))
+    text = (
+        PROLOGUE.replace("@BUSYBOX@", q(busybox))
+        .replace("@MODULES_BASE@", q(os.path.dirname(build.modules)))
+        .replace("@SHARES@", " ".join(q(s) for s in shares) or "")
+        .replace("@CODE@", " ".join(q(c) for c in code) or "")
+    )
     # A subshell: the body's `exit` ends it, not PID 1.
     return text + "(\n" + body + ")\noff\n"
 
 
 def command(build: UmlBuild, memory: str, init: str, uml_dir: str, umid: str, debug: bool = False) -> list:
     """The ``linux.uml`` command line: hostfs root read-only, no network device, consoles on fds 1 and 2."""
-    words = [build.binary, f"mem={memory}", "root=/dev/root", "rootfstype=hostfs", "rootflags=/", "ro",
-             f"init={init}", f"uml_dir={uml_dir}", f"umid={umid}",
-             # con0 is the kernel's console (boot log, panics) and the session's stderr: the host's stderr;
-             # tty1 the session's stdout; no other line, no network device (no eth=/vec=).
-             "con=null", "con0=null,fd:2", "con1=null,fd:1", "ssl=null"]
+    words = [
+        build.binary,
+        f"mem={memory}",
+        "root=/dev/root",
+        "rootfstype=hostfs",
+        "rootflags=/",
+        "ro",
+        f"init={init}",
+        f"uml_dir={uml_dir}",
+        f"umid={umid}",
+        # con0 is the kernel's console (boot log, panics) and the session's stderr: the host's stderr;
+        # tty1 the session's stdout; no other line, no network device (no eth=/vec=).
+        "con=null",
+        "con0=null,fd:2",
+        "con1=null,fd:1",
+        "ssl=null",
+    ]
     if not debug:
         words.append("quiet")
     return words

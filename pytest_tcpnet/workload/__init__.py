@@ -11,8 +11,13 @@ import importlib
 
 __all__ = ["Workload", "FlowOutcome", "Bulk", "NamespaceProcesses", "nsenter_path"]
 
-_HOMES = {"Workload": "base", "FlowOutcome": "base", "Bulk": "bulk", "NamespaceProcesses": "process",
-          "nsenter_path": "process"}
+_HOMES = {
+    "Workload": "base",
+    "FlowOutcome": "base",
+    "Bulk": "bulk",
+    "NamespaceProcesses": "process",
+    "nsenter_path": "process",
+}
 
 
 def __getattr__(name):

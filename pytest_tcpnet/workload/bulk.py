@@ -41,11 +41,20 @@ class Bulk(Workload):
             hog_node = pair.client if self.flows[0].direction == "download" else pair.server
             self._spawn(hog_node, cpu_hog, {}, "cpu hog", cpu=starved_cpu).receive(deadline, "spinning")
         for index, flow in enumerate(self.flows):
-            sender, receiver = (pair.server, pair.client) if flow.direction == "download" else (pair.client, pair.server)
+            sender, receiver = (
+                (pair.server, pair.client) if flow.direction == "download" else (pair.client, pair.server)
+            )
             cc = flow.cc or self.socket_cc.get(sender.role)
             ends = {
-                sender.role: dict(role="sender", nbytes=flow.nbytes, duration=flow.duration, sndbuf=flow.sndbuf,
-                                  cc=cc, writer=flow.writer, write_size=flow.write_size),
+                sender.role: dict(
+                    role="sender",
+                    nbytes=flow.nbytes,
+                    duration=flow.duration,
+                    sndbuf=flow.sndbuf,
+                    cc=cc,
+                    writer=flow.writer,
+                    write_size=flow.write_size,
+                ),
                 receiver.role: dict(role="receiver", rcvbuf=flow.rcvbuf, reader=flow.reader),
             }
             if self.starve_receiver:
@@ -56,39 +65,78 @@ class Bulk(Workload):
             if self.starve_receiver:
                 # The reader shares one core with a hog at the lowest priority: it gets a sliver of CPU.
                 placement = {receiver.role: {"cpu": starved_cpu, "nice": 19}}
-            server = self._spawn(pair.server, bulk_endpoint,
-                                 dict(mode="serve", address=pair.server.address, timeout=self.connect_timeout
-                                      + flow.start, **ends["server"]),
-                                 f"bulk server #{index}", **placement.get("server", {}))
+            server = self._spawn(
+                pair.server,
+                bulk_endpoint,
+                dict(
+                    mode="serve",
+                    address=pair.server.address,
+                    timeout=self.connect_timeout + flow.start,
+                    **ends["server"],
+                ),
+                f"bulk server #{index}",
+                **placement.get("server", {}),
+            )
             port = server.receive(deadline, "listening")["port"]
-            client = self._spawn(pair.client, bulk_endpoint,
-                                 dict(mode="connect", address=pair.server.address, port=port, start_delay=flow.start,
-                                      timeout=self.connect_timeout, **ends["client"]),
-                                 f"bulk client #{index}", **placement.get("client", {}))
+            client = self._spawn(
+                pair.client,
+                bulk_endpoint,
+                dict(
+                    mode="connect",
+                    address=pair.server.address,
+                    port=port,
+                    start_delay=flow.start,
+                    timeout=self.connect_timeout,
+                    **ends["client"],
+                ),
+                f"bulk client #{index}",
+                **placement.get("client", {}),
+            )
             self._running.append((flow, sender.role, server, client))
         for index, stream in enumerate(self.streams):
-            sender, receiver = (pair.server, pair.client) if stream.direction == "download" else (pair.client, pair.server)
-            sink = self._spawn(receiver, udp_sink, dict(address=receiver.address,
-                                                        timeout=stream.start + stream.duration + self.connect_timeout),
-                               f"udp sink #{index}")
+            sender, receiver = (
+                (pair.server, pair.client) if stream.direction == "download" else (pair.client, pair.server)
+            )
+            sink = self._spawn(
+                receiver,
+                udp_sink,
+                dict(address=receiver.address, timeout=stream.start + stream.duration + self.connect_timeout),
+                f"udp sink #{index}",
+            )
             port = sink.receive(deadline, "listening")["port"]
-            source = self._spawn(sender, udp_cbr_sender, dict(address=receiver.address, port=port, rate=stream.rate,
-                                                              duration=stream.duration, packet_size=stream.packet_size,
-                                                              start_delay=stream.start), f"udp sender #{index}")
+            source = self._spawn(
+                sender,
+                udp_cbr_sender,
+                dict(
+                    address=receiver.address,
+                    port=port,
+                    rate=stream.rate,
+                    duration=stream.duration,
+                    packet_size=stream.packet_size,
+                    start_delay=stream.start,
+                ),
+                f"udp sender #{index}",
+            )
             self._udp.append((stream, sink, source))
 
     def wait(self, deadline):
         outcomes = []
         for flow, sender_role, server, client in self._running:
-            connected = {"server": server.receive(deadline, "connected"), "client": client.receive(deadline, "connected")}
+            connected = {
+                "server": server.receive(deadline, "connected"),
+                "client": client.receive(deadline, "connected"),
+            }
             records = {"server": server.receive(deadline, "result"), "client": client.receive(deadline, "result")}
             for role in records:
                 records[role]["local"] = tuple(connected[role]["local"])
                 records[role]["remote"] = tuple(connected[role]["remote"])
                 records[role]["buffers_at_connect"] = connected[role]["buffers"]
             receiver_role = "client" if sender_role == "server" else "server"
-            outcomes.append(FlowOutcome(sender=records[sender_role], receiver=records[receiver_role],
-                                        sender_role=sender_role, spec=flow))
+            outcomes.append(
+                FlowOutcome(
+                    sender=records[sender_role], receiver=records[receiver_role], sender_role=sender_role, spec=flow
+                )
+            )
         for stream, sink, source in self._udp:
             sent = source.receive(deadline, "result")
             self.udp_records.append((stream, sent, sink.receive(deadline, "result")))

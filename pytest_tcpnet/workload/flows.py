@@ -14,8 +14,18 @@ import time
 from ..model.app import Pace, Pause
 from ..model.tcpinfo import decode_tcp_info
 
-__all__ = ["bulk_endpoint", "http_server", "cpu_hog", "rtt_echo_server", "rtt_probe_client", "PROBE_BYTES",
-           "rr_server", "rr_client", "udp_sink", "udp_cbr_sender"]
+__all__ = [
+    "bulk_endpoint",
+    "http_server",
+    "cpu_hog",
+    "rtt_echo_server",
+    "rtt_probe_client",
+    "PROBE_BYTES",
+    "rr_server",
+    "rr_client",
+    "udp_sink",
+    "udp_cbr_sender",
+]
 
 CHUNK = 1 << 20  # 1 MiB per send/recv: few syscalls, so Python is not the bottleneck
 CHECKPOINT_INTERVAL = 0.005  # receiver's (time, bytes) record: fine enough for 10 ms rate series
@@ -45,9 +55,11 @@ def _configure(sock, sndbuf, rcvbuf, cc):
 
 
 def _buffers(sock):
-    return {"sndbuf": sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
-            "rcvbuf": sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
-            "cc": sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0")[0].decode()}
+    return {
+        "sndbuf": sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+        "rcvbuf": sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
+        "cc": sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0")[0].decode(),
+    }
 
 
 def _unacked_bytes(sock):
@@ -133,16 +145,29 @@ def _receive(sock, reader, read_size=CHUNK):
     last_byte_at = time.monotonic() if first_byte_at is None else now
     if received and checkpoints[-1][1] != received:
         checkpoints.append((last_byte_at, received))
-    return {"nbytes": received, "first_byte_at": first_byte_at, "first_read": first_read, "last_byte_at": last_byte_at,
-            "checkpoints": checkpoints, "pauses": gate.pauses}
+    return {
+        "nbytes": received,
+        "first_byte_at": first_byte_at,
+        "first_read": first_read,
+        "last_byte_at": last_byte_at,
+        "checkpoints": checkpoints,
+        "pauses": gate.pauses,
+    }
 
 
 def _play(conn, sock, role, nbytes, duration, reader, writer, read_size, write_size):
     """Run one end of a flow on a connected socket and report its record."""
     connected_at = time.monotonic()
     # (address, port): an IPv6 socket's names also carry flow info and scope id.
-    conn.send({"event": "connected", "local": sock.getsockname()[:2], "remote": sock.getpeername()[:2],
-               "buffers": _buffers(sock), "at": connected_at})
+    conn.send(
+        {
+            "event": "connected",
+            "local": sock.getsockname()[:2],
+            "remote": sock.getpeername()[:2],
+            "buffers": _buffers(sock),
+            "at": connected_at,
+        }
+    )
     record = {"event": "result", "role": role, "connected_at": connected_at}
     if role == "sender":
         sent, first_write_at, pauses = _send(sock, nbytes, duration, writer, write_size)
@@ -164,8 +189,25 @@ def _family(address):
     return socket.AF_INET6 if ":" in address else socket.AF_INET
 
 
-def bulk_endpoint(conn, *, mode, role, address, port=0, nbytes=None, duration=None, sndbuf=None, rcvbuf=None,
-                  cc=None, reader=None, writer=None, read_size=CHUNK, write_size=CHUNK, start_delay=0.0, timeout=60.0):
+def bulk_endpoint(
+    conn,
+    *,
+    mode,
+    role,
+    address,
+    port=0,
+    nbytes=None,
+    duration=None,
+    sndbuf=None,
+    rcvbuf=None,
+    cc=None,
+    reader=None,
+    writer=None,
+    read_size=CHUNK,
+    write_size=CHUNK,
+    start_delay=0.0,
+    timeout=60.0,
+):
     """One end of a bulk flow: mode 'serve' listens on address (reports the port), 'connect' dials address:port."""
     if mode == "serve":
         listener = socket.socket(_family(address), socket.SOCK_STREAM)
@@ -271,8 +313,14 @@ def rtt_probe_client(conn, *, address, port, interval, duration, timeout=60.0):
     stamped = _ask_for_stamps(sock)
     sock.settimeout(timeout)
     sock.connect((address, port))
-    conn.send({"event": "connected", "local": sock.getsockname()[:2], "remote": sock.getpeername()[:2],
-               "at": time.monotonic()})
+    conn.send(
+        {
+            "event": "connected",
+            "local": sock.getsockname()[:2],
+            "remote": sock.getpeername()[:2],
+            "at": time.monotonic(),
+        }
+    )
     request, buffer = _PAYLOAD[:PROBE_BYTES], bytearray(PROBE_BYTES)
     view = memoryview(buffer)
     started = time.monotonic()
@@ -304,8 +352,9 @@ def _send_all(sock, nbytes, write_size=CHUNK):
         left -= sock.send(_payload(min(write_size, left)))
 
 
-def rr_server(conn, *, address, request_size, response_size, sndbuf=None, rcvbuf=None, cc=None, connections=1,
-              timeout=60.0):
+def rr_server(
+    conn, *, address, request_size, response_size, sndbuf=None, rcvbuf=None, cc=None, connections=1, timeout=60.0
+):
     """A request/response server: on each of `connections` connections, answer every request_size-byte request
     with response_size bytes, until the client closes it."""
     listener = socket.socket(_family(address), socket.SOCK_STREAM)
@@ -331,8 +380,9 @@ def rr_server(conn, *, address, request_size, response_size, sndbuf=None, rcvbuf
     conn.send({"event": "result", "answered": answered, "tcp_info": tcp_info})
 
 
-def rr_client(conn, *, address, port, count, request_size, response_size, new_connection, interval=0.0,
-              rcvbuf=None, timeout=60.0):
+def rr_client(
+    conn, *, address, port, count, request_size, response_size, new_connection, interval=0.0, rcvbuf=None, timeout=60.0
+):
     """Send `count` requests and read each response whole, on one connection or a new one each; reports per
     request its times on the monotonic clock: started (before connect, if any), connected, first byte, done."""
     view = memoryview(bytearray(max(CHUNK, response_size)))
@@ -420,7 +470,7 @@ def udp_cbr_sender(conn, *, address, port, rate, duration, packet_size, start_de
     ended = time.monotonic()
     for _ in range(3):  # the end marker, thrice: a lost marker would leave the sink waiting for its timeout
         _CBR_HEADER.pack_into(payload, 0, _CBR_END, time.monotonic())
-        sock.sendto(payload[:_CBR_HEADER.size], target)
+        sock.sendto(payload[: _CBR_HEADER.size], target)
         time.sleep(0.01)
     sock.close()
     conn.send({"event": "result", "sent": sent, "send_errors": errors, "started_at": started, "ended_at": ended})
@@ -443,7 +493,7 @@ class _BytesHandler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         remaining = size
         while remaining:
-            remaining -= self.wfile.write(_PAYLOAD[:min(CHUNK, remaining)])
+            remaining -= self.wfile.write(_PAYLOAD[: min(CHUNK, remaining)])
         self.wfile.flush()
 
     def log_message(self, *args):
@@ -534,8 +584,14 @@ def iperf3_client(conn, *, address, port, duration, reverse, cc=None, window=Non
         lib.iperf_set_test_socket_bufsize(test, window)
     started_at = time.monotonic()
     result = client.run()
-    conn.send({"event": "result", "started_at": started_at, "ended_at": time.monotonic(),
-               "json": result.json if result.json else json.loads(result.text)})
+    conn.send(
+        {
+            "event": "result",
+            "started_at": started_at,
+            "ended_at": time.monotonic(),
+            "json": result.json if result.json else json.loads(result.text),
+        }
+    )
 
 
 def iperf3_cli(conn, *, argv):

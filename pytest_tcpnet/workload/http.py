@@ -22,8 +22,10 @@ def check_limit_rate(value):
         return None
     text = str(value)
     if isinstance(value, bool) or not _LIMIT_RATE.match(text):
-        raise ValueError(f"limit_rate: expected curl's spelling, a number of bytes/s with an optional k, m or g "
-                         f"suffix (1024-based), e.g. '200k', got {value!r}")
+        raise ValueError(
+            f"limit_rate: expected curl's spelling, a number of bytes/s with an optional k, m or g "
+            f"suffix (1024-based), e.g. '200k', got {value!r}"
+        )
     number = float(text.rstrip("kKmMgG"))
     rate = number * _UNITS[text[-1].lower() if text[-1].isalpha() else ""]
     if rate <= 0:
@@ -51,8 +53,17 @@ class HttpDownload(Workload):
         self._pair = pair
         self._server = self._spawn(pair.server, http_server, dict(address=pair.server.address), "http server")
         port = self._server.receive(deadline, "listening")["port"]
-        argv = ["curl", "--silent", "--show-error", "--output", "/dev/null", "--write-out", "%{json}",
-                "--max-time", f"{max(1.0, deadline - time.monotonic()):.0f}"]
+        argv = [
+            "curl",
+            "--silent",
+            "--show-error",
+            "--output",
+            "/dev/null",
+            "--write-out",
+            "%{json}",
+            "--max-time",
+            f"{max(1.0, deadline - time.monotonic()):.0f}",
+        ]
         if self.limit_rate:
             argv += ["--limit-rate", str(self.limit_rate)]
         host = f"[{pair.server.address}]" if ":" in pair.server.address else pair.server.address
@@ -62,8 +73,9 @@ class HttpDownload(Workload):
 
     def wait(self, deadline):
         output = []
-        if not interrupts.wait(lambda seconds: _communicate(self._curl, seconds, output),
-                               max(0.1, deadline - time.monotonic())):
+        if not interrupts.wait(
+            lambda seconds: _communicate(self._curl, seconds, output), max(0.1, deadline - time.monotonic())
+        ):
             raise LabError(f"curl (pid {self._curl.pid}) did not finish before the deadline; stopped it")
         out, err = output[0]
         ended_at = time.monotonic()
@@ -72,18 +84,33 @@ class HttpDownload(Workload):
         except ValueError:
             raise LabError(f"curl failed (exit {self._curl.returncode}): {err.strip() or out.strip()}") from None
         if self._curl.returncode != 0 or timing.get("size_download") != self.nbytes:
-            raise LabError(f"curl failed (exit {self._curl.returncode}, {timing.get('size_download')} of "
-                           f"{self.nbytes} bytes): {err.strip() or timing.get('errormsg')}")
+            raise LabError(
+                f"curl failed (exit {self._curl.returncode}, {timing.get('size_download')} of "
+                f"{self.nbytes} bytes): {err.strip() or timing.get('errormsg')}"
+            )
         start = self._started_at
         client_end = (timing["local_ip"], timing["local_port"])
         server_end = (timing["remote_ip"], timing["remote_port"])
-        receiver = {"nbytes": self.nbytes, "local": client_end, "remote": server_end,
-                    "connected_at": start + timing["time_connect"],
-                    "first_byte_at": start + timing["time_starttransfer"], "last_byte_at": start + timing["time_total"],
-                    "buffers": {}}
+        receiver = {
+            "nbytes": self.nbytes,
+            "local": client_end,
+            "remote": server_end,
+            "connected_at": start + timing["time_connect"],
+            "first_byte_at": start + timing["time_starttransfer"],
+            "last_byte_at": start + timing["time_total"],
+            "buffers": {},
+        }
         sender = {"nbytes": self.nbytes, "local": server_end, "remote": client_end, "buffers": {}, "tcp_info": {}}
-        return [FlowOutcome(sender=sender, receiver=receiver, sender_role="server", spec=self,
-                            reported_bps=timing["speed_download"] * 8, details={"curl": timing, "ended_at": ended_at})]
+        return [
+            FlowOutcome(
+                sender=sender,
+                receiver=receiver,
+                sender_role="server",
+                spec=self,
+                reported_bps=timing["speed_download"] * 8,
+                details={"curl": timing, "ended_at": ended_at},
+            )
+        ]
 
     def stop(self):
         if self._curl is not None:

@@ -18,6 +18,7 @@ def bindings_available():
         from ctypes import cdll, util
 
         import iperf3  # noqa: F401  (importable is part of "available")
+
         name = util.find_library("iperf")
         cdll.LoadLibrary(name or "libiperf.so.0")
     except (ImportError, OSError):
@@ -35,8 +36,11 @@ class Iperf3(Workload):
         if use_bindings is None:
             use_bindings = bindings_available()
         if not use_bindings and shutil.which("iperf3") is None:
-            raise MissingCapability("iperf3", "neither the iperf3 Python bindings (pip install iperf3; apt-get "
-                                    "install libiperf0) nor the iperf3 command are available")
+            raise MissingCapability(
+                "iperf3",
+                "neither the iperf3 Python bindings (pip install iperf3; apt-get "
+                "install libiperf0) nor the iperf3 command are available",
+            )
         self.use_bindings = use_bindings
 
     def describe(self):
@@ -46,19 +50,45 @@ class Iperf3(Workload):
         self._pair = pair
         reverse = self.direction == "download"
         if self.use_bindings:
-            self._server = self._spawn(pair.server, iperf3_server,
-                                       dict(address=pair.server.address, port=PORT), "iperf3 server")
+            self._server = self._spawn(
+                pair.server, iperf3_server, dict(address=pair.server.address, port=PORT), "iperf3 server"
+            )
             self._server.receive(deadline, "listening")
-            self._client = self._spawn(pair.client, iperf3_client,
-                                       dict(address=pair.server.address, port=PORT, duration=self.duration,
-                                            reverse=reverse, cc=self.cc, window=self.window, parallel=self.parallel),
-                                       "iperf3 client")
+            self._client = self._spawn(
+                pair.client,
+                iperf3_client,
+                dict(
+                    address=pair.server.address,
+                    port=PORT,
+                    duration=self.duration,
+                    reverse=reverse,
+                    cc=self.cc,
+                    window=self.window,
+                    parallel=self.parallel,
+                ),
+                "iperf3 client",
+            )
         else:
-            self._server = self._spawn(pair.server, iperf3_cli, dict(argv=[
-                "iperf3", "-s", "-1", "-J", "-B", pair.server.address, "-p", str(PORT)]), "iperf3 -s")
+            self._server = self._spawn(
+                pair.server,
+                iperf3_cli,
+                dict(argv=["iperf3", "-s", "-1", "-J", "-B", pair.server.address, "-p", str(PORT)]),
+                "iperf3 -s",
+            )
             _wait_listening(pair, deadline)
-            argv = ["iperf3", "-c", pair.server.address, "-p", str(PORT), "-J", "-t", f"{self.duration:g}",
-                    "-P", str(self.parallel), "--get-server-output"] + (["-R"] if reverse else [])
+            argv = [
+                "iperf3",
+                "-c",
+                pair.server.address,
+                "-p",
+                str(PORT),
+                "-J",
+                "-t",
+                f"{self.duration:g}",
+                "-P",
+                str(self.parallel),
+                "--get-server-output",
+            ] + (["-R"] if reverse else [])
             argv += (["-C", self.cc] if self.cc else []) + (["-w", str(self.window)] if self.window else [])
             self._client = self._spawn(pair.client, iperf3_cli, dict(argv=argv), "iperf3 -c")
 
@@ -72,20 +102,39 @@ class Iperf3(Workload):
         connected = data["start"]["connected"][0]
         client_end = (connected["local_host"], connected["local_port"])
         server_end = (connected["remote_host"], connected["remote_port"])
-        ends = {"client": {"local": client_end, "remote": server_end},
-                "server": {"local": server_end, "remote": client_end}}
+        ends = {
+            "client": {"local": client_end, "remote": server_end},
+            "server": {"local": server_end, "remote": client_end},
+        }
         received = end["sum_received"]
         start, stop = report["started_at"], report["ended_at"]
-        sender = dict(ends[sender_side], nbytes=end["sum_sent"]["bytes"], connected_at=start,
-                      buffers={"cc": (end.get("sender_tcp_congestion") or self.cc)},
-                      tcp_info={"total_retrans": end["sum_sent"].get("retransmits")})
+        sender = dict(
+            ends[sender_side],
+            nbytes=end["sum_sent"]["bytes"],
+            connected_at=start,
+            buffers={"cc": (end.get("sender_tcp_congestion") or self.cc)},
+            tcp_info={"total_retrans": end["sum_sent"].get("retransmits")},
+        )
         receiver_side = "client" if sender_side == "server" else "server"
-        receiver = dict(ends[receiver_side], nbytes=received["bytes"], connected_at=start, first_byte_at=start,
-                        last_byte_at=start + received["seconds"], buffers={})
+        receiver = dict(
+            ends[receiver_side],
+            nbytes=received["bytes"],
+            connected_at=start,
+            first_byte_at=start,
+            last_byte_at=start + received["seconds"],
+            buffers={},
+        )
         intervals = _sender_intervals(data, sender_side)
-        return [FlowOutcome(sender=sender, receiver=receiver, sender_role=sender_side, spec=self,
-                            reported_bps=received["bits_per_second"],
-                            details={"iperf3": data, "intervals": intervals, "ended_at": stop})]
+        return [
+            FlowOutcome(
+                sender=sender,
+                receiver=receiver,
+                sender_role=sender_side,
+                spec=self,
+                reported_bps=received["bits_per_second"],
+                details={"iperf3": data, "intervals": intervals, "ended_at": stop},
+            )
+        ]
 
     def stop(self):
         self._stop_spawned()
@@ -98,9 +147,15 @@ def _sender_intervals(data, sender_side):
     for interval in source.get("intervals", []):
         total = interval["sum"]
         streams = interval.get("streams", [])
-        rows.append({"t": total["end"], "bps": total["bits_per_second"], "retransmits": total.get("retransmits"),
-                     "snd_cwnd": sum(s.get("snd_cwnd", 0) for s in streams) or None,
-                     "rtt_us": max((s.get("rtt", 0) for s in streams), default=0) or None})
+        rows.append(
+            {
+                "t": total["end"],
+                "bps": total["bits_per_second"],
+                "retransmits": total.get("retransmits"),
+                "snd_cwnd": sum(s.get("snd_cwnd", 0) for s in streams) or None,
+                "rtt_us": max((s.get("rtt", 0) for s in streams), default=0) or None,
+            }
+        )
     return rows
 
 

@@ -23,15 +23,30 @@ class UnderLoad(Workload):
         self._probe = None
 
     def describe(self):
-        return f"latency probe every {self.interval * 1000:g} ms" + (f" beside {self.bulk.describe()}" if self.bulk else "")
+        return f"latency probe every {self.interval * 1000:g} ms" + (
+            f" beside {self.bulk.describe()}" if self.bulk else ""
+        )
 
     def start(self, pair, deadline):
-        server = self._spawn(pair.server, rtt_echo_server, dict(address=pair.server.address,
-                                                                timeout=self.connect_timeout), "rtt echo server")
+        server = self._spawn(
+            pair.server,
+            rtt_echo_server,
+            dict(address=pair.server.address, timeout=self.connect_timeout),
+            "rtt echo server",
+        )
         port = server.receive(deadline, "listening")["port"]
-        client = self._spawn(pair.client, rtt_probe_client,
-                             dict(address=pair.server.address, port=port, interval=self.interval,
-                                  duration=self.idle + self.duration, timeout=self.connect_timeout), "rtt probe")
+        client = self._spawn(
+            pair.client,
+            rtt_probe_client,
+            dict(
+                address=pair.server.address,
+                port=port,
+                interval=self.interval,
+                duration=self.idle + self.duration,
+                timeout=self.connect_timeout,
+            ),
+            "rtt probe",
+        )
         self._probe = (server, client, client.receive(deadline, "connected"))
         if self.bulk is not None:
             self.bulk.start(pair, deadline)

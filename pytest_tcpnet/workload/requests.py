@@ -12,8 +12,19 @@ class RequestResponse(Workload):
     kind = "request/response"
     sampled = False  # each connection's TCP_INFO is read by the server itself; short flows outrun a sampler
 
-    def __init__(self, *, count, request_size, response_size, new_connection, interval, sndbuf=None, rcvbuf=None,
-                 cc=None, connect_timeout=30.0):
+    def __init__(
+        self,
+        *,
+        count,
+        request_size,
+        response_size,
+        new_connection,
+        interval,
+        sndbuf=None,
+        rcvbuf=None,
+        cc=None,
+        connect_timeout=30.0,
+    ):
         self.count, self.request_size, self.response_size = count, request_size, response_size
         self.new_connection, self.interval = new_connection, interval
         self.sndbuf, self.rcvbuf, self.cc = sndbuf, rcvbuf, cc
@@ -22,19 +33,43 @@ class RequestResponse(Workload):
         self._children = None
 
     def describe(self):
-        return (f"{self.count} requests of {self.request_size} B answered by {self.response_size} B, "
-                + ("a new connection each" if self.new_connection else "on one connection"))
+        return f"{self.count} requests of {self.request_size} B answered by {self.response_size} B, " + (
+            "a new connection each" if self.new_connection else "on one connection"
+        )
 
     def start(self, pair, deadline):
-        server = self._spawn(pair.server, rr_server, dict(
-            address=pair.server.address, request_size=self.request_size, response_size=self.response_size,
-            sndbuf=self.sndbuf, rcvbuf=None, cc=self.cc, connections=self.count if self.new_connection else 1,
-            timeout=self.connect_timeout), "request/response server")
+        server = self._spawn(
+            pair.server,
+            rr_server,
+            dict(
+                address=pair.server.address,
+                request_size=self.request_size,
+                response_size=self.response_size,
+                sndbuf=self.sndbuf,
+                rcvbuf=None,
+                cc=self.cc,
+                connections=self.count if self.new_connection else 1,
+                timeout=self.connect_timeout,
+            ),
+            "request/response server",
+        )
         port = server.receive(deadline, "listening")["port"]
-        client = self._spawn(pair.client, rr_client, dict(
-            address=pair.server.address, port=port, count=self.count, request_size=self.request_size,
-            response_size=self.response_size, new_connection=self.new_connection, interval=self.interval,
-            rcvbuf=self.rcvbuf, timeout=self.connect_timeout), "request/response client")
+        client = self._spawn(
+            pair.client,
+            rr_client,
+            dict(
+                address=pair.server.address,
+                port=port,
+                count=self.count,
+                request_size=self.request_size,
+                response_size=self.response_size,
+                new_connection=self.new_connection,
+                interval=self.interval,
+                rcvbuf=self.rcvbuf,
+                timeout=self.connect_timeout,
+            ),
+            "request/response client",
+        )
         self._children = (server, client)
 
     def wait(self, deadline):

@@ -69,7 +69,7 @@ def _read_request(control):
     if not data:
         return None, None
     (length,) = _HEADER.unpack_from(data)
-    data = data[_HEADER.size:]
+    data = data[_HEADER.size :]
     while len(data) < length:
         more = control.recv(length - len(data))
         if not more:
@@ -126,22 +126,29 @@ def run_function(conn, *, function, args, kwargs, sys_path):
     try:
         conn.send({"event": "result", "value": value})
     except Exception as exc:  # pickling the result failed: say so instead of dying mute
-        conn.send({"event": "raised", "error": None,
-                   "text": f"the result of {function} cannot be sent back (pickle): {type(exc).__name__}: {exc}"})
+        conn.send(
+            {
+                "event": "raised",
+                "error": None,
+                "text": f"the result of {function} cannot be sent back (pickle): {type(exc).__name__}: {exc}",
+            }
+        )
 
 
 # -- in the parent ----------------------------------------------------------------------------------
 
 
 def importable_name(fn):
-    """"module:qualname" of a module-level function a forked child can import by name; TypeError otherwise."""
+    """ "module:qualname" of a module-level function a forked child can import by name; TypeError otherwise."""
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
     if not callable(fn) or not module or not qualname:
         raise TypeError(f"fn: expected a function, got {fn!r}")
     if module == "__main__" or "<" in qualname:
-        raise TypeError(f"fn: spawn runs {qualname!r} in a process forked from the plugin's zygote, which imports it "
-                        f"by name: it must be defined at module level in an importable module (not __main__, a lambda "
-                        f"or a nested function); call() and submit() run any callable in a thread")
+        raise TypeError(
+            f"fn: spawn runs {qualname!r} in a process forked from the plugin's zygote, which imports it "
+            f"by name: it must be defined at module level in an importable module (not __main__, a lambda "
+            f"or a nested function); call() and submit() run any callable in a thread"
+        )
     return f"{module}:{qualname}"
 
 
@@ -150,12 +157,20 @@ class _Zygote:
 
     def __init__(self):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [_PACKAGE_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-        code = ("import sys; from pytest_tcpnet.workload import flows, spawn; "
-                "spawn.serve(int(sys.argv[1]))")
-        self.process = subprocess.Popen([sys.executable, "-c", code, str(theirs.fileno())], pass_fds=[theirs.fileno()],
-                                        env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(
+                [_PACKAGE_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            ),
+        )
+        code = "import sys; from pytest_tcpnet.workload import flows, spawn; spawn.serve(int(sys.argv[1]))"
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", code, str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         theirs.close()
         self._control = ours
         self._lock = threading.Lock()
@@ -172,8 +187,10 @@ class _Zygote:
                 while len(reply) < 4:
                     chunk = self._control.recv(4 - len(reply))
                     if not chunk:
-                        raise LabError(f"the workload zygote (pid {self.process.pid}) exited "
-                                       f"({self.process.poll()}); see its stderr above")
+                        raise LabError(
+                            f"the workload zygote (pid {self.process.pid}) exited "
+                            f"({self.process.poll()}); see its stderr above"
+                        )
                     reply += chunk
         except BaseException:
             os.close(read_fd)
@@ -225,8 +242,10 @@ class SpawnedCall:
             while message is not None and message["event"] == "started":
                 message = self._child.next_message(deadline)
             if message is None:
-                raise LabError(f"{self.function} in {self._child.name} (pid {self.pid}) did not return within "
-                               f"{timeout} s; it runs on until stop() or the pair's close")
+                raise LabError(
+                    f"{self.function} in {self._child.name} (pid {self.pid}) did not return within "
+                    f"{timeout} s; it runs on until stop() or the pair's close"
+                )
             self._outcome = message
             self._child.stop()
         event, where = self._outcome["event"], f"{self.function} in {self._child.name} (pid {self.pid})"
@@ -260,8 +279,13 @@ class NamespaceChild:
 
     def __init__(self, netns_path, target, kwargs, *, name, cpu=None, nice=0):
         self.name = name
-        request = {"netns": netns_path, "target": f"{target.__module__}.{target.__qualname__}", "kwargs": kwargs,
-                   "cpu": cpu, "nice": nice}
+        request = {
+            "netns": netns_path,
+            "target": f"{target.__module__}.{target.__qualname__}",
+            "kwargs": kwargs,
+            "cpu": cpu,
+            "nice": nice,
+        }
         self.pid, self._conn = _the_zygote().fork(request)
         try:
             # A pidfd pins the child (no signal can reach a reused pid) and wakes a waiter the moment it exits.
