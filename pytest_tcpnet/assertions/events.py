@@ -26,7 +26,7 @@ def assert_no_window_full(result, *, after=None):
     "slow_start": from the moment the receiver's advertised window first reached 90% of its
     largest. An autotuned receiver on a fast path grows its window a round trip behind the
     sender's cwnd, so a few Window Full events in the first milliseconds are the kernel's
-    start-up, not a window that bounds the flow (DESIGN.md, pitfall 9).
+    start-up, not a window that bounds the flow (docs/design.md, pitfall 9).
     """
     capture = _capture_of(result)
     start = _window_full_start(capture, after)

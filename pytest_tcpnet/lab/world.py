@@ -84,7 +84,7 @@ class World:
         return node
 
     def router(self, name):
-        """A forwarding namespace; the only kind of node a link may be shaped on (DESIGN pitfall 1)."""
+        """A forwarding namespace; the only kind of node a link may be shaped on (docs/design.md, pitfall 1)."""
         return self._node(name, "router")
 
     def _node(self, name, role):

@@ -271,7 +271,7 @@ def _standing_queue(c, bounds, bound):
 
     The flow still moves at the link's rate, but every packet waits behind the excess: a
     cubic flow with a 6 MB window into a 1000-packet FIFO at 20 Mbit/s sees 600 ms more RTT,
-    and a window-bound flow is judged against that RTT, not the configured one (pitfall 8).
+    and a window-bound flow is judged against that RTT, not the configured one (docs/design.md, pitfall 8).
     """
     if bound != "link" or not c.rtt_s or not c.queue_packets:
         return c.rtt_s or None, ""

@@ -7,8 +7,8 @@ from .units import format_time, parse_time
 
 __all__ = ["Schedule", "SCHEDULABLE_FIELDS", "MAHIMAHI_PACKET_BYTES"]
 
-#: Link fields that netem and htb can change in place on a running qdisc (never delete and re-add: DESIGN
-#: pitfall 11). The queue kind, a policer, ports, netem's distribution, slots and loss models stay fixed.
+#: Link fields that netem and htb can change in place on a running qdisc (never delete and re-add:
+#: docs/design.md, pitfall 11). The queue kind, a policer, ports, netem's distribution, slots and loss models stay fixed.
 SCHEDULABLE_FIELDS = ("rate", "rtt", "delay", "jitter", "loss", "duplicate", "corrupt", "reorder", "limit")
 
 #: What one line of a Mahimahi trace delivers: one MTU-sized packet (mahimahi's PACKET_SIZE).

@@ -37,7 +37,7 @@ _LEAF = 0x100000  # 10:
 
 
 #: How late a timer may fire on this platform, so how long htb may go without sending: what it cannot send
-#: then is lost unless its burst holds it (DESIGN pitfall 4).
+#: then is lost unless its burst holds it (docs/design.md, pitfall 4).
 HOST_TIMER_LATENCY_S = 1e-3
 #: In a software-emulated guest the vCPU wakes when the host schedules it. A 20 Mbit/s, 20 ms htb path carried
 #: 0.955-0.977 of its rate with 1 ms of burst and 0.993-0.994 with 4 ms; beside a host CPU hog, 0.88-0.90 with

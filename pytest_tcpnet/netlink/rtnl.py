@@ -52,7 +52,7 @@ _REQUESTS = {
     ("tc", "add-raw"): (None, RTM_NEWQDISC, "create"),  # raw_qdisc_request
     ("tc", "add-class"): (tcmsg, RTM_NEWTCLASS, "create"),
     ("tc", "add-filter"): (tcmsg, RTM_NEWTFILTER, "create"),
-    # In place, as `tc qdisc change` / `tc class change`: the running qdisc keeps its queue (DESIGN pitfall 11).
+    # In place, as `tc qdisc change` / `tc class change`: the running qdisc keeps its queue (docs/design.md, pitfall 11).
     ("tc", "change"): (tcmsg, RTM_NEWQDISC, "change"),
     ("tc", "change-class"): (tcmsg, RTM_NEWTCLASS, "change"),
     ("tc", "dump-class"): (tcmsg, RTM_GETTCLASS, "dump"),

@@ -55,7 +55,7 @@ def _addr_requests(index, addresses):
 
 _STATS_LINK_64 = 1 << (1 - 1)  # RTM_GETSTATS filter bit of IFLA_STATS_LINK_64 (attribute 1)
 
-#: ethtool features that let a veth carry 64 KB super-packets (DESIGN pitfall 3). The TSO ones
+#: ethtool features that let a veth carry 64 KB super-packets (docs/design.md, pitfall 3). The TSO ones
 #: decide whether a super-packet leaves the device whole; GSO and GRO build them in software.
 TSO_FEATURES = (
     "tx-tcp-segmentation",
