@@ -16,7 +16,6 @@ from .session import (
     _sysctl_path,
     check_sysctls,
     close_sessions,
-    gather,
     read_sysctls_here,
     session_for,
     write_sysctls_here,
@@ -40,7 +39,6 @@ __all__ = [
     "sysctl_exists",
     "with_iproute",
     "call_in_own_thread",
-    "run_in_namespaces",
     "submit_in_namespace",
 ]
 
@@ -174,23 +172,6 @@ def run_in_namespace(name, function, *args, own_thread=False):
     if session is not None:
         return session.call(f"running {getattr(function, '__name__', 'a function')}", function, *args)
     return interrupts.result(submit_in_namespace(name, function, *args))
-
-
-def run_in_namespaces(calls):
-    """Run [(namespace, function, *args), ...] concurrently, each in its namespace; return the results in order.
-
-    With sessions, each call runs in its namespace's session thread, so calls on different
-    namespaces overlap (the kernel work of one with the Python work of another); without, in turn.
-    """
-    sessions = [session_for(call[0]) for call in calls]
-    if None in sessions:
-        return [run_in_namespace(namespace, function, *args) for namespace, function, *args in calls]
-    return gather(
-        [
-            session.submit(f"running {getattr(call[1], '__name__', 'a function')}", call[1], *call[2:])
-            for session, call in zip(sessions, calls)
-        ]
-    )
 
 
 def with_iproute(name, function, step="netlink request"):

@@ -31,7 +31,7 @@ from ..model.specs import _SYSCTL_NAME as _SYSCTL_KEY
 from . import ownership
 from .rtnl import RtnlSocket
 
-__all__ = ["NamespaceSession", "session_for", "translate_errors", "gather", "close_sessions"]
+__all__ = ["NamespaceSession", "session_for", "translate_errors", "close_sessions"]
 
 _CLONE_NEWNET = 0x40000000
 _MS_BIND, _MS_REC, _MS_SHARED = 0x1000, 0x4000, 1 << 20
@@ -139,17 +139,6 @@ class NamespaceSession:
             _register(session)
         return sessions
 
-    @classmethod
-    def enter(cls, name):
-        """A session in an existing named namespace (not recorded as ours: closing it leaves it in place)."""
-        session = cls(name)
-        try:
-            session.call(f"entering namespace {name}", session._enter_here)
-        except BaseException:
-            session._discard()
-            raise
-        return session
-
     def _create_here(self, sysctls):
         _prepare_netns_dir()
         if os.path.lexists(self.path):
@@ -173,14 +162,6 @@ class NamespaceSession:
         self.created_with = dict(sysctls)
         self._open_sockets()
         self._rtnl.batch([("link", "set", {"index": 1, "state": "up"})])  # lo is always ifindex 1 in a new namespace
-
-    def _enter_here(self):
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            _check(_libc.setns(fd, _CLONE_NEWNET), f"setns {self.path}")
-        finally:
-            os.close(fd)
-        self._open_sockets()
 
     def _open_sockets(self):
         self.thread_id = threading.get_native_id()  # /proc/PID/task/TID/net shows this namespace to any thread
@@ -273,7 +254,7 @@ class NamespaceSession:
         return self._indexes.get(ifname)
 
     def submit(self, step, function, *args):
-        """Start function(*args) in the session's thread; returns a future (see gather)."""
+        """Start function(*args) in the session's thread; returns a future (interrupts.result waits for it)."""
         if self._released is not None:
             # Its thread may serve another namespace by now.
             raise LabError(f"{step}: the session of namespace {self.name} is closed")
@@ -376,20 +357,6 @@ def read_sysctls_here(keys):
         except OSError:
             result[key] = None
     return result
-
-
-def gather(futures):
-    """Wait for every future from submit(); raise the first error (translated), after all have finished."""
-    failure, results = None, []
-    for future in futures:
-        try:
-            with translate_errors(*future.tcpnet_step):
-                results.append(interrupts.result(future))
-        except BaseException as exc:
-            failure = failure or exc
-    if failure is not None:
-        raise failure
-    return results
 
 
 def close_sessions(sessions):

@@ -68,10 +68,6 @@ class Unavailable(Exception):
     """The host cannot be asked (no port, no answer, a broken frame); ``str(err)`` says why."""
 
 
-class ProtocolError(Exception):
-    """A frame that does not parse."""
-
-
 def encode(header: dict, payload: bytes = b"") -> bytes:
     """One frame."""
     head = json.dumps(header, separators=(",", ":")).encode()

@@ -60,7 +60,3 @@ class Workload:
     def stop(self):
         """Stop whatever still runs, by pid; safe to call twice."""
         raise NotImplementedError
-
-    def describe(self):
-        """One line for reports."""
-        return self.kind

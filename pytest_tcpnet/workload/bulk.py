@@ -30,10 +30,6 @@ class Bulk(Workload):
         self.connect_timeout = connect_timeout
         self._running = []
 
-    def describe(self):
-        udp = f" + UDP x{len(self.streams)}" if self.streams else ""
-        return (f"bulk x{len(self.flows)}" if len(self.flows) > 1 else "bulk") + udp
-
     def start(self, pair, deadline):
         starved_cpu = max(os.sched_getaffinity(0)) if self.starve_receiver else None
         if self.starve_receiver:

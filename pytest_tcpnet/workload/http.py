@@ -38,16 +38,12 @@ class HttpDownload(Workload):
 
     kind = "http"
 
-    def __init__(self, nbytes, *, limit_rate=None, curl_args=()):
+    def __init__(self, nbytes, *, limit_rate=None):
         program_path("curl", package="curl")
         self.nbytes = nbytes
         self.limit_rate = limit_rate
         self.limit_rate_bytes = check_limit_rate(limit_rate)
-        self.curl_args = list(curl_args)
         self._server = self._curl = None
-
-    def describe(self):
-        return "http + curl" + (f" --limit-rate {self.limit_rate}" if self.limit_rate else "")
 
     def start(self, pair, deadline):
         self._pair = pair
@@ -67,7 +63,7 @@ class HttpDownload(Workload):
         if self.limit_rate:
             argv += ["--limit-rate", str(self.limit_rate)]
         host = f"[{pair.server.address}]" if ":" in pair.server.address else pair.server.address
-        argv += self.curl_args + [f"http://{host}:{port}/{self.nbytes}"]
+        argv.append(f"http://{host}:{port}/{self.nbytes}")
         self._started_at = time.monotonic()
         self._curl = pair.client.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -43,9 +43,6 @@ class Iperf3(Workload):
             )
         self.use_bindings = use_bindings
 
-    def describe(self):
-        return f"iperf3 {self.duration:g} s x{self.parallel}" + (" (bindings)" if self.use_bindings else " (cli)")
-
     def start(self, pair, deadline):
         self._pair = pair
         reverse = self.direction == "download"

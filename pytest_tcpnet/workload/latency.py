@@ -22,11 +22,6 @@ class UnderLoad(Workload):
         self.probe_record = None
         self._probe = None
 
-    def describe(self):
-        return f"latency probe every {self.interval * 1000:g} ms" + (
-            f" beside {self.bulk.describe()}" if self.bulk else ""
-        )
-
     def start(self, pair, deadline):
         server = self._spawn(
             pair.server,

@@ -32,11 +32,6 @@ class RequestResponse(Workload):
         self.records = self.server_record = None
         self._children = None
 
-    def describe(self):
-        return f"{self.count} requests of {self.request_size} B answered by {self.response_size} B, " + (
-            "a new connection each" if self.new_connection else "on one connection"
-        )
-
     def start(self, pair, deadline):
         server = self._spawn(
             pair.server,
