@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from . import guest
 from .hostload import CONTENTION_WARNING_CORES
 from .model import Host, Link, format_rate, format_size, format_time
+from .model.validation import check_number
 from .records import SERIES_FIELDS
 
 __all__ = [
@@ -769,8 +770,7 @@ class WindowProbe:
 
 
 def _check_interval(interval):
-    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 3600:
-        raise ValueError(f"interval: must be in (0, 3600] seconds, got {interval!r}")
+    check_number("interval", interval, 0, 3600, low_open=True, must="in (0, 3600] seconds")
 
 
 def _bytes_at(points, t):

@@ -226,3 +226,37 @@ def test_a_loss_model_and_slots_are_compiled_as_tc_sends_them():
     assert struct.unpack("=HHHH", loss_attr[:8]) == (24, 5 | 0x8000, 20, 2)
     p, r, h, k1 = (v / (2**32 - 1) for v in struct.unpack("=IIII", loss_attr[8:]))
     assert (p, r, h, k1) == pytest.approx((0.05, 0.25, 0.1, 0.0), abs=1e-9)  # h: delivered in the bad state
+
+
+# The one validation toolkit every layer uses (model/validation.py): one error shape, bools and NaN never pass.
+@pytest.mark.parametrize(
+    "check, args, value, words",
+    [
+        ("check_integer", (1, 10), True, "count: must be a whole number in 1..10, got True"),
+        ("check_integer", (1, 10), 2.0, "got 2.0"),
+        ("check_integer", (1, None), 0, "count: must be a whole number >= 1, got 0"),
+        ("check_number", (0, None), float("nan"), "count: must be a finite number >= 0, got nan"),
+        ("check_number", (0, 10), float("inf"), "count: must be a number in [0, 10], got inf"),
+        ("check_number", (0, 10), "5", "got '5'"),
+        ("check_number", (0, 10), False, "got False"),
+    ],
+)
+def test_the_toolkit_refuses_in_one_shape(check, args, value, words):
+    from pytest_tcpnet.model import validation
+
+    with pytest.raises(ValueError) as refused:
+        getattr(validation, check)("count", value, *args)
+    assert words in str(refused.value)
+
+
+def test_the_toolkit_passes_values_through_and_honours_open_bounds():
+    from pytest_tcpnet.model.validation import check_integer, check_number, is_number
+
+    assert check_integer("n", 5, 1, 10) == 5 and check_integer("n", -64, -64, 256) == -64
+    assert check_number("x", 3, 0, 10) == 3 and isinstance(check_number("x", 3, 0, 10), int)
+    assert check_number("x", 0, 0) == 0
+    with pytest.raises(ValueError, match=r"x: must be a finite number > 0, got 0"):
+        check_number("x", 0, 0, low_open=True)
+    with pytest.raises(ValueError, match=r"x: must be in \(0, 10\] seconds, got 0"):
+        check_number("x", 0, 0, 10, low_open=True, must="in (0, 10] seconds")
+    assert [is_number(v) for v in (1, 1.5, True, float("nan"), "1", None)] == [True, True, False, False, False, False]

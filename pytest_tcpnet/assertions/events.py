@@ -4,6 +4,8 @@ Each takes a transfer result (anything with ``.capture`` and ``.describe()``) or
 a failure shows the counts, the first offending packets, the conditions and the pcap/plot paths.
 """
 
+from ..model.validation import check_integer, check_number
+
 __all__ = [
     "assert_no_window_full",
     "assert_window_full",
@@ -57,9 +59,7 @@ def _window_full_start(capture, after):
             return None
         largest = max(w for _, w in windows)
         return next(t for t, w in windows if w >= 0.9 * largest)
-    if isinstance(after, bool) or not isinstance(after, (int, float)) or not after >= 0:
-        raise ValueError(f"after: must be None, 'slow_start' or seconds >= 0, got {after!r}")
-    return float(after)
+    return float(check_number("after", after, 0, must="None, 'slow_start' or seconds >= 0"))
 
 
 def assert_window_full(result, at_least=1):
@@ -147,8 +147,7 @@ def assert_loss_signature(result, loss, *, factor=3.0, dup_ack_factor=None):
 
 
 def _check_count(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: must be an int >= 1, got {value!r}")
+    check_integer(name, value, 1, must="an int >= 1")
 
 
 def _capture_of(result):

@@ -4,6 +4,7 @@ import dataclasses
 
 from ..model import format_rate, format_time
 from ..model.predict import phase_predictions
+from ..model.validation import check_number
 
 __all__ = ["assert_follows_schedule"]
 
@@ -31,8 +32,8 @@ def assert_follows_schedule(result, *, rel, settle=None, against="model", plot=T
     __tracebackhide__ = True
     if not (isinstance(rel, (int, float)) and 0 < rel < 1):
         raise ValueError(f"rel: must be in (0, 1), got {rel!r}")
-    if settle is not None and (isinstance(settle, bool) or not isinstance(settle, (int, float)) or settle < 0):
-        raise ValueError(f"settle: must be >= 0 seconds (or None for a few RTTs of each phase), got {settle!r}")
+    if settle is not None:
+        check_number("settle", settle, 0, must=">= 0 seconds (or None for a few RTTs of each phase)")
     if against not in ("model", "link"):
         raise ValueError(f"against: must be 'model' or 'link', got {against!r}")
     if not getattr(result, "link", None) or not result.link.changing:

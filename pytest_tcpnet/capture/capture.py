@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .. import interrupts
 from ..errors import LabError, program_path
+from ..model.validation import check_integer
 from .decode import EVENT_KINDS, count_events, decode_pcap, endpoint_text
 
 __all__ = ["Capture", "CaptureResult", "DEFAULT_SNAPLEN", "SETTLE_S"]
@@ -48,8 +49,7 @@ class Capture:
         for attribute in ("namespace", "interface", "role", "popen", "processes"):
             if not hasattr(node, attribute):
                 raise TypeError(f"node: expected a lab Node (pair.client, pair.router, pair.server), got {node!r}")
-        if isinstance(snaplen, bool) or not isinstance(snaplen, int) or not 68 <= snaplen <= 262144:
-            raise ValueError(f"snaplen: must be an int in 68..262144 bytes (headers need >= 68), got {snaplen!r}")
+        check_integer("snaplen", snaplen, 68, 262144, must="an int in 68..262144 bytes (headers need >= 68)")
         if filter is not None and (not isinstance(filter, str) or "\n" in filter):
             raise ValueError(f"filter: must be a one-line capture (BPF) filter such as 'tcp port 5201', got {filter!r}")
         if interface is not None and (not isinstance(interface, str) or not re.fullmatch(r"[\w.@-]{1,15}", interface)):

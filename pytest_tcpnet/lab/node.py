@@ -1,7 +1,6 @@
 """A node of a world: one network namespace, with its processes and the Python calls run inside it."""
 
 import concurrent.futures
-import math
 import pickle
 import sys
 
@@ -9,6 +8,7 @@ from .. import interrupts, netlink
 from ..errors import LabError
 from ..measure.run import TCP_SYSCTLS
 from ..model import HOST_GLOBAL_SYSCTLS
+from ..model.validation import check_number
 from ..workload import NamespaceProcesses
 
 __all__ = ["Node"]
@@ -125,13 +125,7 @@ class Node:
 def _check_timeout(timeout):
     if timeout is None:
         return None
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, (int, float))
-        or not (timeout > 0 and math.isfinite(timeout))
-    ):
-        raise ValueError(f"timeout: must be a number of seconds > 0, or None, got {timeout!r}")
-    return timeout
+    return check_number("timeout", timeout, 0, low_open=True, must="a number of seconds > 0, or None")
 
 
 def _name_of(fn):

@@ -6,6 +6,7 @@ from ..errors import LabError, MissingCapability
 from ..measure.run import run_workload
 from ..model import format_rate, format_size, format_time, transfer_time
 from ..model.app import Cbr, Flow
+from ..model.validation import check_integer
 from ..requirements import check_need
 from ..results import ConcurrentResult, LatencyResult, RequestsResult, UdpResult, WindowProbe
 from ..workload import Bulk
@@ -237,8 +238,7 @@ class Pair(WorldView):
         from ..model.window import send_window
         from ..workload.requests import RequestResponse
 
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 100_000:
-            raise ValueError(f"count: must be a whole number of requests in 1..100000, got {count!r}")
+        check_integer("count", count, 1, 100_000, must="a whole number of requests in 1..100000")
         request_size = check_buffer_bytes("request_size", request_size)
         response_size = check_buffer_bytes("response_size", response_size)
         if not isinstance(new_connection, bool):
@@ -352,8 +352,7 @@ class Pair(WorldView):
         flow = Flow(duration=duration, direction=direction, cc=cc, rcvbuf=window)
         if flow.duration != int(flow.duration):
             raise ValueError(f"duration: iperf3 runs whole seconds; got {duration!r}")
-        if isinstance(parallel, bool) or not isinstance(parallel, int) or not 1 <= parallel <= 128:
-            raise ValueError(f"parallel: must be an int in 1..128 (iperf3 -P), got {parallel!r}")
+        check_integer("parallel", parallel, 1, 128, must="an int in 1..128 (iperf3 -P)")
         check_need("iperf3")
         from ..workload.iperf3 import Iperf3
 

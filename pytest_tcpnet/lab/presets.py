@@ -6,6 +6,7 @@ world with World.host/router/connect/shape, and hands back Pairs over it.
 
 from ..model import Link
 from ..model.app import Flow
+from ..model.validation import check_integer
 from ..results import ConcurrentResult
 from ..workload import Bulk
 from .pair import Pair, default_timeout
@@ -93,9 +94,7 @@ def per_pair(name, value, n, kind, default):
 
 
 def check_count(name, n, most):
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= most:
-        raise ValueError(f"{name}: must be an int in 1..{most} (the address plan's limit), got {n!r}")
-    return n
+    return check_integer(name, n, 1, most, must=f"an int in 1..{most} (the address plan's limit)")
 
 
 class Topology(WorldView):

@@ -10,13 +10,13 @@ removes whatever it made. The world knows no workload.
 import collections
 import contextlib
 import ipaddress
-import math
 import socket
 from dataclasses import dataclass
 
 from .. import netlink
 from ..errors import LabError
 from ..model import Host, OneWay
+from ..model.validation import check_number
 from ..requirements import check_need
 from .node import Node
 
@@ -418,12 +418,7 @@ class WorldView:
                 check_need(flow.cc)
         if capture is True or capture in ("client", "router", "server"):
             check_need("tshark")
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not (timeout > 0 and math.isfinite(timeout))
-        ):
-            raise ValueError(f"timeout: must be a number of seconds > 0, got {timeout!r}")
+        check_number("timeout", timeout, 0, low_open=True, must="a number of seconds > 0")
         if self.closed:
             raise LabError(f"this {self.kind} is closed")
 

@@ -13,6 +13,7 @@ import functools
 
 from .. import hostload, netlink
 from ..errors import LabError
+from ..model.validation import is_number, refuse
 from ..netlink.diag import tcp_counters
 from ..results import TransferResult
 from .sampler import DEFAULT_CPU_BUDGET, SERIES_FIELDS, SocketSampler, default_interval
@@ -143,16 +144,8 @@ class Observation:
         if sample_interval is None:
             sample_interval = default_interval(pair.link.rtt_s)
             self.cpu_budget = DEFAULT_CPU_BUDGET
-        if (
-            isinstance(sample_interval, bool)
-            or not isinstance(sample_interval, (int, float))
-            or not 0 <= sample_interval <= 10
-            or (connections and not sample_interval)
-        ):
-            raise ValueError(
-                f"sample_interval: must be in (0, 10] seconds{'' if connections else ', or 0 for none'}, "
-                f"got {sample_interval!r}"
-            )
+        if not is_number(sample_interval) or not 0 <= sample_interval <= 10 or (connections and not sample_interval):
+            refuse("sample_interval", f"in (0, 10] seconds{'' if connections else ', or 0 for none'}", sample_interval)
         self.pair = pair
         self.capture = capture
         self.sample_interval = sample_interval

@@ -9,6 +9,7 @@ import threading
 import time
 
 from .. import interrupts
+from ..model.validation import check_number
 from ..netlink.diag import watch_sockets
 from ..records import SERIES_FIELDS, SKMEM_FIELDS, TCP_INFO_SERIES
 
@@ -95,8 +96,7 @@ class SocketSampler:
     """
 
     def __init__(self, namespaces, interval, cpu_budget=None, families=(socket.AF_INET,)):
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 10:
-            raise ValueError(f"sample_interval: must be in (0, 10] seconds, got {interval!r}")
+        check_number("sample_interval", interval, 0, 10, low_open=True, must="in (0, 10] seconds")
         if cpu_budget is not None and not 0 < cpu_budget <= 1:
             raise ValueError(f"cpu_budget: must be a share of one CPU in (0, 1], or None, got {cpu_budget!r}")
         self.interval = interval

@@ -8,14 +8,13 @@ from dataclasses import dataclass
 
 from .specs import check_congestion_control
 from .units import format_size, format_time, parse_size, parse_time
+from .validation import check_integer, check_number, is_number, refuse
 
 __all__ = ["Pace", "Pause", "Flow", "Cbr", "check_buffer_bytes", "check_positive_bytes"]
 
 
 def _positive_number(field, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{field}: must be a finite number > 0, got {value!r}")
-    return value
+    return check_number(field, value, 0, low_open=True)
 
 
 MAX_TRANSFER_BYTES = 2**40  # 1 TiB: far beyond any test, small enough that deadlines stay computable
@@ -27,7 +26,7 @@ def check_positive_bytes(field, value):
     if isinstance(value, str) and math.isfinite(nbytes) and nbytes == int(nbytes):
         nbytes = int(nbytes)
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or not 0 < nbytes <= MAX_TRANSFER_BYTES:
-        raise ValueError(f"{field}: must be a positive int of bytes up to 2^40 (or a size like '1mb'), got {value!r}")
+        refuse(field, "a positive int of bytes up to 2^40 (or a size like '1mb')", value)  # the value as given
     return nbytes
 
 
@@ -35,16 +34,8 @@ def check_buffer_bytes(field, value):
     """A socket buffer request: 1..2^31-1 bytes (setsockopt takes an int), or a size like '16kb'."""
     nbytes = parse_size(value, field) if isinstance(value, str) else value  # a bad unit says so itself
     # Finite first: int() of an infinity or NaN raises OverflowError or a message about NaN, not ours.
-    if (
-        isinstance(nbytes, bool)
-        or not isinstance(nbytes, (int, float))
-        or not math.isfinite(nbytes)
-        or nbytes != int(nbytes)
-        or not 0 < nbytes <= 2**31 - 1
-    ):
-        raise ValueError(
-            f"{field}: must be a whole number of bytes in 1..2^31-1 (or a size like '16kb'), got {value!r}"
-        )
+    if not is_number(nbytes) or nbytes != int(nbytes) or not 0 < nbytes <= 2**31 - 1:
+        refuse(field, "a whole number of bytes in 1..2^31-1 (or a size like '16kb')", value)
     return int(nbytes)
 
 
@@ -181,8 +172,9 @@ class Cbr:
             raise ValueError(f"Cbr.duration: must be in (0, 3600] seconds, got {self.duration!r}")
         object.__setattr__(self, "duration", float(duration))
         size = self.packet_size
-        if isinstance(size, bool) or not isinstance(size, int) or not 16 <= size <= MAX_CBR_PACKET:
-            raise ValueError(f"Cbr.packet_size: UDP payload bytes in 16..{MAX_CBR_PACKET} (one frame), got {size!r}")
+        check_integer(
+            "Cbr.packet_size", size, 16, MAX_CBR_PACKET, must=f"UDP payload bytes in 16..{MAX_CBR_PACKET} (one frame)"
+        )
         if rate / (8 * size) > 100_000:
             raise ValueError(
                 f"Cbr.rate: {rate / (8 * size):.0f} datagrams/s of {size} B is beyond a Python sender "

@@ -7,6 +7,7 @@ from .kernel import KernelVersion
 from .specs import MTU_FRAME_BYTES
 from .tcp import mathis_throughput, window_limited_transfer_time
 from .units import format_rate, format_size, format_time
+from .validation import check_number
 from .window import advertised_window, send_window
 
 __all__ = [
@@ -83,13 +84,8 @@ class Conditions:
             raise ValueError(f"loss: must be in [0, 1), got {self.loss!r}")
         for name in ("queue_packets", "app_window_bytes", "app_rate_bps"):
             value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not value > 0
-                or not math.isfinite(value)
-            ):
-                raise ValueError(f"{name}: must be a finite number > 0 or None, got {value!r}")
+            if value is not None:
+                check_number(name, value, 0, low_open=True, must="a finite number > 0 or None")
 
     @classmethod
     def from_result(cls, result, *, observed=False):

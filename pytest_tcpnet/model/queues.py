@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 
 from .units import MTU_FRAME_BYTES, format_rate, format_size, format_time, parse_fraction, parse_size, parse_time
+from .validation import check_integer, refuse
 
 __all__ = ["Queue", "QUEUE_KINDS", "ECN_QUEUES", "check_queue", "CAKE_FLOW_MODES", "CAKE_DIFFSERV_MODES"]
 
@@ -39,9 +40,7 @@ def _size(field, value):
 
 
 def _count(field, value, most=2**32 - 1):
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
-        raise ValueError(f"{field}: must be a whole number in 1..{most}, got {value!r}")
-    return value
+    return check_integer(field, value, 1, most)
 
 
 def _flag(field, value):
@@ -182,9 +181,7 @@ ECN_QUEUES = frozenset(kind for kind, (_, marks, _, _, _) in QUEUE_KINDS.items()
 
 
 def _overhead(field, value):
-    if isinstance(value, bool) or not isinstance(value, int) or not -64 <= value <= 256:
-        raise ValueError(f"{field}: bytes added per packet, a whole number in -64..256, got {value!r}")
-    return value
+    return check_integer(field, value, -64, 256, must="bytes added per packet, a whole number in -64..256")
 
 
 def _mpu(field, value):
@@ -338,7 +335,7 @@ def check_queue(where, kind, limit, ecn, options):
 def _queue_limit(field, value, unit):
     """A packet count (int) for packet-limited kinds, bytes for byte-limited ones ('64kb', or packets x 1514)."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise TypeError(f"{field}: expected a packet count (int) or a size string like '64kb', got {value!r}")
+        refuse(field, "a packet count (int) or a size string like '64kb'", value, TypeError)
     if unit == "bytes":
         nbytes = value * MTU_FRAME_BYTES if isinstance(value, int) else parse_size(value, field)
         if not 0 < nbytes < 2**32:

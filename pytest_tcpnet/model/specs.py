@@ -21,6 +21,7 @@ from .units import (
     parse_size,
     parse_time,
 )
+from .validation import check_integer, refuse
 
 __all__ = [
     "OneWay",
@@ -259,8 +260,8 @@ class Slot:
         object.__setattr__(self, "max_delay", high)
         for name in ("packets", "bytes"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**31):
-                raise ValueError(f"slot.{name}: must be a whole number >= 1 (or None: no limit), got {value!r}")
+            if value is not None:
+                check_integer(f"slot.{name}", value, 1, 2**31 - 1, must="a whole number >= 1 (or None: no limit)")
 
     def describe(self):
         limits = [f"{self.packets} packets" for _ in [0] if self.packets] + [
@@ -359,7 +360,7 @@ def _check_limit(field, value):
             raise ValueError(f"{field}: must be > 0 and at most {_MAX_QUEUE_PACKETS} packets' worth, got {value!r}")
         return max(1, math.ceil(nbytes / MTU_FRAME_BYTES))
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{field}: expected a packet count (int) or a size string like '64kb', got {value!r}")
+        refuse(field, "a packet count (int) or a size string like '64kb'", value, TypeError)
     if not 1 <= value <= _MAX_QUEUE_PACKETS:
         raise ValueError(f"{field}: must be >= 1 packet (at most {_MAX_QUEUE_PACKETS}), got {value!r}")
     return value
@@ -391,10 +392,9 @@ def _check_burst(where, police, burst):
 
 
 def _check_gap(field, value):
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**32 - 1:
-        raise ValueError(
-            f"{field}: must be a whole number of packets >= 1 (every gap-th packet skips the delay), got {value!r}"
-        )
+    check_integer(
+        field, value, 1, 2**32 - 1, must="a whole number of packets >= 1 (every gap-th packet skips the delay)"
+    )
     return value
 
 
@@ -870,8 +870,7 @@ def _check_ports(ports):
     if not ports:
         raise ValueError("ports: an empty list would impair nothing; leave ports out to impair all traffic")
     for port in ports:
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            raise ValueError(f"ports: each must be a TCP port in 1..65535, got {port!r}")
+        check_integer("ports", port, 1, 65535, must="TCP ports in 1..65535 (each)")
     if len(ports) > 64:
         raise ValueError(f"ports: at most 64 (each takes two u32 filters on the router), got {len(ports)}")
     return tuple(sorted(set(ports)))

@@ -2,6 +2,8 @@
 
 import math
 
+from .validation import check_integer, check_number
+
 __all__ = [
     "bdp",
     "window_limited_throughput",
@@ -129,8 +131,7 @@ def request_response_times(
     requests on one connection.
     """
     for name, value in (("count", count), ("response_bytes", response_bytes)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: must be a whole number >= 1, got {value!r}")
+        check_integer(name, value, 1)
     _nonnegative("rtt_s", rtt_s)
     _positive("window_bytes", window_bytes)
     initial = initial_window_segments * mss_bytes
@@ -160,10 +161,8 @@ def transfer_time(nbytes, rate_bps):
 
 
 def _positive(name, value):
-    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name}: must be a finite number > 0, got {value!r}")
+    check_number(name, value, 0, low_open=True)
 
 
 def _nonnegative(name, value):
-    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 and math.isfinite(value)):
-        raise ValueError(f"{name}: must be a finite number >= 0, got {value!r}")
+    check_number(name, value, 0)

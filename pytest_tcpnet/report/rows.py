@@ -7,9 +7,9 @@ show as missing ("-") until then.
 """
 
 import dataclasses
-import math
 
 from .. import guest
+from ..model.validation import is_number
 
 SCHEMA = 1
 
@@ -158,9 +158,7 @@ def _attr(obj, name, default=None):
 
 
 def _number(value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return value
+    return value if is_number(value) else None
 
 
 def _limited_by(result):
