@@ -1,6 +1,7 @@
 """Real pytest sessions that run real transfers: the summary, JUnit properties, artifacts and results files they leave."""
 
 import base64
+import importlib.util
 import json
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -202,3 +203,63 @@ def test_plot_attached(tcpnet):
     result.stdout.fnmatch_lines(["*artifacts (--tcpnet-keep=failed)*", "  flows.json", "  tsg.png"])
     html = (project.path / "report.html").read_text()
     assert base64.b64encode(png).decode() in html and "tsg.png" in html
+
+
+# Every kind of result a lab registers reaches the table, JUnit, the results file and a failure's artifacts.
+KINDS = """
+from pytest_tcpnet import Cbr, Flow, Host, Link
+
+def test_requests(tcpnet):
+    pair = tcpnet.pair(link=Link(rate="20mbit"))
+    run = pair.requests(20, response_size=20_000)
+    assert run.fct_percentile(50) < 1e-9, "no request is that fast"
+
+def test_latency(tcpnet):
+    pair = tcpnet.pair(link=Link(rate="10mbit", queue="pfifo", limit=100), server=Host(cc="cubic"))
+    probe = pair.latency_under_load(duration=2, idle=0.5, flows=[Flow(duration=2, cc="cubic")])
+    assert probe.induced_latency_s(95) < 1e-9, "a loaded FIFO adds no delay?"
+
+def test_udp(tcpnet):
+    pair = tcpnet.pair(link=Link(rate="20mbit"))
+    both = pair.concurrent([Flow(duration=1), Cbr(rate="2mbit", duration=1)])
+    assert both.udp[0].received > 0
+"""
+
+
+def test_every_result_kind_reaches_the_table_junit_results_and_artifacts(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(Path(pytest_tcpnet.__file__).parents[1]))
+    pytester.makepyfile(test_kinds=KINDS)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--junitxml=junit.xml", "--tcpnet-results=results.jsonl")
+    result.assert_outcomes(passed=1, failed=2)
+    rows = [json.loads(line) for line in (pytester.path / "results.jsonl").read_text().splitlines()]
+    kinds = {(r["test"].split("::")[1], r["kind"]) for r in rows}
+    assert kinds == {
+        ("test_requests", "requests"),
+        ("test_latency", "transfer"),
+        ("test_latency", "latency"),
+        ("test_udp", "transfer"),
+        ("test_udp", "udp"),
+    }, kinds
+    by_kind = {r["kind"]: r for r in rows}
+    requests, latency, udp = by_kind["requests"], by_kind["latency"], by_kind["udp"]
+    assert requests["measured_s"] > 0 and requests["expected_s"] > 0 and requests["requests"]["count"] == 20
+    assert requests["ratio"] == pytest.approx(requests["expected_s"] / requests["measured_s"])
+    # A cubic flow fills the FIFO: 100 packets at 10 Mbit/s hold ~121 ms, the model's standing queue.
+    assert latency["measured_s"] > 0.01 and latency["expected_s"] == pytest.approx(0.121, rel=0.05), latency
+    assert udp["expected_bps"] == 2e6 and 0.5 < udp["ratio"] <= 1.05 and udp["udp"]["sent"] > 0, udp
+    # The table: each kind in its own terms.
+    out = result.stdout.str()
+    assert "p50 FCT" in out and "p95 added RTT" in out and "UDP 2 Mbit/s offered" in out, out
+    # JUnit: the kind and its figures.
+    cases = _testcases(pytester.path / "junit.xml")
+    assert cases["test_requests"]["tcpnet.flow0.kind"] == "requests"
+    assert float(cases["test_requests"]["tcpnet.flow0.measured_s"]) > 0
+    assert {cases["test_latency"][f"tcpnet.flow{i}.kind"] for i in (0, 1)} == {"transfer", "latency"}
+    # A failure's artifacts: the rows of every kind, and the latency probe's plot.
+    kept = pytester.path / "tcpnet-artifacts"
+    flows = json.loads((kept / "test_kinds.py-test_requests" / "flows.json").read_text())
+    assert [f["kind"] for f in flows] == ["requests"]
+    latency_dir = kept / "test_kinds.py-test_latency"
+    assert {f["kind"] for f in json.loads((latency_dir / "flows.json").read_text())} == {"transfer", "latency"}
+    if importlib.util.find_spec("matplotlib"):
+        assert list(latency_dir.glob("latency-*.png")), sorted(p.name for p in latency_dir.iterdir())

@@ -77,7 +77,8 @@ class Lab:
     """
 
     def __init__(self, *, sweep=True, endpoint_offloads="wire", artifact_dir=None):
-        #: Every TransferResult / WindowProbe this lab's pairs produced, in order (the plugin reports them).
+        #: Every result this lab's pairs produced, in order (register): transfers, window probes, request/response
+        #: runs, latency probes, UDP streams. The plugin reports each (table, JUnit, results file, artifacts).
         self.results = []
         #: Where results write pcaps and plots (None: nowhere until a directory is given).
         self.artifact_dir = None if artifact_dir is None else str(artifact_dir)
@@ -92,6 +93,12 @@ class Lab:
         if sweep and netlink.has_net_admin():
             netlink.sweep_stale_namespaces()
         _open_labs.add(self)
+
+    def register(self, *results):
+        """Keep results with the lab, the one place the session table, JUnit properties, results files and failure
+        artifacts read them from; returns them."""
+        self.results.extend(results)
+        return list(results)
 
     def pair(self, link=None, client=None, server=None, *, family="ipv4"):
         """Build a client – router – server path: validated first, nothing is left behind on error.

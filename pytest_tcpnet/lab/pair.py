@@ -180,7 +180,7 @@ class Pair(WorldView):
             sample_interval=sample_interval,
             timeout=timeout,
         )
-        udp = udp_results(workload.bulk.udp_records, self.link) if workload.bulk is not None else []
+        udp = self.lab.register(*udp_results(workload.bulk.udp_records, self.link)) if workload.bulk is not None else []
         record = workload.probe_record
         origin = record["started_at"]
         samples = [(t - origin, rtt) for t, rtt, _ in record["samples"]]
@@ -193,7 +193,7 @@ class Pair(WorldView):
         else:
             loaded_from = loaded_to = idle + duration
         kernel = results[0].kernel if results else _kernel_release()
-        return LatencyResult(
+        latency = LatencyResult(
             samples=samples,
             app_samples=app_samples,
             stamped=record["stamped"],
@@ -207,6 +207,8 @@ class Pair(WorldView):
             udp=udp,
             artifact_dir=self.lab.artifact_dir,
         )
+        self.lab.register(latency)
+        return latency
 
     def requests(
         self,
@@ -314,7 +316,7 @@ class Pair(WorldView):
                 + (" and after idling past the RTO" if after_idle else "")
             )
         )
-        return RequestsResult(
+        exchanges = RequestsResult(
             records=workload.records,
             request_size=request_size,
             response_size=response_size,
@@ -331,6 +333,8 @@ class Pair(WorldView):
             observed_rtt_s=observed_rtt,
             observed_expected_s=times(observed_rtt) if observed_rtt else None,
         )
+        self.lab.register(exchanges)
+        return exchanges
 
     def iperf3(
         self,
@@ -396,7 +400,7 @@ class Pair(WorldView):
             timeout=timeout,
             conditions={"starved_receiver": starve_receiver},
         )
-        return results, udp_results(workload.udp_records, self.link)
+        return results, self.lab.register(*udp_results(workload.udp_records, self.link))
 
     def _measure(self, workload, flows, *, capture, sample_interval, timeout, conditions=None):
         """Validate the measurement options, run the workload, keep its results in the lab."""
@@ -466,7 +470,7 @@ class Pair(WorldView):
             sysctls=result.sysctls[receiver.role],
             transfer=result,
         )
-        self.lab.results.append(probe)  # report: the probe stands for its transfer in the summary
+        self.lab.register(probe)  # report: the probe stands for its transfer in the summary
         return probe
 
     def __repr__(self):

@@ -284,7 +284,7 @@ class Observation:
 
     def register(self, results):
         """Keep results with the lab: the session table, JUnit properties, results files and failure artifacts."""
-        self.pair.lab.results.extend(results)
+        self.pair.lab.register(*results)
 
 
 def connection_results(samples, captures, shared, *, artifact_dir, app_window_bytes=None):

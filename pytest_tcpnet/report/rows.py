@@ -1,15 +1,21 @@
-"""One JSON-able row per measured flow: the conditions it ran under and the figures it gave.
+"""One JSON-able row per registered result: the conditions it ran under and the figures it gave.
 
-Rows are what the session summary, the JUnit properties and the results file are made of.
-They read results only through attributes (with defaults), so figures that later features add
-(``limited_by``, ``events``, ``artifacts``, the model's prediction) appear once they exist and
-show as missing ("-") until then.
+Rows are what the session summary, the JUnit properties and the results file are made of. Every
+kind of result a lab registers has a row (result_row picks the builder by type): a transfer and a
+window probe are judged by rate; a request/response run and a latency probe by time (measured_s
+against the model's expected_s; ratio = expected_s / measured_s, so below 1 is slower than the
+model, as for a rate); a UDP stream by the rate it delivered of what it offered.
+Transfer rows read results through attributes (with defaults), so a figure a result lacks shows
+as missing ("-").
 """
 
 import dataclasses
+import statistics
 
 from .. import guest
+from ..model import format_rate, format_time
 from ..model.validation import is_number
+from ..results import LatencyResult, RequestsResult, UdpResult, WindowProbe
 
 SCHEMA = 1
 
@@ -38,9 +44,161 @@ def flow_rows(results, *, test, outcome=None):
     for result in results:
         if id(result) in probed:
             continue
-        row = flow_row(result, test=test, flow=len(rows), outcome=outcome)
-        rows.append(row)
+        rows.append(result_row(result, test=test, flow=len(rows), outcome=outcome))
     return rows
+
+
+def result_row(result, *, test="", flow=0, outcome=None):
+    """The row of any registered result: its kind's builder, or a transfer's for anything else (fakes included)."""
+    for kind, build in _BUILDERS:
+        if isinstance(result, kind):
+            return build(result, test=test, flow=flow, outcome=outcome)
+    return flow_row(result, test=test, flow=flow, outcome=outcome)
+
+
+def _skeleton(kind, result, *, test, flow, outcome):
+    """The fields every row has (None where a kind has no such figure), so readers never miss a key."""
+    link = getattr(result, "link", None)
+    return {
+        "schema": SCHEMA,
+        "test": test,
+        "flow": flow,
+        "outcome": outcome,
+        "kind": kind,
+        "kernel": getattr(result, "kernel", None),
+        "backend": guest.backend(),
+        "direction": None,
+        "nbytes": None,
+        "duration_s": None,
+        "link": link_record(link),
+        "client": None,
+        "server": None,
+        "sysctls": getattr(result, "sysctls", None) or {},
+        "buffers": {},
+        "cc": None,
+        "measured_bps": None,
+        "active_bps": None,
+        "expected_bps": None,
+        "measured_s": None,
+        "expected_s": None,
+        "figure": None,
+        "bound": None,
+        "why": None,
+        "ratio": None,
+        "limited_by": None,
+        "limited_shares": None,
+        "events": None,
+        "window_full": None,
+        "retransmissions": None,
+        "min_rtt_s": None,
+        "rtt_s": None,
+        "emulator_drops": None,
+        "advertised_window": None,
+        "phases": [],
+        "link_changes": [],
+        "offloads": {},
+        "host_contention_cpus": None,
+        "artifacts": [],
+        "notes": "",
+    }
+
+
+def _time_ratio(expected_s, measured_s):
+    return expected_s / measured_s if is_number(expected_s) and is_number(measured_s) and measured_s > 0 else None
+
+
+def requests_row(result, *, test="", flow=0, outcome=None):
+    """A request/response run: the median completion time against the model's, the spread in the notes."""
+    row = _skeleton("requests", result, test=test, flow=flow, outcome=outcome)
+    fct = result.fct_s
+    measured = result.fct_percentile(50) if fct else None
+    expected = statistics.median(result.expected_s) if result.expected_s else None
+    server = (result.sysctls or {}).get("server", {})
+    row.update(
+        nbytes=len(fct) * (result.request_size + result.response_size),
+        buffers={"sndbuf_requested": result.sndbuf_requested, "rcvbuf_requested": result.rcvbuf_requested},
+        cc=server.get("net.ipv4.tcp_congestion_control"),
+        measured_s=_number(measured),
+        expected_s=_number(expected),
+        figure="p50 FCT",
+        bound="requests",
+        why=result.why,
+        ratio=_time_ratio(expected, measured),
+        rtt_s=_number(result.observed_rtt_s),
+        requests={
+            "count": len(fct),
+            "request_bytes": result.request_size,
+            "response_bytes": result.response_size,
+            "new_connection": result.new_connection,
+            "interval_s": result.interval,
+            **({f"p{p}_s": _number(result.fct_percentile(p)) for p in (50, 90, 99, 100)} if fct else {}),
+        },
+        notes=(
+            f"{len(fct)} requests of {result.request_size} B / {result.response_size} B"
+            + (f"; p90 {format_time(result.fct_percentile(90))}, max {format_time(max(fct))}" if fct else "")
+        ),
+    )
+    return row
+
+
+def latency_row(result, *, test="", flow=0, outcome=None):
+    """A latency probe: the RTT the load added at p95 against the queue the model says the load builds."""
+    row = _skeleton("latency", result, test=test, flow=flow, outcome=outcome)
+    try:
+        idle, induced = result.idle_rtt_s, result.induced_latency_s(95)
+        loaded = result.loaded_rtt_s(50)
+    except ValueError:  # no idle or no loaded samples: nothing to judge
+        idle = induced = loaded = None
+    expected = None
+    flows = result.flows.flows if result.flows is not None else []
+    if flows:
+        prediction = predict(flows[0])
+        loaded_rtt, base = getattr(prediction, "loaded_rtt_s", None), getattr(prediction, "conditions", None)
+        if is_number(loaded_rtt) and base is not None:
+            expected = max(0.0, loaded_rtt - base.rtt_s)
+    row.update(
+        measured_s=_number(induced),
+        expected_s=_number(expected),
+        figure="p95 added RTT",
+        bound="queue" if expected is not None else None,
+        ratio=_time_ratio(expected, induced) if expected else None,
+        rtt_s=_number(idle),
+        latency={
+            "idle_rtt_s": _number(idle),
+            "loaded_p50_s": _number(loaded),
+            "induced_p95_s": _number(induced),
+            "samples": len(result.samples),
+            "interval_s": result.interval,
+        },
+        notes=(f"idle {format_time(idle)}, loaded p50 {format_time(loaded)}" if idle is not None else "no samples")
+        + f"; {len(flows)} flow(s) beside the probe",
+    )
+    return row
+
+
+def udp_row(result, *, test="", flow=0, outcome=None):
+    """A constant-rate UDP stream: what it delivered of what it offered, its loss and one-way delay."""
+    row = _skeleton("udp", result, test=test, flow=flow, outcome=outcome)
+    offered = getattr(result.spec, "rate", None)  # Cbr.rate: payload bit/s
+    delivered = result.throughput_bps
+    row.update(
+        nbytes=result.received * result.packet_size,
+        duration_s=_number(result.ended_at - result.started_at),
+        measured_bps=_number(delivered),
+        expected_bps=_number(offered),
+        bound="offered",
+        ratio=delivered / offered if is_number(offered) and offered > 0 else None,
+        udp={
+            "sent": result.sent,
+            "received": result.received,
+            "send_errors": result.send_errors,
+            "loss": result.loss,
+            "packet_bytes": result.packet_size,
+        },
+        notes=f"UDP {format_rate(offered) if offered else '?'} offered, loss {result.loss * 100:.3g}%"
+        + (f", one-way p50 {format_time(result.one_way_delay_s(50))}" if result.arrivals else ""),
+    )
+    return row
 
 
 def flow_row(result, *, test="", flow=0, outcome=None):
@@ -109,6 +267,10 @@ def flow_row(result, *, test="", flow=0, outcome=None):
         "offloads": getattr(transfer, "offloads", None) or {},
         "host_contention_cpus": _number(getattr(transfer, "host_contention_cpus", None)),
         "artifacts": [str(p) for p in (_attr(transfer, "artifacts") or [])],
+        "measured_s": None,
+        "expected_s": None,
+        "figure": None,
+        "notes": "",
     }
     return row
 
@@ -145,7 +307,11 @@ def host_record(host):
 
 
 def _is_probe(result):
-    return hasattr(result, "window_bytes") and hasattr(result, "transfer")
+    return isinstance(result, WindowProbe) or (hasattr(result, "window_bytes") and hasattr(result, "transfer"))
+
+
+#: (result type, row builder): every kind a lab registers; anything else is read as a transfer.
+_BUILDERS = ((RequestsResult, requests_row), (LatencyResult, latency_row), (UdpResult, udp_row))
 
 
 def _attr(obj, name, default=None):

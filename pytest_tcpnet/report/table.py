@@ -1,6 +1,6 @@
 """Text tables of flow rows (session summary) and the key figures CI dashboards read (JUnit properties)."""
 
-from ..model import format_rate, format_size
+from ..model import format_rate, format_size, format_time
 
 MISSING = "-"
 
@@ -11,8 +11,8 @@ SUMMARY_COLUMNS = (
     ("link", lambda r: link_cell(r.get("link"))),
     ("buffers", lambda r: buffers_cell(r.get("buffers") or {})),
     ("cc", lambda r: r.get("cc") or MISSING),
-    ("expected", lambda r: rate_cell(r.get("expected_bps")) + (f" ({r['bound']})" if r.get("bound") else "")),
-    ("measured", lambda r: rate_cell(r.get("measured_bps"))),
+    ("expected", lambda r: expected_cell(r)),
+    ("measured", lambda r: measured_cell(r)),
     ("ratio", lambda r: ratio_cell(r.get("ratio"))),
     ("limited by", lambda r: r.get("limited_by") or MISSING),
     ("win-full", lambda r: count_cell(r.get("window_full"))),
@@ -29,9 +29,31 @@ def summary_table(rows):
 
 
 def notes_cell(row):
-    """What a row measured besides throughput (a window probe's advertised window)."""
+    """What a row measured besides its main figure (a window probe's advertised window, a run's spread)."""
     window = row.get("advertised_window")
-    return f"advertised window {format_size(window)}" if window else ""
+    notes = [f"advertised window {format_size(window)}"] if window else []
+    if row.get("notes"):
+        notes.append(row["notes"])
+    return "; ".join(notes)
+
+
+def expected_cell(row):
+    """The model's figure: a rate, or a time for the kinds judged by time (requests, latency)."""
+    bound = f" ({row['bound']})" if row.get("bound") else ""
+    if row.get("figure"):
+        return (time_cell(row.get("expected_s")) + bound) if row.get("expected_s") is not None else MISSING
+    return rate_cell(row.get("expected_bps")) + bound
+
+
+def measured_cell(row):
+    """What was measured: a rate, or 'p50 FCT 12.1 ms' for the kinds judged by time."""
+    if row.get("figure"):
+        return f"{row['figure']} {time_cell(row.get('measured_s'))}" if row.get("measured_s") is not None else MISSING
+    return rate_cell(row.get("measured_bps"))
+
+
+def time_cell(seconds):
+    return format_time(seconds) if seconds is not None else MISSING
 
 
 def format_table(header, body):
@@ -84,8 +106,11 @@ JUNIT_FIELDS = (
     ("kernel", "kernel"),
     ("link", "link"),
     ("cc", "cc"),
+    ("kind", "kind"),
     ("measured_bps", "measured_bps"),
     ("expected_bps", "expected_bps"),
+    ("measured_s", "measured_s"),
+    ("expected_s", "expected_s"),
     ("bound", "bound"),
     ("ratio", "ratio"),
     ("limited_by", "limited_by"),
@@ -107,6 +132,8 @@ def junit_properties(rows):
             if value is None:
                 continue
             if isinstance(value, float):
-                value = f"{value:.6g}" if field in ("ratio", "min_rtt_s") else f"{value:.0f}"
+                value = (
+                    f"{value:.6g}" if field in ("ratio", "min_rtt_s", "measured_s", "expected_s") else f"{value:.0f}"
+                )
             properties.append((f"tcpnet.flow{row.get('flow', 0)}.{suffix}", str(value)))
     return properties
