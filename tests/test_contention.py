@@ -117,7 +117,7 @@ def test_a_cpu_hog_beside_a_host_transfer_is_named(tcpnet):
     """A process outside the session spinning on a CPU while a host-side flow runs: the flow's reading counts it
     (a whole CPU, >= 0.5 asserted: the hog shares its CPU with the flow's own endpoints on a 2-CPU host) and its
     description names the busy host. Nothing about the hog is known to the session but its CPU time."""
-    pair = tcpnet.pair(Link(rate="20mbit", delay="5ms"))
+    pair = tcpnet.pair(Link(rate="20mbit"))  # htb alone: this host has no netem
     r, w = os.pipe()
     # Started by a shell that exits at once: the hog is re-parented, outside this process tree like a neighbour's job.
     subprocess.run(["sh", "-c", f'"{sys.executable}" -c "$0" 30 {w} &', SPIN_FOR], pass_fds=(w,), check=True)
