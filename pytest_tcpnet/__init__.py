@@ -15,7 +15,7 @@ from .assertions import (
     assert_zero_window,
 )
 from .errors import LabError, MissingCapability, TcpnetError
-from .model import GilbertElliott, Host, Link, Slot
+from .model import GilbertElliott, Host, Link, NetemCorrelationWarning, Slot
 from .model.app import Cbr, Flow, Pace, Pause
 from .model.schedule import Schedule
 
@@ -23,6 +23,7 @@ __all__ = [
     "Host",
     "Link",
     "GilbertElliott",
+    "NetemCorrelationWarning",
     "Slot",
     "Schedule",
     "Flow",

@@ -245,3 +245,4 @@ def tcpnet(request, _tcpnet_sweep):
             lab.close()
         finally:
             reporting.finish_test(request.node, lab)
+    reporting.require_quiet(lab)  # after the lab is gone: an error at teardown, beside the call's own outcome

@@ -72,6 +72,9 @@ class TransferResult:
     #: In a --tcpnet-vm guest: how many host CPUs processes other than the VM kept busy while the flow was
     #: measured (the runner's answer; None elsewhere). An emulated guest's links and endpoints slow down beside them.
     host_contention_cpus: "float | None" = None
+    #: {ifname: (direction, OneWay)}: what each shaped router interface on the path was asked to do (qdiscs has
+    #: what it did), for applied_impairments().
+    shaped_ways: dict = field(default_factory=dict, repr=False)
     _artifacts: list = field(default_factory=list, repr=False)
 
     # -- goodput ---------------------------------------------------------------------------------
@@ -351,6 +354,18 @@ class TransferResult:
         return sum(q["drops"] for stats in self.qdiscs.values() for q in stats if q["parent"] == _TC_H_ROOT)
 
     @property
+    def applied_impairments(self):
+        """[AppliedLoss] per shaped interface asked to lose packets: what the traffic met against what was asked."""
+        from .analysis.impairments import applied_losses
+
+        return applied_losses(self.qdiscs, self.shaped_ways)
+
+    @property
+    def impairment_mismatches(self):
+        """The applied impairments that are not what the Link asked for, beyond chance ([] when all are)."""
+        return [applied for applied in self.applied_impairments if not applied.as_configured]
+
+    @property
     def interface_drops(self):
         """Packets the veths themselves dropped (e.g. a receive backlog overflow), by 'role/ifname'."""
         return {
@@ -439,13 +454,14 @@ class TransferResult:
                 f"router qdisc drops: {self.emulator_drops}; veth drops: {self.interface_drops or 0}"
                 + ("" if marks is None else f"; queue CE marks: {marks}, sender delivered_ce: {self.ce_marks}")
             )
+        lines += [f"link applied: {applied.describe()}" for applied in self.applied_impairments]
         if self.capture is not None:
             lines.append(f"capture: {self.capture.pcap}")
         if self.host_contention_cpus is not None and self.host_contention_cpus >= CONTENTION_WARNING_CORES:
             lines.append(
                 f"host: other processes kept {self.host_contention_cpus:.1f} CPUs busy while this flow ran; "
-                f"a guest's links and endpoints run only when the host gives it CPU, so its rates and "
-                f"timings may be the busy host's rather than the path's: judge them again on a quiet host"
+                f"the path's links and endpoints (a guest's whole kernel) run only when they get a CPU, so its "
+                f"rates and timings may be the busy host's rather than the path's: judge them again on a quiet host"
             )
         lines += [phase.describe() for phase in self.phases]
         return "\n".join(lines)

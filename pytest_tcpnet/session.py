@@ -4,6 +4,7 @@ Each delegates to code that works without pytest (report/, hostguard.py); import
 imports nothing heavy.
 """
 
+import argparse
 import os
 
 import pytest
@@ -18,6 +19,8 @@ LAB_KEY = pytest.StashKey[object]()
 _outcomes_key = pytest.StashKey[dict]()
 _flows_key = pytest.StashKey[list]()
 _kept_key = pytest.StashKey[str]()
+_attempt_key = pytest.StashKey[int]()
+_earlier_rows_key = pytest.StashKey[list]()
 
 
 def add_report_options(group):
@@ -63,6 +66,33 @@ def add_report_options(group):
         "(--tcpnet-baseline-mode; docs/reports.md)",
     )
     group.addoption(
+        "--tcpnet-verify-impairments",
+        dest="tcpnet_verify_impairments",
+        choices=("warn", "fail", "off"),
+        default="warn",
+        help="when a link's counters show it applied another loss than its Link asked for, beyond chance (a "
+        "correlated netem loss, a wrong shaper): warn (default; the failure messages say so anyway), fail the "
+        "test, or off",
+    )
+    group.addoption(
+        "--tcpnet-require-quiet",
+        dest="tcpnet_require_quiet",
+        metavar="CPUS",
+        type=_cpus,
+        default=None,
+        help="a verdict taken while processes outside the session kept more than CPUS host CPUs busy is an error "
+        "that says so, neither a pass nor a failure of the path (CI on shared runners: 0.5)",
+    )
+    group.addoption(
+        "--tcpnet-retry",
+        dest="tcpnet_retry",
+        metavar="N",
+        type=_retries,
+        default=0,
+        help="run a failed test that measured something up to N more times (default 0); every attempt is kept "
+        "(table, JUnit, results file) and a test that passed only on a retry is listed as flaky at the end",
+    )
+    group.addoption(
         "--tcpnet-baseline-mode",
         dest="tcpnet_baseline_mode",
         choices=("compare", "save"),
@@ -71,6 +101,36 @@ def add_report_options(group):
         "the tolerance); compare (default): fail a test whose throughput moved outside the saved runs' "
         "99.9%% prediction interval, keyed by test id, flow number and kernel",
     )
+
+
+def _retries(text):
+    """--tcpnet-retry's N: a whole number >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of retries >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number of retries >= 0, got {text!r}")
+    return value
+
+
+def _cpus(text):
+    """--tcpnet-require-quiet's CPUS: a number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of CPUs >= 0, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of CPUs >= 0, got {text!r}")
+    return value
+
+
+class BusyHostError(Exception):
+    """A test's measurements ran beside more load than --tcpnet-require-quiet allows."""
+
+
+class ImpairmentWarning(pytest.PytestWarning):
+    """A link's counters show it applied another impairment than its Link asked for (--tcpnet-verify-impairments)."""
 
 
 class ReportPlugin:
@@ -90,6 +150,7 @@ class ReportPlugin:
         self.is_worker = hasattr(config, "workerinput")
         self.flows = []
         self.kept = []
+        self.flaky = []
         self.writer = None
         self.baseline = self.baseline_writer = None
         self._open_baseline(config)
@@ -144,6 +205,10 @@ class ReportPlugin:
         outcomes = item.stash.get(_outcomes_key, {})
         failed = "failed" in outcomes.values()
         rows = flow_rows(lab.results, test=item.nodeid, outcome="failed" if failed else outcomes.get("call", "error"))
+        attempt = item.stash.get(_attempt_key, 1)
+        if self.config.getoption("tcpnet_retry", 0):
+            for row in rows:
+                row["attempt"] = attempt
         item.stash[_flows_key] = rows
         item.user_properties.extend(junit_properties(rows))
         if lab.artifact_dir is not None:
@@ -165,14 +230,59 @@ class ReportPlugin:
             and self.artifacts.should_keep(True)
         ):
             self._explain_failure(item, report, lab)
+        if report.when == "call" and lab is not None:
+            self._verify_impairments(item, report, lab)
         if report.when == "call" and report.passed and lab is not None and self.baseline is not None:
             self._compare_with_baseline(item, report, lab)
         if report.when == "teardown":  # extra report attributes travel to the xdist controller with the report
-            if item.stash.get(_flows_key, None):
-                report.tcpnet_flows = item.stash[_flows_key]
+            rows = item.stash.get(_earlier_rows_key, []) + item.stash.get(_flows_key, [])
+            if rows:
+                report.tcpnet_flows = rows
             if item.stash.get(_kept_key, None):
                 report.tcpnet_artifacts = item.stash[_kept_key]
         return report
+
+    def require_quiet(self, lab):
+        """Raise BusyHostError when a flow of this lab ran beside more other load than --tcpnet-require-quiet."""
+        limit = self.config.getoption("tcpnet_require_quiet", None)
+        if limit is None:
+            return
+        busy = [
+            (result, cpus)
+            for result in lab.results
+            if (cpus := getattr(getattr(result, "transfer", result), "host_contention_cpus", None)) is not None
+            and cpus > limit
+        ]
+        if busy:
+            worst = max(cpus for _, cpus in busy)
+            raise BusyHostError(
+                f"tcpnet: {len(busy)} of this test's measurements ran while processes outside the session kept up to "
+                f"{worst:.2f} CPUs busy (--tcpnet-require-quiet={limit:g}): its verdict says more about the host than "
+                f"the path; run it again on a quiet host"
+            )
+
+    def _verify_impairments(self, item, report, lab):
+        """Name every link that did not apply what its Link asked (--tcpnet-verify-impairments): a warning, or a
+        failure of a test that would have passed on a path other than the one it asked for."""
+        mode = self.config.getoption("tcpnet_verify_impairments", "warn")
+        if mode == "off":
+            return
+        seen = {}
+        for result in lab.results:
+            for applied in getattr(getattr(result, "transfer", result), "impairment_mismatches", None) or []:
+                seen.setdefault((applied.ifname, applied.offered, applied.lost), applied)
+        if not seen:
+            return
+        lines = [applied.describe() for applied in seen.values()]
+        if mode == "fail" and report.passed:
+            report.outcome = "failed"
+            report.longrepr = "\n".join(
+                ["tcpnet: the path did not apply the impairment the test asked for (--tcpnet-verify-impairments=fail)"]
+                + [f"  {line}" for line in lines]
+            )
+        elif mode == "warn":
+            for line in lines:
+                item.warn(ImpairmentWarning(f"tcpnet: {line}"))
 
     def _explain_failure(self, item, report, lab):
         """Write the failed test's plots and flows into its directory and name them in the failure report."""
@@ -214,7 +324,50 @@ class ReportPlugin:
                 ]
             )
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        """--tcpnet-retry: run a failed test that measured something again, keeping every attempt on record."""
+        retries = self.config.getoption("tcpnet_retry", 0)
+        if not retries or "tcpnet" not in getattr(item, "fixturenames", ()):
+            return None
+        from _pytest.runner import runtestprotocol
+
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        failures = []
+        for attempt in range(1, retries + 2):
+            item.stash[_attempt_key] = attempt
+            item.stash[_outcomes_key] = {}
+            item.stash[_flows_key] = []
+            properties = len(item.user_properties)
+            reports = runtestprotocol(item, nextitem=nextitem, log=False)
+            failed = next((r for r in reports if r.failed), None)
+            if failed is None or not item.stash.get(_flows_key, None) or attempt > retries:
+                break
+            # This attempt failed after measuring: keep its figures under its number, then run the test afresh.
+            failures.append(f"attempt {attempt}: {failed.longreprtext.strip().splitlines()[-1][:500]}")
+            item.user_properties[properties:] = [
+                (name.replace("tcpnet.", f"tcpnet.attempt{attempt}.", 1), value)
+                for name, value in item.user_properties[properties:]
+            ]
+            item.stash[_earlier_rows_key] = item.stash.get(_earlier_rows_key, []) + item.stash[_flows_key]
+            item._initrequest()  # fresh fixtures: a new lab for the next attempt
+        for report in reports:
+            report.tcpnet_attempt = attempt
+            report.tcpnet_failed_attempts = failures
+            if report.when == "teardown" and failures:  # JUnit reads a test case's properties from its teardown
+                report.user_properties = list(report.user_properties) + [("tcpnet.attempts", str(attempt))]
+            item.ihook.pytest_runtest_logreport(report=report)
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
     def pytest_runtest_logreport(self, report):
+        if (
+            not self.is_worker
+            and report.when == "call"
+            and report.passed
+            and getattr(report, "tcpnet_failed_attempts", None)
+        ):
+            self.flaky.append((report.nodeid, report.tcpnet_failed_attempts))
         if self.is_worker or report.when != "teardown":
             return
         if getattr(report, "tcpnet_artifacts", None):
@@ -242,6 +395,19 @@ class ReportPlugin:
             terminalreporter.write_line(f"tcpnet: artifacts kept (--tcpnet-keep={self.artifacts.keep}):")
             for path in sorted(self.kept):
                 terminalreporter.write_line(f"  {path}")
+        if self.flaky:
+            terminalreporter.write_sep(
+                "=", f"tcpnet: {len(self.flaky)} flaky test(s): passed only on a retry", yellow=True
+            )
+            for nodeid, failures in self.flaky:
+                terminalreporter.write_line(nodeid)
+                for failure in failures:
+                    terminalreporter.write_line(f"  {failure}")
+
+    def pytest_sessionfinish(self, session):
+        """A flaky test fails the session under --tcpnet-strict=all (docs/reports.md, 'Retries')."""
+        if self.flaky and self.config.getoption("tcpnet_strict", None) == "all":
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _summarize_baseline(self, terminalreporter):
         if self.baseline_writer is None and self.baseline is None:

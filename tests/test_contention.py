@@ -13,6 +13,8 @@ from pytest_tcpnet import hostload as contention
 from pytest_tcpnet.vm import hostcall, inside_vm
 from pytest_tcpnet.workload.fake import fake_result
 
+pytest_plugins = ["pytester"]
+
 # Spins until it has used `cpu` CPU-seconds (however busy the host is), says so on fd `done`, then waits or exits.
 SPIN = """
 import os, sys, time
@@ -134,3 +136,52 @@ def test_a_cpu_hog_beside_a_host_transfer_is_named(tcpnet):
                 pass
     assert result.host_contention_cpus is not None and result.host_contention_cpus >= 0.5, result.describe()
     assert "other processes kept" in result.describe(), result.describe()
+
+
+BUSY_PROJECT = """
+from pytest_tcpnet import Link
+
+def test_a_transfer(tcpnet):
+    assert tcpnet.pair(Link(rate="20mbit")).transfer(duration=2).nbytes > 0
+"""
+
+
+@pytest.fixture
+def hog():
+    """A process outside this session spinning on a CPU for at most 60 s (killed at the end)."""
+    r, w = os.pipe()
+    subprocess.run(["sh", "-c", f'"{sys.executable}" -c "$0" 60 {w} &', SPIN_FOR], pass_fds=(w,), check=True)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        pid = int(f.read() or 0)
+    yield pid
+    if pid:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.tcpnet_needs("privilege", "htb")
+def test_a_verdict_beside_a_busy_host_is_an_error_when_a_quiet_one_is_required(pytester, monkeypatch, hog):
+    """--tcpnet-require-quiet=0.5 with a CPU hog outside the session: the test's own verdict (passed) stands beside an
+    error at teardown that names the load; without the option the table names the busy host."""
+    from pathlib import Path
+
+    import pytest_tcpnet
+
+    monkeypatch.setenv("PYTHONPATH", str(Path(pytest_tcpnet.__file__).parents[1]))
+    pytester.makepyfile(test_busy=BUSY_PROJECT)
+    strict = pytester.runpytest("-p", "no:cacheprovider", "--tcpnet-require-quiet=0.5")
+    strict.assert_outcomes(passed=1, errors=1)
+    strict.stdout.fnmatch_lines(["*BusyHostError*processes outside the session kept up to * CPUs busy*"])
+    relaxed = pytester.runpytest("-p", "no:cacheprovider")
+    relaxed.assert_outcomes(passed=1)
+    assert "host busy: others used" in relaxed.stdout.str()
+
+
+def test_require_quiet_refuses_a_bad_number(pytester):
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--tcpnet-require-quiet=-1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--tcpnet-require-quiet*must be a number of CPUs >= 0, got '-1'*"])

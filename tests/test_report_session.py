@@ -263,3 +263,58 @@ def test_every_result_kind_reaches_the_table_junit_results_and_artifacts(pyteste
     assert {f["kind"] for f in json.loads((latency_dir / "flows.json").read_text())} == {"transfer", "latency"}
     if importlib.util.find_spec("matplotlib"):
         assert list(latency_dir.glob("latency-*.png")), sorted(p.name for p in latency_dir.iterdir())
+
+
+# Fails its first attempt after measuring, passes its second (a marker file says which attempt this is).
+FLAKY = """
+import os
+from pytest_tcpnet import Link
+
+def test_flaky(tcpnet):
+    rate = tcpnet.pair(link=Link(rate="20mbit")).transfer(nbytes=300_000).throughput_bps
+    if not os.path.exists("attempted"):
+        open("attempted", "w").close()
+        assert rate > 1e12, "first attempt fails on purpose"
+
+def test_always_fails(tcpnet):
+    tcpnet.pair(link=Link(rate="20mbit")).transfer(nbytes=100_000)
+    assert False, "fails every time"
+
+def test_fails_before_measuring(tcpnet):
+    assert False, "nothing measured: not retried"
+"""
+
+
+@pytest.mark.parametrize("workers", [None, "2"])
+def test_a_retried_test_keeps_every_attempt_and_a_flaky_one_is_named(pytester, monkeypatch, workers):
+    monkeypatch.setenv("PYTHONPATH", str(Path(pytest_tcpnet.__file__).parents[1]))
+    pytester.makepyfile(test_flaky=FLAKY)
+    xdist = ["-p", "xdist", "-n", workers] if workers else []
+    result = pytester.runpytest(
+        *xdist, "-p", "no:cacheprovider", "--tcpnet-retry=2", "--junitxml=junit.xml", "--tcpnet-results=r.jsonl"
+    )
+    result.assert_outcomes(passed=1, failed=2)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["*tcpnet: 1 flaky test(s): passed only on a retry*", "*test_flaky.py::test_flaky", "  attempt 1: *"]
+    )
+    rows = [json.loads(line) for line in (pytester.path / "r.jsonl").read_text().splitlines()]
+    attempts = sorted((r["test"].split("::")[1], r["attempt"], r["outcome"]) for r in rows)
+    assert attempts == [
+        ("test_always_fails", 1, "failed"),
+        ("test_always_fails", 2, "failed"),
+        ("test_always_fails", 3, "failed"),
+        ("test_flaky", 1, "failed"),
+        ("test_flaky", 2, "passed"),
+    ], attempts
+    assert "attempt" in out.split("measured flow(s)")[1].splitlines()[1]  # the table's column
+    cases = _testcases(pytester.path / "junit.xml")
+    assert cases["test_flaky"]["tcpnet.attempts"] == "2" and "tcpnet.attempt1.flow0.measured_bps" in cases["test_flaky"]
+    assert "tcpnet.attempts" not in cases["test_fails_before_measuring"]
+
+
+def test_retry_refuses_a_negative_count(pytester):
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--tcpnet-retry=-1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--tcpnet-retry*must be a whole number of retries >= 0, got '-1'*"])

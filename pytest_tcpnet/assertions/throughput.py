@@ -1,16 +1,21 @@
 """Throughput checks: a measured goodput against the model's prediction (or a given rate), and what limited it."""
 
 from ..model import expected_throughput, format_rate, format_size, format_time
+from ..model.stats import mean_interval, trials_to_decide
+from ..model.validation import check_integer, check_number
 from .verdicts import judge_trials
 
 __all__ = ["assert_throughput_within", "assert_limited_by"]
 
 
-def assert_throughput_within(result, expected_bps=None, *, rel, trials=None, observed=False):
+def assert_throughput_within(result, expected_bps=None, *, rel, trials=None, observed=False, confidence=None):
     """Assert a transfer's goodput is within ±rel of expected_bps, or of the model's prediction when it is None.
 
     result: a TransferResult, or a callable returning one; with a callable, `trials` (odd,
-    default 3) measurements decide by majority, stopping once it is clear. observed=True
+    default 3) measurements decide by majority, stopping once it is clear. With confidence
+    (e.g. 0.95) and a callable, all `trials` (>= 2, default 5) run and the confidence interval of
+    their mean ratio to the expectation must lie within ±rel; an interval that straddles a bound is
+    undecided, and the failure says about how many trials would decide it. observed=True
     predicts from the window and RTT the flow saw (TCP_INFO snd_wnd, srtt: the window / RTT
     law alone) instead of from the buffer and the link. Returns the (last) result. A failure shows measured
     vs predicted, the binding bound, the conditions and the artifact paths.
@@ -20,6 +25,8 @@ def assert_throughput_within(result, expected_bps=None, *, rel, trials=None, obs
         raise ValueError(f"rel: must be in (0, 1), got {rel!r}")
     if expected_bps is not None and not (isinstance(expected_bps, (int, float)) and expected_bps > 0):
         raise ValueError(f"expected_bps: must be > 0 bit/s (or None for the model's prediction), got {expected_bps!r}")
+    if confidence is not None:
+        return _within_with_confidence(result, expected_bps, rel, trials, observed, confidence)
     if callable(result):
         measure = result
         count = 3 if trials is None else trials
@@ -45,6 +52,41 @@ def assert_throughput_within(result, expected_bps=None, *, rel, trials=None, obs
     if abs(result.throughput_bps / expected - 1) <= rel:
         return result
     raise AssertionError(_report(result, expected_bps, rel, observed))
+
+
+def _within_with_confidence(measure, expected_bps, rel, trials, observed, confidence):
+    """All trials, then the interval of their mean ratio against [1 - rel, 1 + rel]."""
+    __tracebackhide__ = True
+    check_number("confidence", confidence, 0, 1, low_open=True, high_open=True, must="a probability in (0, 1)")
+    if not callable(measure):
+        raise ValueError(
+            "confidence: needs a callable that measures again (e.g. lambda: pair.transfer(...)) and trials=N"
+        )
+    count = check_integer(
+        "trials", 5 if trials is None else trials, 2, must="a whole number >= 2 (an interval needs two)"
+    )
+    results = [measure() for _ in range(count)]
+    ratios = [r.throughput_bps / _expected(r, expected_bps, observed)[0] for r in results]
+    mean, low, high = mean_interval(ratios, confidence)
+    floor, ceiling = 1 - rel, 1 + rel
+    if floor <= low and high <= ceiling:
+        return results[-1]
+    header = (
+        f"the {confidence:.0%} confidence interval of the mean goodput ratio is {low:.3f}..{high:.3f} (mean "
+        f"{mean:.3f} over {count} trials: "
+        + ", ".join(f"{r:.3f}" for r in ratios)
+        + f"), allowed {floor:.2f}..{ceiling:.2f}"
+    )
+    if high < floor or low > ceiling:
+        verdict = "outside the tolerance"
+    else:
+        more = trials_to_decide(ratios, confidence, floor, ceiling)
+        verdict = "undecided: the interval straddles a bound" + (
+            f"; about {more} trials in all would decide it if the mean and spread stay ({more - count} more)"
+            if more
+            else "; the mean sits on the bound: no number of trials decides it"
+        )
+    raise AssertionError(f"{header}: {verdict}\n" + _report(results[-1], expected_bps, rel, observed))
 
 
 def _expected(result, expected_bps, observed):

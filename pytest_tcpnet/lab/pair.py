@@ -79,6 +79,18 @@ class Pair(WorldView):
         """{"node/ifname": counters} for every veth end along the path."""
         return self.world.interface_counters(self._ends)
 
+    @property
+    def shaped_ways(self):
+        """{ifname: (direction, OneWay)} of the path's interfaces one way shapes whole: what each was asked to do,
+        for checking what it did (a router end after its veth peer sends toward the client, one before toward the
+        server)."""
+        ways = {}
+        for end in self._shaped:
+            way = self.world.whole_way(end)
+            if way is not None:
+                ways[end.ifname] = ("toward_client" if self._ends.index(end) % 2 else "toward_server", way)
+        return ways
+
     def router_qdisc_stats(self):
         """{ifname: [qdisc stats]} of the path's shaped router interfaces."""
         return self.world.qdisc_stats(self._shaped)

@@ -375,6 +375,11 @@ class World:
         """Every end that has qdiscs, in the order they were described."""
         return list(self._shaping)
 
+    def whole_way(self, end):
+        """The OneWay that shapes everything leaving end, or None (unshaped, or shaped per match: a star's class)."""
+        rules = self._shaping.get(end) or []
+        return rules[0][1] if len(rules) == 1 and rules[0][0] is None else None
+
     # -- tearing down -------------------------------------------------------------------------
     def close(self):
         """Stop the processes of every node, then remove the namespaces (which removes the veths and qdiscs)."""

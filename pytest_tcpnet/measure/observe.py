@@ -108,6 +108,7 @@ class PathCounters:
                 for end, counts in counters_after.items()
             },
             host_contention_cpus=hostload.others_cpus(self.host_before, self.host_after),
+            shaped_ways=pair.shaped_ways,
         )
 
 

@@ -1,6 +1,7 @@
 """Pure model layer: units, value types with validation, TCP formulas. Stdlib only, no root."""
 
 from .kernel import KernelVersion
+from .netem import NetemCorrelationWarning
 from .predict import (
     LOSS_BASED_CCS,
     PAYLOAD_PER_FRAME,
@@ -50,6 +51,7 @@ __all__ = [
     "DISTRIBUTIONS",
     "distribution_table",
     "GilbertElliott",
+    "NetemCorrelationWarning",
     "Slot",
     "HOST_GLOBAL_SYSCTLS",
     "KNOWN_CONGESTION_CONTROLS",

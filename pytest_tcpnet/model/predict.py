@@ -120,7 +120,7 @@ class Conditions:
             kernel=result.kernel,
             rtt_s=rtt,
             rate_bps=way.rate_bps,
-            loss=way.loss,
+            loss=_loss_met(result, way, download),
             queue_packets=way.queue_limit_packets() if way.rate_bps else None,
             queue=way.queue if way.rate_bps else None,
             app_rate_bps=min(paced) if paced else None,
@@ -157,6 +157,22 @@ class Prediction:
     conditions: "Conditions | None" = None
     #: The RTT the flow should see: the path's, plus the standing queue its own window builds.
     loaded_rtt_s: "float | None" = None
+
+
+def _loss_met(result, way, download):
+    """The loss the flow's data met: what netem really drops for the spec (a correlated loss is not what was asked),
+    or, where the run's counters show the link applied something else beyond chance, what it applied."""
+    applied = [
+        a
+        for a in (getattr(result, "applied_impairments", None) or [])
+        if a.direction == ("toward_client" if download else "toward_server")
+    ]
+    if any(not a.as_configured for a in applied):
+        kept = 1.0
+        for a in applied:
+            kept *= 1 - a.applied
+        return 1 - kept
+    return way.effective_loss
 
 
 def phase_predictions(result, *, observed=False, steady=False):

@@ -7,8 +7,10 @@ namespace exists, with a message naming the field and what is allowed.
 import dataclasses
 import math
 import re
+import warnings
 from dataclasses import dataclass
 
+from .netem import NetemCorrelationWarning, correlation_distorts, effective_rate
 from .queues import Queue, check_queue
 from .schedule import SCHEDULABLE_FIELDS, Schedule
 from .units import (
@@ -134,6 +136,14 @@ class OneWay:
     def phases(self):
         """((t_s, OneWay), ...) from t=0: this direction as it starts, then each change."""
         return ((0.0, dataclasses.replace(self, changes=())),) + self.changes
+
+    @property
+    def effective_loss(self):
+        """The share of packets netem really drops: the loss asked, or what its correlated draw makes of it
+        (model/netem.py), or a Gilbert-Elliott model's mean."""
+        if self.loss_model is None and self.loss_correlation:
+            return effective_rate(self.loss, self.loss_correlation)
+        return self.loss
 
     @property
     def needs_netem(self):
@@ -504,7 +514,35 @@ def _one_way(
             f"{where}jitter: must not exceed the one-way delay "
             f"({format_time(way.jitter_s)} > {format_time(way.delay_s)}), or delays would go negative"
         )
+    _warn_distorting_correlations(where, way)
     return way
+
+
+def _warn_distorting_correlations(where, way):
+    """Warn where netem's correlated draw makes an event fire at a rate far from the one asked (model/netem.py)."""
+    for name, base, base_field in _CORRELATED:
+        if base_field == "jitter":
+            continue  # correlated jitter narrows the spread (a delay, not a rate): docs/design.md, pitfall 13
+        asked, correlation = getattr(way, base), getattr(way, name)
+        if not correlation_distorts(asked, correlation):
+            continue
+        applied = effective_rate(asked, correlation)
+        advice = ""
+        if base_field == "loss" and asked < 1:
+            burst = 4  # packets per burst: r = 1/4; p from the mean p / (p + r) = asked
+            advice = (
+                f"; for bursty loss with a {asked * 100:.3g}% mean, loss=GilbertElliott(p={asked * 0.25 / (1 - asked):.3g}, "
+                f"r=0.25) loses bursts of {burst} packets on average"
+            )
+        warnings.warn(
+            NetemCorrelationWarning(
+                f"{where}{base_field} {asked * 100:.3g}% with {name} {correlation * 100:.3g}%: netem's correlated draw "
+                f"(an average of successive draws, never below its correlation times the last) fires at "
+                f"{applied * 100:.3g}%, not {asked * 100:.3g}% (docs/design.md, pitfall 13); the model and the checks of "
+                f"what the link applied take {applied * 100:.3g}%{advice}"
+            ),
+            stacklevel=4,
+        )
 
 
 class Link:

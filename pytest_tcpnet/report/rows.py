@@ -15,7 +15,6 @@ import statistics
 from .. import guest
 from ..model import format_rate, format_time
 from ..model.validation import is_number
-from ..results import LatencyResult, RequestsResult, UdpResult, WindowProbe
 
 SCHEMA = 1
 
@@ -50,7 +49,7 @@ def flow_rows(results, *, test, outcome=None):
 
 def result_row(result, *, test="", flow=0, outcome=None):
     """The row of any registered result: its kind's builder, or a transfer's for anything else (fakes included)."""
-    for kind, build in _BUILDERS:
+    for kind, build in _builders():
         if isinstance(result, kind):
             return build(result, test=test, flow=flow, outcome=outcome)
     return flow_row(result, test=test, flow=flow, outcome=outcome)
@@ -98,6 +97,7 @@ def _skeleton(kind, result, *, test, flow, outcome):
         "link_changes": [],
         "offloads": {},
         "host_contention_cpus": None,
+        "applied": [],
         "artifacts": [],
         "notes": "",
     }
@@ -266,6 +266,21 @@ def flow_row(result, *, test="", flow=0, outcome=None):
         "link_changes": list(getattr(transfer, "link_changes", None) or []),
         "offloads": getattr(transfer, "offloads", None) or {},
         "host_contention_cpus": _number(getattr(transfer, "host_contention_cpus", None)),
+        # What each shaped interface applied against what it was asked (analysis/impairments.py).
+        "applied": [
+            {
+                "ifname": a.ifname,
+                "direction": a.direction,
+                "loss_asked": a.asked,
+                "loss_correlation": a.correlation,
+                "loss_expected": a.expected,
+                "loss_applied": a.applied,
+                "packets": a.offered,
+                "lost": a.lost,
+                "as_configured": a.as_configured,
+            }
+            for a in (_attr(transfer, "applied_impairments") or [])
+        ],
         "artifacts": [str(p) for p in (_attr(transfer, "artifacts") or [])],
         "measured_s": None,
         "expected_s": None,
@@ -307,11 +322,15 @@ def host_record(host):
 
 
 def _is_probe(result):
-    return isinstance(result, WindowProbe) or (hasattr(result, "window_bytes") and hasattr(result, "transfer"))
+    return hasattr(result, "window_bytes") and hasattr(result, "transfer")
 
 
-#: (result type, row builder): every kind a lab registers; anything else is read as a transfer.
-_BUILDERS = ((RequestsResult, requests_row), (LatencyResult, latency_row), (UdpResult, udp_row))
+def _builders():
+    """(result type, row builder) of every kind a lab registers; anything else is read as a transfer. (Imported when
+    a row is made: a session that measures nothing never loads the result types.)"""
+    from ..results import LatencyResult, RequestsResult, UdpResult
+
+    return ((RequestsResult, requests_row), (LatencyResult, latency_row), (UdpResult, udp_row))
 
 
 def _attr(obj, name, default=None):

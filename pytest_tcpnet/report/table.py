@@ -1,5 +1,6 @@
 """Text tables of flow rows (session summary) and the key figures CI dashboards read (JUnit properties)."""
 
+from ..hostload import CONTENTION_WARNING_CORES
 from ..model import format_rate, format_size, format_time
 
 MISSING = "-"
@@ -23,6 +24,8 @@ SUMMARY_COLUMNS = (
 def summary_table(rows):
     """The session summary: one line per measured flow, as a text table (a notes column where any row has one)."""
     columns = list(SUMMARY_COLUMNS)
+    if any((r.get("attempt") or 1) > 1 for r in rows):  # --tcpnet-retry ran something again: say which run a row is
+        columns.insert(2, ("attempt", lambda r: str(r.get("attempt") or 1)))
     if any(notes_cell(r) for r in rows):
         columns.append(("notes", lambda r: notes_cell(r) or ""))
     return format_table([h for h, _ in columns], [[cell(r) for _, cell in columns] for r in rows])
@@ -34,6 +37,15 @@ def notes_cell(row):
     notes = [f"advertised window {format_size(window)}"] if window else []
     if row.get("notes"):
         notes.append(row["notes"])
+    busy = row.get("host_contention_cpus")
+    if busy is not None and busy >= CONTENTION_WARNING_CORES:
+        notes.append(f"host busy: others used {busy:.1f} CPUs")
+    notes += [
+        f"NOT AS CONFIGURED: {a['direction'].replace('_', ' ')} loss {a['loss_applied'] * 100:.3g}% applied, "
+        f"{a['loss_asked'] * 100:.3g}% asked"
+        for a in row.get("applied") or []
+        if not a.get("as_configured", True)
+    ]
     return "; ".join(notes)
 
 
