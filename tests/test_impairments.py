@@ -10,6 +10,8 @@ from pytest_tcpnet import GilbertElliott, Link, NetemCorrelationWarning, assert_
 from pytest_tcpnet.analysis.impairments import AppliedLoss, applied_losses
 from pytest_tcpnet.model.netem import effective_rate
 
+pytest_plugins = ["pytester"]
+
 
 def _applied(asked, lost, offered, correlation=0.0, bursty=0.0):
     expected = effective_rate(asked, correlation) if correlation else asked
