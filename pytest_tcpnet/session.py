@@ -220,7 +220,11 @@ class ReportPlugin:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item, call):
         report = yield
-        item.stash.setdefault(_outcomes_key, {})[report.when] = report.outcome
+        # An expected failure is neither skipped nor passed in the table: pytest's own words for it.
+        outcome = report.outcome
+        if hasattr(report, "wasxfail"):
+            outcome = "xfailed" if report.skipped else "xpassed"
+        item.stash.setdefault(_outcomes_key, {})[report.when] = outcome
         lab = item.stash.get(LAB_KEY, None)
         if (
             report.when == "call"

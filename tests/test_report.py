@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -185,8 +186,13 @@ def test_results_file_round_trip_and_bad_lines(tmp_path):
     (tmp_path / "other.jsonl").write_text('{"a": 1}\n')
     with pytest.raises(ValueError, match=r"other.jsonl:1: not a pytest-tcpnet flow row"):
         read_rows([tmp_path / "other.jsonl"])
-    with pytest.raises(ValueError, match="does not exist"):
-        ResultsWriter(tmp_path / "missing" / "r.jsonl")
+    # A directory that does not exist yet is made (as --junitxml does); a file in its place is refused.
+    made = ResultsWriter(tmp_path / "new" / "dir" / "r.jsonl")
+    made.close()
+    assert (tmp_path / "new" / "dir" / "r.jsonl").is_file()
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(ValueError, match="taken is not a directory"):
+        ResultsWriter(tmp_path / "taken" / "r.jsonl")
 
 
 def test_merge_puts_two_kernels_side_by_side(tmp_path, capsys):
@@ -288,3 +294,29 @@ def test_a_failure_gets_each_transfer_plotted_once_and_the_reasons_for_missing_p
     ]
     assert len(json.loads((tmp_path / "flows.json").read_text())) == 3  # the probe stands for its transfer
     assert explain_failure([], tmp_path / "empty", test="t.py::t", keep="failed") == (None, [])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing files to another user needs root (as under sudo)")
+def test_kept_artifacts_go_to_the_user_who_ran_sudo(tmp_path, monkeypatch):
+    """Under sudo a kept test directory, its files (a 0600 pcap among them) and the artifacts root become the
+    invoking user's, so a CI step uploading them as that user can read them; nothing outside them changes."""
+    from pytest_tcpnet.report import ArtifactStore
+
+    monkeypatch.setenv("SUDO_UID", "65534")
+    monkeypatch.setenv("SUDO_GID", "65534")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not ours")
+    store = ArtifactStore(tmp_path / "art", keep="failed")
+    path = store.directory_for("t.py::test_x")
+    pcap = path / "client.pcap"
+    pcap.write_bytes(b"pcap")
+    pcap.chmod(0o600)
+    assert store.finish(path, failed=True)
+    assert {(p.stat().st_uid, p.stat().st_gid) for p in (tmp_path / "art", path, pcap)} == {(65534, 65534)}
+    assert outside.stat().st_uid == 0
+    # Without sudo's variables nothing changes hands.
+    monkeypatch.delenv("SUDO_UID")
+    again = store.directory_for("t.py::test_y")
+    (again / "flows.json").write_text("[]")
+    store.finish(again, failed=True)
+    assert (again / "flows.json").stat().st_uid == 0

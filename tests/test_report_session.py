@@ -318,3 +318,29 @@ def test_retry_refuses_a_negative_count(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider", "--tcpnet-retry=-1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--tcpnet-retry*must be a whole number of retries >= 0, got '-1'*"])
+
+
+XFAIL = """
+import pytest
+from pytest_tcpnet import Link
+
+@pytest.mark.xfail(reason="a known gap", strict=False)
+def test_known_gap(tcpnet):
+    tcpnet.pair(link=Link(rate="20mbit")).transfer(nbytes=100_000)
+    assert False
+
+@pytest.mark.xfail(reason="fixed meanwhile", strict=False)
+def test_fixed(tcpnet):
+    tcpnet.pair(link=Link(rate="20mbit")).transfer(nbytes=100_000)
+"""
+
+
+def test_expected_failures_are_named_as_such_in_the_table_and_results(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(Path(pytest_tcpnet.__file__).parents[1]))
+    pytester.makepyfile(test_xfail=XFAIL)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--tcpnet-results=out/r.jsonl")
+    result.assert_outcomes(xfailed=1, xpassed=1)
+    rows = {r["test"].split("::")[1]: r["outcome"] for r in map(json.loads, (pytester.path / "out/r.jsonl").open())}
+    assert rows == {"test_known_gap": "xfailed", "test_fixed": "xpassed"}, rows  # (the directory was made for it)
+    table = result.stdout.str().split("measured flow(s)")[1]
+    assert "test_xfail.py::test_known_gap  xfailed" in table and "test_xfail.py::test_fixed      xpassed" in table

@@ -1228,3 +1228,18 @@ def test_an_interrupted_kernel_stops_the_run_before_the_next_boots(tmp_path, mon
     assert runner.run_kernels(config, kernels) == runner.EXIT_INTERRUPTED
     assert booted == ["6.1.0-56-amd64"]
     assert "kernel 6.1.0-56-amd64: pytest exited with 2" in capsys.readouterr().out
+
+
+def test_xdist_workers_under_the_vm_are_warned_about(capsys):
+    """`pytest -n 2 --tcpnet-vm` passes -n into the guest, where the workers share its CPUs: the runner says so
+    before it boots anything (here a kernel that does not exist ends the run right after)."""
+    from types import SimpleNamespace
+
+    from pytest_tcpnet.vm.runner import run_config_in_vm
+
+    options = {"numprocesses": 2, "tcpnet_vm_kernel": "/nonexistent/vmlinuz"}
+    config = SimpleNamespace(getoption=lambda name, default=None: options.get(name, default))
+    code = run_config_in_vm(config)
+    err = capsys.readouterr().err
+    assert code != 0 and "warning: -n 2 starts xdist workers inside the guest" in err, err
+    assert "Drop -n for --tcpnet-vm" in err

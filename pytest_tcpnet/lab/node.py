@@ -3,12 +3,13 @@
 import concurrent.futures
 import pickle
 import sys
+import time
 
 from .. import interrupts, netlink
 from ..errors import LabError
 from ..measure.run import TCP_SYSCTLS
 from ..model import HOST_GLOBAL_SYSCTLS
-from ..model.validation import check_number
+from ..model.validation import check_integer, check_number
 from ..workload import NamespaceProcesses
 
 __all__ = ["Node"]
@@ -104,6 +105,27 @@ class Node:
     def run(self, argv, *, timeout=60, check=False, **kwargs):
         """Run argv inside this namespace to completion (text output captured)."""
         return self.processes.run(argv, timeout=timeout, check=check, **kwargs)
+
+    def wait_listening(self, port, *, timeout=10.0, udp=False):
+        """Block until something in this namespace listens on TCP `port` (udp=True: has a UDP socket bound to it),
+        as a server started with popen() does once it is ready; a LabError naming the node and port after timeout.
+
+        Reads the kernel's socket table (sock_diag), so nothing connects to the program to find out."""
+        check_integer("port", port, 1, 65535, must="a port number in 1..65535")
+        check_number("timeout", timeout, 0, 3600, low_open=True, must="a number of seconds in (0, 3600]")
+        if not isinstance(udp, bool):
+            raise TypeError(f"udp: expected True or False, got {udp!r}")
+        self._check_open(self.wait_listening)
+        deadline = time.monotonic() + timeout
+        delay = 0.002
+        while port not in netlink.listening_ports(self.namespace, udp=udp):
+            if time.monotonic() >= deadline:
+                raise LabError(
+                    f"{self!r}: nothing {'bound UDP' if udp else 'listened on TCP'} port {port} within {timeout:g} s"
+                    + (f"; exited here meanwhile: {', '.join(exited)}" if (exited := self.processes.exited()) else "")
+                )
+            time.sleep(delay)
+            delay = min(0.05, delay * 2)  # a server that is quick to start is seen within milliseconds
 
     def sysctls(self, keys=TCP_SYSCTLS):
         """Current values of sysctls as this namespace sees them (missing ones omitted).

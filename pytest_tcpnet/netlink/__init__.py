@@ -1,5 +1,6 @@
 """The only layer that talks netlink (pyroute2): namespaces, veth, addresses, routes, qdiscs, sysctls."""
 
+from .diag import listening_ports
 from .namespaces import (
     NETNS_DIR,
     PREFIX,
@@ -39,6 +40,7 @@ from .topology import OFFLOAD_FEATURES, TSO_FEATURES, Veth, get_offloads, interf
 
 __all__ = [
     "NETNS_DIR",
+    "listening_ports",
     "PREFIX",
     "create_namespace",
     "create_namespaces",

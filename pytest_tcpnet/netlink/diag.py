@@ -21,7 +21,9 @@ from ..records import SKMEM_FIELDS
 from .namespaces import run_in_namespace
 from .session import session_for
 
-__all__ = ["SocketTable", "SKMEM_FIELDS", "watch_sockets", "tcp_counters"]
+__all__ = ["SocketTable", "SKMEM_FIELDS", "watch_sockets", "tcp_counters", "listening_ports"]
+
+_TCP_LISTEN = 10  # include/net/tcp_states.h
 
 # Request bits are 1 << (attribute - 1): INET_DIAG_INFO = 2, INET_DIAG_CONG = 4, INET_DIAG_SKMEMINFO = 7.
 _EXTENSIONS = (1 << 1) | (1 << 3) | (1 << 6)
@@ -54,13 +56,13 @@ class SocketTable:
         self._lock = threading.Lock()
         self._seq = 0
 
-    def _dump(self, family, states, extensions):
+    def _dump(self, family, states, extensions, protocol=socket.IPPROTO_TCP):
         """The inet_diag_msg of every socket of `family` and `states`, as DiagSocket.get_sock_stats asks for them."""
         with self._lock:
             self._seq = self._seq % 0x7FFFFFFF + 1
             req = inet_diag_req()
             req["sdiag_family"] = family
-            req["sdiag_protocol"] = socket.IPPROTO_TCP
+            req["sdiag_protocol"] = protocol
             req["idiag_states"] = states
             req["idiag_ext"] = extensions
             req["header"] = {
@@ -104,9 +106,30 @@ class SocketTable:
             )
         return rows
 
+    def listening_ports(self, *, udp=False, families=(socket.AF_INET, socket.AF_INET6)):
+        """Local ports with a listening TCP socket (udp=True: a bound UDP socket) in the namespace."""
+        protocol, states = (socket.IPPROTO_UDP, SS_ALL) if udp else (socket.IPPROTO_TCP, 1 << _TCP_LISTEN)
+        return {msg["idiag_sport"] for family in families for msg in self._dump(family, states, 0, protocol)}
+
     def close(self):
         """Close the netlink socket."""
         self._sock.close()
+
+
+def listening_ports(namespace, *, udp=False):
+    """The ports something listens on in namespace (TCP LISTEN, or bound UDP sockets with udp=True), IPv4 and IPv6."""
+    session = session_for(namespace)
+    if session is not None:
+        return session.resource("sock_diag socket", SocketTable).listening_ports(udp=udp)
+
+    def read():
+        table = SocketTable()
+        try:
+            return table.listening_ports(udp=udp)
+        finally:
+            table.close()
+
+    return run_in_namespace(namespace, read)
 
 
 def watch_sockets(namespace, on_sockets, *, ready=None):

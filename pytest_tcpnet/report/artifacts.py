@@ -54,10 +54,30 @@ class ArtifactStore:
         """Keep or remove a test's directory (an empty one always goes); returns True if it was kept."""
         path = Path(path)
         if self.should_keep(failed) and path.is_dir() and any(path.iterdir()):
+            give_to_invoking_user(path, self.root)
             return True
         # The root stays: another xdist worker may be creating its own directory in it right now.
         shutil.rmtree(path, ignore_errors=True)
         return False
+
+
+def give_to_invoking_user(path, root):
+    """Under sudo, hand a kept directory (and the root above it) to the user who ran sudo: pcaps are written 0600
+    by root's dumpcap, and a CI step that uploads artifacts runs as that user. Nothing else is touched."""
+    uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
+    if os.geteuid() != 0 or not uid or not gid or not uid.isdigit() or not gid.isdigit():
+        return
+    _chown(Path(root), int(uid), int(gid))
+    for item in (Path(path), *Path(path).rglob("*")):
+        if not item.is_symlink():
+            _chown(item, int(uid), int(gid))
+
+
+def _chown(path, uid, gid):
+    try:
+        os.chown(path, uid, gid)
+    except OSError:
+        pass  # a by-product: the artifacts stay root's, as before
 
 
 def directory_name(nodeid):

@@ -19,8 +19,11 @@ class ResultsWriter:
 
     def __init__(self, path, *, label=None, append=False):
         self.path = Path(path)
-        if self.path.parent and not self.path.parent.is_dir():
-            raise ValueError(f"--tcpnet-results: directory {self.path.parent} does not exist")
+        # Made as JUnit's --junitxml makes its own: a CI job names test-results/x.jsonl before anything exists.
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ValueError(f"{self.path.parent} is not a directory") from None
         self.run = {
             "host": platform.node(),
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -812,6 +812,13 @@ def target_label(target: backends.Target) -> str:
 def run_config_in_vm(config) -> int:
     """Entry point for ``maybe_run_in_vm``: plan, boot, run (under each kernel asked for); errors become exit
     codes."""
+    workers = config.getoption("numprocesses", default=None)
+    if workers:  # xdist's -n: passed on, it runs inside the guest
+        say(
+            f"warning: -n {workers} starts xdist workers inside the guest, where they share its CPUs (User-Mode "
+            "Linux: one) and each measurement still waits for the one measurement slot: the session is slower "
+            "than without -n, not faster. Drop -n for --tcpnet-vm"
+        )
     try:
         kernels = backends.resolve_targets(config.getoption("tcpnet_vm_kernel"))
         if len(kernels) > 1:

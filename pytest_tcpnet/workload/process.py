@@ -95,6 +95,13 @@ class NamespaceProcesses:
         if proc.returncode is not None:
             ownership.forget_process(self._namespace, proc.pid)
 
+    def exited(self):
+        """["argv0 (exit N)"] of the programs started here with popen that have exited (a server that died at
+        start-up is why nothing listens)."""
+        return [
+            f"{os.path.basename(str(p.args[3]))} (exit {p.returncode})" for p in self._running if p.poll() is not None
+        ]
+
     def pids(self):
         """Pids of the processes this node started (popen'd, or forked for workloads) that still run."""
         return [p.pid for p in self._running if p.poll() is None] + [c.pid for c in self._adopted if c.running()]
