@@ -320,3 +320,14 @@ def test_kept_artifacts_go_to_the_user_who_ran_sudo(tmp_path, monkeypatch):
     (again / "flows.json").write_text("[]")
     store.finish(again, failed=True)
     assert (again / "flows.json").stat().st_uid == 0
+
+
+def test_a_flow_within_the_initial_window_is_not_given_a_rate():
+    """A 77-byte request once read "77 B upload in 0 us = 616 Mbit/s" with a ratio of 66321 in the table: a flow that
+    fits in one initial window (10 x 1448 B) leaves in one burst, so its row has no rate and says why."""
+    tiny = flow_row(fake_result(nbytes=77, duration_s=1e-6, link=Link(rate="20mbit")), test="t.py::t")
+    assert tiny["measured_bps"] is None and tiny["ratio"] is None
+    assert tiny["notes"] == "too short to judge a rate: 77 B fit in the initial window (one burst)"
+    assert "too short to judge a rate" in summary_table([tiny])
+    just_over = flow_row(fake_result(nbytes=14_481, duration_s=0.01, link=Link(rate="20mbit")), test="t.py::t")
+    assert just_over["measured_bps"] > 0 and just_over["notes"] == ""

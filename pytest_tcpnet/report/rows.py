@@ -207,7 +207,8 @@ def flow_row(result, *, test="", flow=0, outcome=None):
     transfer = probe.transfer if probe else result
     buffers = (getattr(transfer, "sender", None) or {}).get("buffers", {})
     rbuffers = (getattr(transfer, "receiver", None) or {}).get("buffers", {})
-    measured = _number(_attr(transfer, "throughput_bps"))
+    too_short = too_short_for_a_rate(transfer)
+    measured = None if too_short else _number(_attr(transfer, "throughput_bps"))
     prediction = predict(transfer)
     expected = _number(getattr(prediction, "bps", None))
     label, shares = _limited_by(transfer)
@@ -285,9 +286,23 @@ def flow_row(result, *, test="", flow=0, outcome=None):
         "measured_s": None,
         "expected_s": None,
         "figure": None,
-        "notes": "",
+        "notes": too_short or "",
     }
     return row
+
+
+#: Payload a fresh connection sends in its first round trip (the initial window: 10 segments of 1448 B).
+INITIAL_WINDOW_BYTES = 10 * 1448
+
+
+def too_short_for_a_rate(transfer):
+    """Why a connection's goodput says nothing about the path ("" if it does): one that fits in the initial window
+    leaves in one burst, so bytes over its time measure the sender's stack and timers, not the path (a 77-byte
+    request once read "616 Mbit/s")."""
+    nbytes = getattr(transfer, "nbytes", None)
+    if isinstance(nbytes, int) and nbytes <= INITIAL_WINDOW_BYTES:
+        return f"too short to judge a rate: {nbytes} B fit in the initial window (one burst)"
+    return ""
 
 
 def predict(result):
