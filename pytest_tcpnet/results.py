@@ -29,6 +29,25 @@ def kernel_words(kernel):
     return f"{kernel} ({guest.conditions()})" if guest.conditions() else f"{kernel}"
 
 
+#: TcpExt counters that name why a flow waited or resent (describe() shows the non-zero ones): a delayed ACK (the
+#: receiver held its ACK for the delack timer: with Nagle on the sender, a request's second write waits for it),
+#: a retransmission timeout, a tail-loss probe, spurious recoveries, a window the receiver closed or shrank.
+KEY_COUNTERS = (
+    "DelayedACKs",
+    "DelayedACKLost",
+    "TCPTimeouts",
+    "TCPLossProbes",
+    "TCPSpuriousRTOs",
+    "TCPSlowStartRetrans",
+    "TCPFastRetrans",
+    "TCPDSACKRecv",
+    "TCPToZeroWindowAdv",
+    "TCPFromZeroWindowAdv",
+    "TCPWantZeroWindowAdv",
+    "TCPAutoCorking",
+)
+
+
 @dataclass(frozen=True, eq=False)
 class TransferResult:
     """One flow: goodput as the receiving application saw it, plus everything needed to explain it.
@@ -353,6 +372,17 @@ class TransferResult:
         """
         return sum(q["drops"] for stats in self.qdiscs.values() for q in stats if q["parent"] == _TC_H_ROOT)
 
+    def key_counters(self):
+        """'client DelayedACKs 200, server TCPTimeouts 1': the TCP counters that explain stalls and losses, non-zero
+        ones only, per end (the namespace's whole counters over the measurement: every connection there counts)."""
+        parts = []
+        for role in ("client", "server"):
+            counts = (self.tcp_counters or {}).get(role) or {}
+            shown = [f"{name} {counts[f'TcpExt.{name}']}" for name in KEY_COUNTERS if counts.get(f"TcpExt.{name}")]
+            if shown:
+                parts.append(f"{role} " + ", ".join(shown))
+        return "; ".join(parts)
+
     @property
     def applied_impairments(self):
         """[AppliedLoss] per shaped interface asked to lose packets: what the traffic met against what was asked."""
@@ -455,6 +485,9 @@ class TransferResult:
                 + ("" if marks is None else f"; queue CE marks: {marks}, sender delivered_ce: {self.ce_marks}")
             )
         lines += [f"link applied: {applied.describe()}" for applied in self.applied_impairments]
+        counters = self.key_counters()
+        if counters:
+            lines.append("kernel counters during the measurement: " + counters)
         if self.capture is not None:
             lines.append(f"capture: {self.capture.pcap}")
         if self.host_contention_cpus is not None and self.host_contention_cpus >= CONTENTION_WARNING_CORES:

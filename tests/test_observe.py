@@ -141,3 +141,46 @@ def _trickle(address, port, chunks, pause):
             sock.sendall(b"t" * 4096)
             time.sleep(pause)
         sock.recv(64)
+
+
+# The classic bug a user brought: each message a header and a body in two send() calls, Nagle left on. The body
+# waits for the ACK of the header, which the peer delays (~40 ms): every exchange stalls, both ways.
+HEADER_BODY_SERVER = """
+import socket, sys
+listener = socket.create_server((sys.argv[1], 9000))
+print("listening", flush=True)
+conn, _ = listener.accept()
+while True:
+    head = conn.recv(8)
+    if not head:
+        break
+    body = conn.recv(int(head))
+    conn.send(b"%08d" % 100)
+    conn.send(b"r" * 100)
+"""
+HEADER_BODY_CLIENT = """
+import socket, sys
+sock = socket.create_connection((sys.argv[1], 9000))
+for _ in range(int(sys.argv[2])):
+    sock.send(b"%08d" % 100)
+    sock.send(b"q" * 100)
+    head = sock.recv(8)
+    sock.recv(int(head))
+"""
+
+
+def test_a_delayed_ack_stall_shows_in_the_kernel_counters(tcpnet):
+    """20 request/response exchanges of a header and a body each (two sends, no TCP_NODELAY) on a 0-RTT path: the
+    description names the receiver's delayed ACKs (the counter that explains the stall; one per exchange or so)."""
+    import subprocess
+
+    pair = tcpnet.pair(link=Link(rate="100mbit"))
+    server = pair.server.popen([sys.executable, "-c", HEADER_BODY_SERVER, pair.server.address], stdout=subprocess.PIPE)
+    assert server.stdout.readline().strip() == b"listening"
+    with pair.observe() as seen:
+        pair.client.run([sys.executable, "-c", HEADER_BODY_CLIENT, pair.server.address, "20"], timeout=60, check=True)
+    (flow,) = seen.flows
+    counters = flow.tcp_counters
+    delayed = counters["client"].get("TcpExt.DelayedACKs", 0) + counters["server"].get("TcpExt.DelayedACKs", 0)
+    assert delayed >= 10, (counters, flow.describe())
+    assert "DelayedACKs" in flow.describe(), flow.describe()

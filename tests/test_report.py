@@ -327,7 +327,7 @@ def test_a_flow_within_the_initial_window_is_not_given_a_rate():
     fits in one initial window (10 x 1448 B) leaves in one burst, so its row has no rate and says why."""
     tiny = flow_row(fake_result(nbytes=77, duration_s=1e-6, link=Link(rate="20mbit")), test="t.py::t")
     assert tiny["measured_bps"] is None and tiny["ratio"] is None
-    assert tiny["notes"] == "too short to judge a rate: 77 B fit in the initial window (one burst)"
+    assert tiny["notes"] == "too short to judge a rate: 77 B, within one initial window (14480 B)"
     assert "too short to judge a rate" in summary_table([tiny])
     just_over = flow_row(fake_result(nbytes=14_481, duration_s=0.01, link=Link(rate="20mbit")), test="t.py::t")
     assert just_over["measured_bps"] > 0 and just_over["notes"] == ""

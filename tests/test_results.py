@@ -86,3 +86,14 @@ def test_the_fake_workload_follows_the_contract():
     (outcome,) = workload.wait(deadline=0)
     workload.stop()
     assert workload.started and workload.stopped and outcome.receiver["nbytes"] == 10
+
+
+def test_the_counters_that_explain_a_stall_are_in_the_description():
+    from pytest_tcpnet.workload.fake import fake_result
+
+    result = fake_result(
+        tcp_counters={"client": {"TcpExt.DelayedACKs": 200, "Tcp.RetransSegs": 3}, "server": {"TcpExt.TCPTimeouts": 1}}
+    )
+    assert result.key_counters() == "client DelayedACKs 200; server TCPTimeouts 1"
+    assert "kernel counters during the measurement: client DelayedACKs 200; server TCPTimeouts 1" in result.describe()
+    assert "kernel counters" not in fake_result().describe()

@@ -296,12 +296,12 @@ INITIAL_WINDOW_BYTES = 10 * 1448
 
 
 def too_short_for_a_rate(transfer):
-    """Why a connection's goodput says nothing about the path ("" if it does): one that fits in the initial window
-    leaves in one burst, so bytes over its time measure the sender's stack and timers, not the path (a 77-byte
-    request once read "616 Mbit/s")."""
+    """Why a connection's goodput says nothing about the path ("" if it does): bytes that fit in one initial window
+    never fill the path (sent at once, or a few small requests apart), so bytes over time measure the sender's
+    stack or the application's pauses, not the path (a 77-byte request once read "616 Mbit/s")."""
     nbytes = getattr(transfer, "nbytes", None)
     if isinstance(nbytes, int) and nbytes <= INITIAL_WINDOW_BYTES:
-        return f"too short to judge a rate: {nbytes} B fit in the initial window (one burst)"
+        return f"too short to judge a rate: {nbytes} B, within one initial window ({INITIAL_WINDOW_BYTES} B)"
     return ""
 
 
