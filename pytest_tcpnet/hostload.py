@@ -18,6 +18,7 @@ from typing import Callable
 from .guest import inside_vm
 
 __all__ = [
+    "process_snapshot",
     "CONTENTION_WARNING_CORES",
     "HostContention",
     "cpu_snapshot",
@@ -46,7 +47,47 @@ def host_snapshot() -> dict | None:
         return _elsewhere()
     if inside_vm():
         return None
-    return cpu_snapshot(session_root())
+    return process_snapshot(session_root())
+
+
+def process_snapshot(root: int) -> dict:
+    """Every user process's CPU ticks now, and which belong to root's tree: two give others_cpus() by process.
+
+    On the host a session's own work is not all in its tree's counters: the zygote's children (the endpoints) are
+    reaped by the kernel (SIGCHLD ignored), so their time never reaches a parent's cutime, and the softirq time of
+    the lab's packets is charged to no process. So "others" is counted process by process: the ticks, between two
+    snapshots, of user processes outside root's tree (kernel threads, which carry the lab's packets too, left
+    out). A process that both starts and ends between the snapshots is not seen (an undercount of others)."""
+    ticks, parents = {}, {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        entries = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                stat = f.read()
+            fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state ppid ...
+            pid, ppid = int(entry), int(fields[1])
+            if pid == 2 or ppid == 2:  # kthreadd and the kernel's threads
+                continue
+            # utime + stime (not the waited-for children's: each process counts once) and the start time, which
+            # tells a reused pid apart.
+            ticks[pid] = (int(fields[11]) + int(fields[12]), int(fields[19]))
+            parents[pid] = ppid
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    own, todo = set(), [root]
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    while todo:
+        pid = todo.pop()
+        own.add(pid)
+        todo.extend(children.get(pid, ()))
+    return {"processes": ticks, "own": sorted(own), "at": time.monotonic(), "cpus": os.cpu_count()}
 
 
 def session_root() -> int:
@@ -128,6 +169,8 @@ def cpu_snapshot(root: int | None = None) -> dict:
 
 def others_cpus(before: dict | None, after: dict | None) -> float | None:
     """Average number of host CPUs processes outside this tree kept busy between two snapshots (None: unknown)."""
+    if before and after and "processes" in before and "processes" in after:
+        return _others_by_process(before, after)
     if not before or not after or before.get("busy_s") is None or after.get("busy_s") is None:
         return None
     wall = after["at"] - before["at"]
@@ -145,3 +188,19 @@ class HostContention:
     def other_cores(self) -> float | None:
         """Average number of host CPUs others kept busy (None where /proc/stat is unreadable)."""
         return others_cpus(self._start, cpu_snapshot())
+
+
+def _others_by_process(before: dict, after: dict) -> float | None:
+    """others_cpus() of two process_snapshot()s: the ticks of processes in neither snapshot's own tree."""
+    wall = after["at"] - before["at"]
+    if wall <= 0:
+        return None
+    own = set(before["own"]) | set(after["own"])
+    earlier = before["processes"]
+    spent = 0
+    for pid, (ticks, started) in after["processes"].items():
+        if pid in own:
+            continue
+        then = earlier.get(pid)
+        spent += ticks - then[0] if then is not None and then[1] == started else ticks
+    return max(0.0, spent / os.sysconf("SC_CLK_TCK")) / wall

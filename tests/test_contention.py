@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -185,3 +186,52 @@ def test_require_quiet_refuses_a_bad_number(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider", "--tcpnet-require-quiet=-1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--tcpnet-require-quiet*must be a number of CPUs >= 0, got '-1'*"])
+
+
+# A zygote's way: SIGCHLD ignored, so the kernel reaps the children and their CPU time reaches no parent's counters.
+REAPED_BY_THE_KERNEL = """
+import os, signal, sys, time
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+done = int(sys.argv[1])
+pid = os.fork()
+if pid == 0:
+    end = time.process_time() + 0.5
+    while time.process_time() < end:
+        pass
+    os._exit(0)
+time.sleep(1.5)  # the spinner has exited and been reaped by now
+os.write(done, b"x")
+time.sleep(600)
+"""
+
+
+def test_our_own_kernel_reaped_children_are_not_someone_else_s():
+    """The endpoints a session forks from its zygote are reaped by the kernel, so the old reading (the host's busy
+    time less this tree's counters) called their CPU someone else's: 0.6 CPUs 'busy' beside a lone 80 Mbit/s
+    transfer (fresh-clone run ci8). Counted process by process, a spinner inside our tree that exited between the
+    snapshots is ours (not counted), and one re-parented outside is someone else's."""
+    before = contention.process_snapshot(os.getpid())
+    r, w = os.pipe()
+    child = subprocess.Popen([sys.executable, "-c", REAPED_BY_THE_KERNEL, str(w)], pass_fds=(w,))
+    os.close(w)
+    try:
+        _wait_for(r)
+        after = contention.process_snapshot(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+    assert contention.others_cpus(before, after) * (after["at"] - before["at"]) < 0.25, (before["at"], after["at"])
+    # A spinner outside our tree (re-parented away, still spinning at the second snapshot) is someone else's.
+    before = contention.process_snapshot(os.getpid())
+    r, w = os.pipe()
+    subprocess.run(["sh", "-c", f'"{sys.executable}" -c "$0" 30 {w} &', SPIN_FOR], pass_fds=(w,), check=True)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        hog = int(f.read() or 0)
+    try:
+        time.sleep(0.6)
+        after = contention.process_snapshot(os.getpid())
+    finally:
+        if hog:
+            os.kill(hog, signal.SIGKILL)
+    assert contention.others_cpus(before, after) * (after["at"] - before["at"]) >= 0.4

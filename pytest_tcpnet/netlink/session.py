@@ -19,6 +19,7 @@ import fcntl
 import os
 import queue
 import threading
+import time
 
 from pyroute2 import IPRoute
 from pyroute2.ethtool.ioctl import ETH_SS_FEATURES, IoctlEthtool
@@ -132,6 +133,16 @@ class NamespaceSession:
             except BaseException as exc:
                 failure = failure or exc
         if failure is not None:
+            # A Ctrl-C leaves the wait at once, but a session thread may still be making its namespace: discarded
+            # now, it would be mounted after the discard and outlive us (fresh-clone run ci8, SIGINT 20 ms into a
+            # lab's build). Creation takes milliseconds; a second Ctrl-C meanwhile does not cut this short.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    if not concurrent.futures.wait(futures, timeout=deadline - time.monotonic()).not_done:
+                        break
+                except KeyboardInterrupt:
+                    continue
             for session in sessions:
                 session._discard()
             raise failure
