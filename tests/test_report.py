@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_tcpnet import Host, Link, model
+from pytest_tcpnet.locks import in_user_namespace
 from pytest_tcpnet.report import (
     ArtifactStore,
     ResultsWriter,
@@ -296,7 +297,10 @@ def test_a_failure_gets_each_transfer_plotted_once_and_the_reasons_for_missing_p
     assert explain_failure([], tmp_path / "empty", test="t.py::t", keep="failed") == (None, [])
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="handing files to another user needs root (as under sudo)")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or in_user_namespace(),
+    reason="handing files to another user needs root in the host's user namespace (as under sudo)",
+)
 def test_kept_artifacts_go_to_the_user_who_ran_sudo(tmp_path, monkeypatch):
     """Under sudo a kept test directory, its files (a 0600 pcap among them) and the artifacts root become the
     invoking user's, so a CI step uploading them as that user can read them; nothing outside them changes."""

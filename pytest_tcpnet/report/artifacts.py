@@ -7,6 +7,8 @@ import re
 import shutil
 from pathlib import Path
 
+from ..locks import in_user_namespace
+
 KEEP_CHOICES = ("failed", "all", "none")
 FLOWS_FILE = "flows.json"
 IMAGE_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg")
@@ -65,8 +67,8 @@ def give_to_invoking_user(path, root):
     """Under sudo, hand a kept directory (and the root above it) to the user who ran sudo: pcaps are written 0600
     by root's dumpcap, and a CI step that uploads artifacts runs as that user. Nothing else is touched."""
     uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
-    if os.geteuid() != 0 or not uid or not gid or not uid.isdigit() or not gid.isdigit():
-        return
+    if os.geteuid() != 0 or in_user_namespace() or not uid or not gid or not uid.isdigit() or not gid.isdigit():
+        return  # (root inside a rootless session's user namespace cannot give files to anyone)
     _chown(Path(root), int(uid), int(gid))
     for item in (Path(path), *Path(path).rglob("*")):
         if not item.is_symlink():
