@@ -7,8 +7,6 @@ import re
 import shutil
 from pathlib import Path
 
-from ..locks import in_user_namespace
-
 KEEP_CHOICES = ("failed", "all", "none")
 FLOWS_FILE = "flows.json"
 IMAGE_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg")
@@ -66,6 +64,8 @@ class ArtifactStore:
 def give_to_invoking_user(path, root):
     """Under sudo, hand a kept directory (and the root above it) to the user who ran sudo: pcaps are written 0600
     by root's dumpcap, and a CI step that uploads artifacts runs as that user. Nothing else is touched."""
+    from ..locks import in_user_namespace  # here: a session that keeps nothing never imports it
+
     uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
     if os.geteuid() != 0 or in_user_namespace() or not uid or not gid or not uid.isdigit() or not gid.isdigit():
         return  # (root inside a rootless session's user namespace cannot give files to anyone)
