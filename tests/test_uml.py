@@ -441,6 +441,107 @@ def test_several_uml_kernels_in_one_run_end_with_one_table(tmp_path):
     assert [(r["kernel"], r["backend"]) for r in rows] == [(first.release, "uml"), (last.release, "uml")]
 
 
+@pytest.fixture
+def two_lines():
+    """The oldest and the newest installed UML build, of two kernel lines; skip where there are not two."""
+    builds = uml.installed_builds()
+    if len({b.line for b in builds}) < 2:
+        pytest.skip(f"needs UML builds of two kernel lines ({uml.SETUP_HINT})")
+    return builds[0], builds[-1]
+
+
+# Each guest's test says it is there (a file in the shared project directory) and waits for the other guest's:
+# it passes only if both guests run at once.
+SIDE_BY_SIDE_TEST = """import os, time
+from pytest_tcpnet import Link
+
+def test_both_guests_at_once(tcpnet):
+    me = os.uname().release
+    open(f"here-{me}", "w").close()
+    deadline = time.monotonic() + 120
+    while not [f for f in os.listdir(".") if f.startswith("here-") and f != f"here-{me}"]:
+        assert time.monotonic() < deadline, "the other kernel's guest never ran beside this one"
+        time.sleep(0.1)
+    assert tcpnet.pair(link=Link(rate="20mbit", rtt="10ms")).transfer(nbytes=500_000).nbytes == 500_000
+"""
+
+
+@pytest.mark.tcpnet_vm_boot
+def test_two_kernels_run_side_by_side_and_read_one_after_the_other(tmp_path, two_lines):
+    """--tcpnet-vm-jobs=2: both guests at once (each one's test waits for the other's), the terminal shows the
+    first kernel's whole output before the second's heading, and one table holds both kernels' flows."""
+    first, last = two_lines
+    proj = _project(tmp_path, SIDE_BY_SIDE_TEST)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--tcpnet-vm",
+            "--tcpnet-vm-backend=uml",
+            "--tcpnet-vm-jobs=2",
+            f"--tcpnet-kernel={first.line}",
+            f"--tcpnet-kernel={last.line}",
+            "--tcpnet-results=flows.jsonl",
+            "--tcpnet-keep=all",
+            "test_guest.py",
+        ],
+        cwd=proj,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    log = f"--- stdout\n{out.stdout}\n--- stderr\n{out.stderr}"
+    assert out.returncode == 0, log
+    text = out.stdout
+    heading_1, heading_2 = f"kernel {first.line} (1 of 2)", f"kernel {last.line} (2 of 2)"
+    header_1 = f"tcpnet: kernel {first.release} in a User-Mode Linux guest"
+    header_2 = f"tcpnet: kernel {last.release} in a User-Mode Linux guest"
+    # In order, not interleaved: heading 1, guest 1's session, heading 2, guest 2's session, the merged table.
+    order = [text.find(s) for s in (heading_1, header_1, heading_2, header_2, "2 flow(s) under 2 kernels")]
+    assert -1 not in order and order == sorted(order), (order, log)
+    assert text.count("1 passed") == 2, log
+    rows = [json.loads(line) for line in (proj / "flows.jsonl").read_text().splitlines()]
+    assert sorted((r["kernel"], r["backend"]) for r in rows) == sorted([(first.release, "uml"), (last.release, "uml")])
+    # Each kernel's test directories apart: two guests writing one directory would remove each other's files.
+    kept = sorted(p.relative_to(proj / "tcpnet-artifacts").parts[0] for p in (proj / "tcpnet-artifacts").glob("*/*"))
+    assert kept == [f"kernel-{first.line}", f"kernel-{last.line}"], kept
+    assert not _umls_in(proj) and not _workdirs_for(proj)
+
+
+@pytest.mark.tcpnet_vm_boot
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["ctrl-c", "sigterm", "sigkill"])
+def test_killing_the_host_session_stops_guests_side_by_side(tmp_path, two_lines, sig):
+    """Two guests at once (--tcpnet-vm-jobs=2): a signal to the session stops both, and leaves nothing behind."""
+    first, last = two_lines
+    proj = _project(tmp_path, "def test_slow():\n    import time; time.sleep(600)\n")
+    args = ["--tcpnet-vm", "--tcpnet-vm-backend=uml", "--tcpnet-vm-jobs=2"]
+    proc = _popen(proj, [*args, f"--tcpnet-kernel={first.line}", f"--tcpnet-kernel={last.line}"])
+    try:
+        booted = lambda: sum(os.path.exists(d / "uml") for d in _workdirs_for(proj)) == 2  # noqa: E731
+        assert _wait_for(booted, 60), "the two guests never both started"
+        assert _wait_for(lambda: len(_umls_in(proj)) >= 6, 60), "UML never started both guests' processes"
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    if sig != signal.SIGKILL:
+        assert proc.returncode == 2 and "stopping 2 guest(s)" in err, err
+        assert err.count("interrupted; VM stopped") == 2, (out, err)
+        # UML's user processes die with their kernel process (SIGKILL from the kernel): give that a moment.
+        assert _wait_for(lambda: not _umls_in(proj), 5), [Path(f"/proc/{p}/stat").read_text() for p in _umls_in(proj)]
+    else:
+        assert _wait_for(lambda: not _umls_in(proj), 20), "orphaned UML processes still running"
+    assert _wait_for(lambda: not _workdirs_for(proj), 10), _workdirs_for(proj)
+    with open("/proc/self/mountinfo") as f:
+        assert "tcpnet-vm-" not in f.read()
+
+
 def test_bad_backend_input_is_refused_before_anything_boots(tmp_path):
     proj = _project(tmp_path, "def test_never_runs():\n    pass\n")
     out = _pytest(
@@ -453,6 +554,9 @@ def test_bad_backend_input_is_refused_before_anything_boots(tmp_path):
     assert "dev/setup-uml" in out.stderr and "booting" not in out.stderr
     out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-backend=qemu"], timeout=60)
     assert out.returncode == 4 and "invalid choice: 'qemu'" in out.stderr, out.stderr
+    out = _pytest(proj, ["--tcpnet-vm", "--tcpnet-vm-backend=uml", "--tcpnet-vm-jobs=0"], timeout=60)
+    assert out.returncode == 4 and "--tcpnet-vm-jobs must be 1 or more, not 0" in out.stderr, out.stderr
+    assert "booting" not in out.stderr
     assert not _umls_in(proj) and not _workdirs_for(proj)
 
 

@@ -146,11 +146,12 @@ def _plot(header: dict, payload: bytes) -> tuple[dict, bytes]:
             return {}, f.read()
 
 
-def _cpu(header: dict, payload: bytes) -> tuple[dict, bytes]:
-    """The host's CPU snapshot (hostload.py): what the runner and the emulator used, and the whole host."""
+def _cpu(header: dict, payload: bytes, root: int | None = None) -> tuple[dict, bytes]:
+    """The host's CPU snapshot (hostload.py): what root's tree (default: the runner and its guests) used, and the
+    whole host."""
     from ..hostload import cpu_snapshot
 
-    return cpu_snapshot(), b""
+    return cpu_snapshot(root), b""
 
 
 HANDLERS = {"decode_pcap": _decode_pcap, "plot": _plot, "cpu": _cpu}
@@ -185,6 +186,9 @@ class Server:
         self.path = path
         self.calls = 0  # pcaps decoded and plots drawn for the guest: the analysis it handed over
         self.cpu_calls = 0  # snapshots of the host's CPU load, two per measurement
+        # Whose CPU time is the guest's own: None, the runner's whole tree; with guests side by side, the guest's
+        # own process tree, so a sibling guest counts as the contention it is.
+        self.root: int | None = None
         self._stop = threading.Event()
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(path)
@@ -210,8 +214,9 @@ class Server:
         """handle() one request and count it: CPU-load questions apart from the analysis handed over."""
         if header.get("op") == "cpu":
             self.cpu_calls += 1
-        else:
-            self.calls += 1
+            out, data = _cpu(header, payload, self.root)
+            return {"id": header.get("id"), "ok": True, **out}, data
+        self.calls += 1
         return handle(header, payload)
 
     def close(self) -> None:

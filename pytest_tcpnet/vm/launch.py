@@ -170,6 +170,8 @@ def launch(
     cleanup: str | None = None,
     nice: int | None = None,
     env: dict | None = None,
+    abort: threading.Event | None = None,
+    on_spawn=None,
 ) -> LaunchResult:
     """Run ``cmd`` (a vng command), stream its output, enforce the boot deadline, never leak it.
 
@@ -179,6 +181,8 @@ def launch(
     ``cleanup`` is a directory the watchdog removes if this process dies without stopping the VM.
     ``nice``: the emulator's nice value, where this process may set it (LaunchResult.nice says what it got).
     ``env``: variables to add to the command's environment (the watchdog's settings among them).
+    ``abort``: an event that stops the VM as Ctrl-C would (a launch in a thread other than the main one, which
+    signals never reach). ``on_spawn(pid)`` is called with the watchdog's pid, the root of the VM's processes.
     """
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
@@ -216,6 +220,8 @@ def launch(
     exited_at = None
     try:
         # Inside the try: a Ctrl-C that lands here must stop the VM like any other.
+        if on_spawn is not None:
+            on_spawn(proc.pid)
         if main:
             for sig in (signal.SIGTERM, signal.SIGHUP):
                 old_handlers[sig] = signal.signal(sig, _raise_terminated)
@@ -223,6 +229,8 @@ def launch(
             os.set_blocking(f.fileno(), False)
             sel.register(f, selectors.EVENT_READ)
         while sel.get_map():
+            if abort is not None and abort.is_set():
+                raise KeyboardInterrupt
             now = time.monotonic()
             if not result.started and now - t0 > boot_timeout:
                 result.timed_out = True

@@ -15,6 +15,7 @@ VALUE_OPTIONS = (
     "--tcpnet-vm-memory",
     "--tcpnet-vm-boot-timeout",
     "--tcpnet-vm-lock-timeout",
+    "--tcpnet-vm-jobs",
 )
 
 #: --tcpnet-vm-backend (backend.py): KVM, User-Mode Linux, software emulation, or the best this host has.
@@ -24,6 +25,8 @@ DEFAULT_MEMORY = "2G"
 # Software emulation reaches our command in ~20-30 s on the project's 2-core machines;
 # 120 s leaves room for a loaded CI host without letting a hung guest block for long.
 DEFAULT_BOOT_TIMEOUT = 120.0
+# Guests at once when a session runs under several kernels (--tcpnet-vm-jobs).
+DEFAULT_JOBS = 1
 # A second VM session waits this long for the first (see lock.py) before refusing.
 DEFAULT_LOCK_TIMEOUT = 1800.0
 
@@ -108,4 +111,16 @@ def add_options(group) -> None:
         help="one --tcpnet-vm session at a time per host: how long to wait for another "
         "session's VM before refusing (env TCPNET_VM_LOCK_TIMEOUT; 0: do not wait). "
         "Default: %(default)s.",
+    )
+    group.addoption(
+        "--tcpnet-vm-jobs",
+        action="store",
+        type=int,
+        default=_env("TCPNET_VM_JOBS", str(DEFAULT_JOBS)),
+        dest="tcpnet_vm_jobs",
+        metavar="N",
+        help="with several --tcpnet-kernel, run up to N guests at once, side by side (env TCPNET_VM_JOBS). A "
+        "User-Mode Linux guest keeps one host CPU busy, a qemu guest --tcpnet-vm-cpus: more guests than CPUs "
+        "slow each other and their measurements. The first kernel's output comes live, the others' in turn. "
+        "Default: %(default)s (one after the other).",
     )

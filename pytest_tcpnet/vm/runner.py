@@ -13,14 +13,16 @@ import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from .. import guest
 from ..hostload import CONTENTION_WARNING_CORES, HostContention
 from ..report.artifacts import artifacts_root
-from . import ACCEL_ENV, IN_VM_ENV, fastboot, hostcall, uml
+from . import ACCEL_ENV, IN_VM_ENV, console, fastboot, hostcall, uml
 from . import backend as backends
 from .accel import choose_accel
 from .args import artifact_dirs, check_shareable, guest_environment, share_dirs, strip_vm_args
+from .console import say
 from .errors import EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED, VMError, VMUsageError
 from .kernel import Kernel, has_module
 from .launch import LaunchResult, launch
@@ -60,12 +62,6 @@ GUEST_MODULES = (
 GUEST_PRINTK_LEVEL = 4
 QEMU_PACKAGE = {"x86_64": "qemu-system-x86", "aarch64": "qemu-system-arm"}
 _MEMORY = re.compile(r"^[0-9]+[KMGT]?$", re.IGNORECASE)
-
-
-def say(message: str) -> None:
-    """Print one ``tcpnet-vm:`` line to the host's stderr."""
-    sys.stderr.write(f"tcpnet-vm: {message}\n")
-    sys.stderr.flush()
 
 
 @dataclass
@@ -584,6 +580,7 @@ def _run_locked(plan: Plan) -> int:
             on_start=lambda s: say(f"guest started after {s:.1f} s; running pytest in it"),
             cleanup=workdir,
             nice=emulator_nice(),
+            **_launch_context(server),
         )
         return _finish(plan, accel, result, exit_file, server, contention, fast=boot is not None)
     finally:
@@ -710,12 +707,24 @@ def _run_uml(plan: Plan, choice: backends.Choice) -> int:
             cleanup=workdir,
             nice=emulator_nice(),
             env={"TMPDIR": scratch, "TCPNET_VM_PRIVATE_ROOT": json.dumps({"writable": shares, "status": isolation})},
+            **_launch_context(server),
         )
         return _finish(plan, "uml", result, exit_file, server, contention)
     finally:
         if server is not None:
             server.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _launch_context(server) -> dict:
+    """launch()'s streams and abort event for this thread's guest; with guests side by side, the guest's own process
+    tree is what its CPU-load questions count as its own (a sibling guest is contention)."""
+    out, err = console.streams()
+    abort = console.abort_event()
+    context: dict = {"stdout": out, "stderr": err, "abort": abort}
+    if abort is not None and server is not None:
+        context["on_spawn"] = lambda pid: setattr(server, "root", pid)
+    return context
 
 
 def _hostcall_server(workdir: str) -> hostcall.Server | None:
@@ -754,8 +763,30 @@ def _results_path(config) -> str | None:
     return os.path.join(str(config.invocation_params.dir), path) if path else None
 
 
+def _side_by_side(plans: list, at_once: int, heading) -> list:
+    """Each plan's session in a guest of its own, at_once at a time, under one hold of the VM lock."""
+    for plan in plans:
+        for w in plan.warnings:
+            say(f"warning: {w}")
+    try:
+        with VMLock(plans[0].lock_timeout, say):
+            return console.side_by_side([partial(_run_locked, plan) for plan in plans], at_once, heading)
+    except KeyboardInterrupt:
+        say("interrupted while waiting for the VM lock")
+        return [EXIT_INTERRUPTED]
+
+
+def _jobs(config) -> int:
+    """--tcpnet-vm-jobs, checked."""
+    jobs = config.getoption("tcpnet_vm_jobs", default=1)
+    if jobs < 1:
+        raise VMUsageError(f"--tcpnet-vm-jobs must be 1 or more, not {jobs}")
+    return jobs
+
+
 def run_kernels(config, kernels: list) -> int:
-    """The session under each kernel (a backend.Target) in turn (one VM at a time), then one table of every flow per kernel.
+    """The session under each kernel (a backend.Target), --tcpnet-vm-jobs guests at a time (default one), then one
+    table of every flow per kernel.
 
     Every plan is made, and so checked, before the first boot. Each guest writes its flows to a
     results file of its own in a shared directory; they are merged into the table and, when the
@@ -764,19 +795,33 @@ def run_kernels(config, kernels: list) -> int:
     """
     from ..report import compare, comparison_table, read_rows
 
+    jobs = _jobs(config)
     collect = check_shareable(tempfile.mkdtemp(prefix="tcpnet-kernels-"), "the runner's temporary directory")
-    codes = []
+    codes: list = []
     try:
         plans, labels = [], []
         for target in kernels:
             plan = plan_from_config(config, target)
             label = target_label(target)
-            args = per_kernel_reports(strip_vm_args(plan.pytest_args, flags=(), valued=("--tcpnet-results",)), label)
+            args = per_kernel_reports(
+                strip_vm_args(plan.pytest_args, flags=(), valued=("--tcpnet-results", "--tcpnet-artifacts")), label
+            )
             args.append(f"--tcpnet-results={os.path.join(collect, label + '.jsonl')}")
+            if config.pluginmanager.hasplugin("tcpnet"):
+                # A kernel's test directories of its own: a passing test under one kernel would otherwise remove
+                # what the same test kept failing under another (and guests side by side write them at once).
+                args.append(f"--tcpnet-artifacts={artifacts_root(config) / ('kernel-' + label)}")
             plans.append(replace(plan, pytest_args=args, shares=plan.shares + [collect]))
             labels.append(label)
-        for number, (plan, label) in enumerate(zip(plans, labels), 1):
-            sys.stdout.write(f"\n{'=' * 20} tcpnet-vm: kernel {label} ({number} of {len(plans)}) {'=' * 20}\n")
+
+        def heading(k: int) -> str:
+            return f"\n{'=' * 20} tcpnet-vm: kernel {labels[k]} ({k + 1} of {len(plans)}) {'=' * 20}\n"
+
+        at_once = min(jobs, len(plans))
+        if at_once > 1:
+            codes = _side_by_side(plans, at_once, heading)
+        for k, plan in enumerate(plans if at_once <= 1 else ()):
+            sys.stdout.write(heading(k))
             sys.stdout.flush()
             codes.append(run_plan(plan))
             if codes[-1] == EXIT_INTERRUPTED:
@@ -820,6 +865,7 @@ def run_config_in_vm(config) -> int:
             "than without -n, not faster. Drop -n for --tcpnet-vm"
         )
     try:
+        _jobs(config)  # checked before anything else, whether one kernel was asked for or several
         kernels = backends.resolve_targets(config.getoption("tcpnet_vm_kernel"))
         if len(kernels) > 1:
             return run_kernels(config, kernels)
