@@ -157,14 +157,15 @@ def _cpu(header: dict, payload: bytes, root: int | None = None) -> tuple[dict, b
 HANDLERS = {"decode_pcap": _decode_pcap, "plot": _plot, "cpu": _cpu}
 
 
-def handle(header: dict, payload: bytes) -> tuple[dict, bytes]:
-    """Answer one request; errors become a response that names them (the guest re-raises)."""
+def handle(header: dict, payload: bytes, **context) -> tuple[dict, bytes]:
+    """Answer one request (context: what the server knows that the request does not, e.g. the guest's root
+    process); errors become a response that names them (the guest re-raises)."""
     reply = {"id": header.get("id")}
     handler = HANDLERS.get(str(header.get("op")))
     if handler is None:
         return {**reply, "ok": False, "error": f"unknown host call {header.get('op')!r}"}, b""
     try:
-        out, data = handler(header, payload)
+        out, data = handler(header, payload, **context)
     except Exception as exc:  # reported to the guest, which raises it where it asked
         from ..errors import MissingCapability
 
@@ -180,15 +181,16 @@ def handle(header: dict, payload: bytes) -> tuple[dict, bytes]:
 class Server:
     """The runner's end: a unix socket qemu connects the guest's port to, served by one thread."""
 
+    # Whose CPU time is the guest's own: None, the runner's whole tree; with guests side by side, the guest's own
+    # process tree (set once it is spawned), so a sibling guest counts as the contention it is.
+    root: int | None = None
+
     def __init__(self, path: str):
         if len(path) > _MAX_SOCKET_PATH:
             raise Unavailable(f"socket path too long for a unix socket: {path}")
         self.path = path
         self.calls = 0  # pcaps decoded and plots drawn for the guest: the analysis it handed over
         self.cpu_calls = 0  # snapshots of the host's CPU load, two per measurement
-        # Whose CPU time is the guest's own: None, the runner's whole tree; with guests side by side, the guest's
-        # own process tree, so a sibling guest counts as the contention it is.
-        self.root: int | None = None
         self._stop = threading.Event()
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(path)
@@ -212,12 +214,14 @@ class Server:
 
     def answer(self, header: dict, payload: bytes) -> tuple[dict, bytes]:
         """handle() one request and count it: CPU-load questions apart from the analysis handed over."""
-        if header.get("op") == "cpu":
-            self.cpu_calls += 1
-            out, data = _cpu(header, payload, self.root)
-            return {"id": header.get("id"), "ok": True, **out}, data
-        self.calls += 1
-        return handle(header, payload)
+        try:
+            if header.get("op") == "cpu":
+                self.cpu_calls += 1
+                return handle(header, payload, root=self.root)
+            self.calls += 1
+            return handle(header, payload)
+        except Exception as exc:  # a bug here must not end the serving thread: every later call would time out
+            return {"id": header.get("id"), "ok": False, "error": f"{type(exc).__name__}: {exc}"}, b""
 
     def close(self) -> None:
         self._stop.set()
