@@ -15,6 +15,7 @@ from .. import hostload, netlink
 from ..errors import LabError
 from ..model.validation import is_number, refuse
 from ..netlink.diag import tcp_counters
+from ..records import SKMEM_FIELDS
 from ..results import TransferResult
 from .sampler import DEFAULT_CPU_BUDGET, SERIES_FIELDS, SocketSampler, default_interval
 from .slots import measurement_slot, slot_wait_s
@@ -45,17 +46,6 @@ TCP_SYSCTLS = (
 )
 _FIN_RECEIVED = (8, 9, 11)  # TCP_CLOSE_WAIT, TCP_LAST_ACK, TCP_CLOSING
 _FIN_QUEUED = (4, 9, 11)  # TCP_FIN_WAIT1, TCP_LAST_ACK, TCP_CLOSING: close() has added our FIN to the queue
-_MEMORY_FIELDS = (
-    "rmem_alloc",
-    "rcvbuf",
-    "wmem_alloc",
-    "sndbuf",
-    "fwd_alloc",
-    "wmem_queued",
-    "optmem",
-    "backlog",
-    "drops",
-)
 
 
 class PathCounters:
@@ -394,7 +384,7 @@ def last_tcp_info(values):
     """The last sample's TCP_INFO with the chrono counters (a closed socket's last sample may lack them); no
     socket memory."""
     with_chrono = [v for v in values if v.get("busy_time") is not None] or values
-    return {k: v for k, v in with_chrono[-1].items() if k not in _MEMORY_FIELDS and v is not None}
+    return {k: v for k, v in with_chrono[-1].items() if k not in SKMEM_FIELDS and v is not None}
 
 
 def _receiver_record(end, total):
