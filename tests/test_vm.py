@@ -389,9 +389,15 @@ def test_add_options_defaults_and_env(monkeypatch):
         g.parser.parse_args(["--tcpnet-vm-backend=qemu"])
 
 
+class _PluginManager:
+    def hasplugin(self, name):
+        return False  # pytest without the tcpnet plugin: no artifacts directory to resolve
+
+
 class _Config:
     def __init__(self, **opts):
         self.opts = opts
+        self.pluginmanager = _PluginManager()
 
     def getoption(self, name, default=None):
         return self.opts.get(name, default)
