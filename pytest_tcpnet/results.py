@@ -94,7 +94,32 @@ class TransferResult:
     #: {ifname: (direction, OneWay)}: what each shaped router interface on the path was asked to do (qdiscs has
     #: what it did), for applied_impairments().
     shaped_ways: dict = field(default_factory=dict, repr=False)
+    #: An observed connection's payload bytes each end sent ({"client": n, "server": n}); empty for the built-in
+    #: one-way workloads, whose other direction carries none.
+    sent_bytes: dict = field(default_factory=dict)
     _artifacts: list = field(default_factory=list, repr=False)
+
+    # -- bytes each way ---------------------------------------------------------------------------
+
+    @property
+    def upload_bytes(self):
+        """Payload bytes client -> server."""
+        if "client" in self.sent_bytes:
+            return self.sent_bytes["client"]
+        return self.nbytes if self.direction == "upload" else 0
+
+    @property
+    def download_bytes(self):
+        """Payload bytes server -> client."""
+        if "server" in self.sent_bytes:
+            return self.sent_bytes["server"]
+        return self.nbytes if self.direction == "download" else 0
+
+    @property
+    def between_samples(self):
+        """True for an observed connection that opened and closed between two samples: seen from its close (its
+        final TCP_INFO), so its bytes are exact but its duration is bounded by the sampling interval."""
+        return bool(self.receiver.get("between_samples"))
 
     # -- goodput ---------------------------------------------------------------------------------
 

@@ -184,3 +184,56 @@ def test_a_delayed_ack_stall_shows_in_the_kernel_counters(tcpnet):
     delayed = counters["client"].get("TcpExt.DelayedACKs", 0) + counters["server"].get("TcpExt.DelayedACKs", 0)
     assert delayed >= 10, (counters, flow.describe())
     assert "DelayedACKs" in flow.describe(), flow.describe()
+
+
+# A server of many short connections: each reads a 100-byte request to its end, answers 30 kB, and closes.
+SHORT_CONNECTIONS_SERVER = """
+import socket, sys
+listener = socket.create_server((sys.argv[1], 9001), backlog=256)
+print("listening", flush=True)
+for _ in range(int(sys.argv[2])):
+    conn, _ = listener.accept()
+    with conn:
+        got = 0
+        while got < 100:
+            got += len(conn.recv(100 - got))
+        conn.sendall(b"r" * 30000)
+"""
+SHORT_CONNECTIONS_CLIENT = """
+import socket, sys
+for _ in range(int(sys.argv[2])):
+    with socket.create_connection((sys.argv[1], 9001)) as sock:
+        sock.sendall(b"q" * 100)
+        while sock.recv(65536):
+            pass
+"""
+
+
+def test_every_short_connection_is_seen_with_its_bytes_each_way(tcpnet):
+    """200 connections of well under a millisecond each on a 0-RTT path, at the default 10 ms sampling: every one
+    is a flow (the kernel's destruction of each socket carries its final TCP_INFO), with exactly 100 bytes up and
+    30 kB down; those no sample saw alive say so, and their rate is not judged."""
+    import subprocess
+
+    count = 200
+    pair = tcpnet.pair(link=Link(rate="1gbit"))
+    server = pair.server.popen(
+        [sys.executable, "-c", SHORT_CONNECTIONS_SERVER, pair.server.address, str(count)], stdout=subprocess.PIPE
+    )
+    assert server.stdout.readline().strip() == b"listening"
+    with pair.observe() as seen:
+        pair.client.run([sys.executable, "-c", SHORT_CONNECTIONS_CLIENT, pair.server.address, str(count)], timeout=60)
+    assert seen.samples.lifecycle == "", seen.samples.lifecycle
+    assert len(seen.flows) == count, f"{len(seen.flows)} of {count} connections seen"
+    assert {(f.upload_bytes, f.download_bytes, f.nbytes, f.direction) for f in seen.flows} == {
+        (100, 30000, 30000, "download")
+    }
+    unsampled = [f for f in seen.flows if f.between_samples]
+    assert unsampled, "every connection lasted past a sample: the test no longer tests what it says"
+    for flow in seen.flows:
+        closed, opened = flow.receiver["closed_at"], flow.receiver["connected_at"]
+        assert opened <= flow.receiver["last_byte_at"] <= closed, flow.receiver
+        assert flow.sender_tcp_info["bytes_acked"] >= 30000 and flow.receiver_tcp_info["bytes_received"] >= 30000
+    from pytest_tcpnet.report.rows import too_short_for_a_rate
+
+    assert "between two samples" in too_short_for_a_rate(unsampled[0]), too_short_for_a_rate(unsampled[0])

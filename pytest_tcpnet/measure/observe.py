@@ -10,6 +10,7 @@ flow's. What sampling can miss is said in docs/your-application.md.
 
 import contextlib
 import functools
+import math
 
 from .. import hostload, netlink
 from ..errors import LabError
@@ -288,11 +289,23 @@ def connection_results(samples, captures, shared, *, artifact_dir, app_window_by
         if not peer:
             continue  # not a connection between the two ends (or the server side was never seen)
         ends = {
-            "client": _end(rows, local, remote, samples.cc_of(("client", local, remote))),
-            "server": _end(peer, remote, local, samples.cc_of(("server", remote, local))),
+            "client": _end(
+                rows,
+                local,
+                remote,
+                samples.cc_of(("client", local, remote)),
+                samples.closed.get(("client", local, remote)),
+            ),
+            "server": _end(
+                peer,
+                remote,
+                local,
+                samples.cc_of(("server", remote, local)),
+                samples.closed.get(("server", remote, local)),
+            ),
         }
         sent = {
-            role: max(ends[role]["sent"], ends[peer_role]["received"])
+            role: _sent_by(ends[role], ends[peer_role])
             for role, peer_role in (("client", "server"), ("server", "client"))
         }
         sender_role = "server" if sent["server"] >= sent["client"] else "client"
@@ -304,7 +317,8 @@ def connection_results(samples, captures, shared, *, artifact_dir, app_window_by
             capture = capture.for_connection(sender["local"], sender["remote"])
             # The packets count every byte exactly; samples miss what moved after the last one before the sockets
             # closed, and a receiver's sample can count the FIN while its state still reads ESTABLISHED (seen).
-            total = capture.data_bytes or total
+            if not sender["final"]:  # the sender's final TCP_INFO is exact too, and a capture can drop packets
+                total = capture.data_bytes or total
         results.append(
             TransferResult(
                 nbytes=total,
@@ -318,10 +332,19 @@ def connection_results(samples, captures, shared, *, artifact_dir, app_window_by
                 artifact_dir=artifact_dir,
                 app_window_bytes=app_window_bytes,
                 rcvbuf_requested=set_rcvbuf(receiver["values"], shared["sysctls"].get(receiver_role, {})),
+                sent_bytes=dict(sent),
                 **shared,
             )
         )
     return sorted(results, key=lambda r: -r.nbytes)
+
+
+def _sent_by(end, peer):
+    """Payload bytes one end sent: exact from its final TCP_INFO where its destruction was watched; else the most its
+    samples show written or its peer's show received (which can count the FIN: one byte over)."""
+    if end["final"]:
+        return (end["final"].get("bytes_sent") or 0) - (end["final"].get("bytes_retrans") or 0)
+    return max(end["sent"], peer["received"])
 
 
 def set_rcvbuf(values, sysctls):
@@ -348,19 +371,25 @@ def sampled_values(rows):
     return [dict(zip(SERIES_FIELDS, v)) for _, v in rows]
 
 
-def _end(rows, local, remote, cc):
+def _end(rows, local, remote, cc, closed=None):
     """What one end's samples say: times and values of the samples with TCP_INFO (a socket in TIME_WAIT, or
-    closed, has none), bytes received, and bytes written (bytes_sent counts resends too: they are taken off)."""
+    closed, has none), bytes received, and bytes written (bytes_sent counts resends too: they are taken off).
+
+    closed: the socket's SocketSamples.closed entry, if the kernel destroyed it while watched: its last row is then
+    its final TCP_INFO (every byte counted), taken when it closed."""
     full = list(zip((t for t, _ in rows), sampled_values(rows)))
     full = [(t, v) for t, v in full if v["state"] is not None] or full
     values = [v for _, v in full]
+    closed_at, sample_before, final = closed or (None, None, None)
     # Written so far: sent at least once (bytes_sent counts payload, resends included), plus what still waits to
     # be sent (notsent_bytes, which holds our own FIN once close() queued it and it has not left yet).
     sent = max(((v["bytes_sent"] or 0) - (v["bytes_retrans"] or 0) + _unsent_payload(v) for v in values), default=0)
-    # bytes_received counts the peer's FIN too, once it came (CLOSE_WAIT, LAST_ACK, CLOSING).
-    received = max(((v["bytes_received"] or 0) - (v["state"] in _FIN_RECEIVED) for v in values), default=0)
+    # bytes_received counts the peer's FIN too, once it came (CLOSE_WAIT, LAST_ACK, CLOSING; and a destroyed
+    # socket's final count, when it closed in the usual way).
+    received = max((_data_received(v) for v in values), default=0)
+    times = [t for t, _ in full]
     return {
-        "times": [t for t, _ in full],
+        "times": times,
         "values": values,
         "local": tuple(local),
         "remote": tuple(remote),
@@ -368,7 +397,21 @@ def _end(rows, local, remote, cc):
         "received": received,
         "sent": sent,
         "gone_at": rows[-1][0] if len(rows) > len(full) else None,
+        "closed_at": closed_at,
+        "final": final,
+        # A connection no sample saw alive opened after the sample before its close (its exact opening is the
+        # capture's to tell).
+        "opened_at": sample_before if closed_at is not None and times and times[0] >= closed_at else None,
     }
+
+
+_TCP_CLOSE = 7
+
+
+def _data_received(v):
+    """Payload bytes a sample says arrived: bytes_received less the peer's FIN where the state says it came."""
+    got = v["bytes_received"] or 0
+    return got - (got > 0 and v["state"] in (*_FIN_RECEIVED, _TCP_CLOSE))
 
 
 def _unsent_payload(v):
@@ -389,9 +432,16 @@ def last_tcp_info(values):
 
 def _receiver_record(end, total):
     """The receiving end's record; `total` is what the sender sent, which may exceed what the receiver's last
-    sample showed (its socket closed before the next sample): the rest is placed at its last rate."""
+    sample showed (its socket closed before the next sample, unwatched): the rest is placed at its last rate.
+
+    A socket whose destruction was watched has its final count: its last byte came when its final TCP_INFO says
+    (last_data_recv before the close, to the kernel's clock tick); one no sample saw alive is timed from the sample
+    before its close (marked "between_samples": its rate is a lower bound)."""
     times, values = end["times"], end["values"]
-    got = [(t, (v["bytes_received"] or 0) - (v["state"] in _FIN_RECEIVED)) for t, v in zip(times, values)]
+    got = [(t, min(total, _data_received(v))) for t, v in zip(times, values)]
+    if end["closed_at"] is not None and end["final"] and got and got[-1][1] >= total:
+        ago = (end["final"].get("last_data_recv") or 0) / 1e3
+        got[-1] = (max(end["opened_at"] or -math.inf, end["closed_at"] - ago, *(t for t, _ in got[:-1])), got[-1][1])
     first = next(((t, n) for t, n in got if n > 0), None)
     last = next((t for t, n in got if n >= total), None)
     if last is None:
@@ -399,20 +449,36 @@ def _receiver_record(end, total):
         got.append((last, total))
     record = {
         "nbytes": total,
-        "connected_at": times[0],
+        "connected_at": end["opened_at"] if end["opened_at"] is not None else times[0],
         "checkpoints": got,
         "local": end["local"],
         "remote": end["remote"],
-        "tcp_info": last_tcp_info(values),
+        "tcp_info": _final_tcp_info(end),
         "buffers": {"rcvbuf": first_value(values[::-1], "rcvbuf")},
         "buffers_at_connect": {"rcvbuf": first_value(values, "rcvbuf")},
     }
-    if first is not None:
-        # The first sample with data stands for the first read: its bytes are not timed (as for a bulk flow).
+    if end["closed_at"] is not None:
+        record["closed_at"] = end["closed_at"]
+    if end["opened_at"] is not None:
+        # No sample saw it alive: its bytes are timed from the sample before it closed, not from a first read.
+        record.update(first_byte_at=end["opened_at"], first_read=0, last_byte_at=last, between_samples=True)
+    elif first is not None:
+        # The first sample with data stands for the first read: its bytes are not timed (as for a bulk flow). If it
+        # shows them all, they came between two samples: nothing timed them.
         record.update(first_byte_at=first[0], first_read=first[1], last_byte_at=last)
+        if first[1] >= total:
+            record["between_samples"] = True
     else:
         record["last_byte_at"] = times[-1]
     return record
+
+
+def _final_tcp_info(end):
+    """The end's last TCP_INFO: the kernel's final one (every field) if its destruction was watched, else the last
+    sample's."""
+    if end["final"]:
+        return {k: v for k, v in end["final"].items() if v is not None}
+    return last_tcp_info(end["values"])
 
 
 def _extrapolated_end(got, total, gone_at):
@@ -434,17 +500,23 @@ def _sender_record(end):
         ),
         end["gone_at"] or times[-1],
     )
+    if end["final"] and acked == end["closed_at"]:
+        # Acknowledged before it closed: its final TCP_INFO says when the last ACK came.
+        acked = max(end["opened_at"] or -math.inf, acked - (end["final"].get("last_ack_recv") or 0) / 1e3)
+    opened = end["opened_at"]
     record = {
-        "connected_at": times[0],
+        "connected_at": opened if opened is not None else times[0],
         "local": end["local"],
         "remote": end["remote"],
-        "tcp_info": last_tcp_info(values),
+        "tcp_info": _final_tcp_info(end),
         "buffers": {"sndbuf": first_value(values[::-1], "sndbuf"), "cc": end["cc"]},
         "buffers_at_connect": {"sndbuf": first_value(values, "sndbuf")},
     }
+    if end["closed_at"] is not None:
+        record["closed_at"] = end["closed_at"]
     if started is not None:
         # The write happened after the sample before the first that shows data.
-        record["first_write_at"] = times[max(0, started - 1)]
+        record["first_write_at"] = opened if opened is not None else times[max(0, started - 1)]
         record["acked_at"] = acked
     return record
 

@@ -4,13 +4,16 @@ The same series exist for our bulk flows, iperf3, curl and the HTTP server alike
 """
 
 import gc
+import os
+import select
 import socket
 import threading
 import time
 
 from .. import interrupts
+from ..errors import LabError
 from ..model.validation import check_number
-from ..netlink.diag import watch_sockets
+from ..netlink.diag import destroyed_sockets, watch_sockets
 from ..records import SERIES_FIELDS, SKMEM_FIELDS, TCP_INFO_SERIES
 
 __all__ = ["SocketSampler", "SocketSamples", "SERIES_FIELDS", "default_interval", "DEFAULT_CPU_BUDGET"]
@@ -63,10 +66,16 @@ def default_interval(rtt_s):
 class SocketSamples:
     """Rows of SERIES_FIELDS per socket, keyed by (role, local (addr, port), remote (addr, port))."""
 
-    def __init__(self, rows, interval, ccs=None):
+    def __init__(self, rows, interval, ccs=None, closed=None, lifecycle=None):
         self.rows = rows
         self.interval = interval
         self._ccs = ccs or {}
+        #: (role, local, remote) -> (monotonic time the kernel destroyed the socket, the time of the sample before
+        #: that, its final TCP_INFO, every field): the socket's last row is then that final TCP_INFO.
+        self.closed = closed or {}
+        #: Why sockets' destruction was not watched ("" when it was): then a connection that opened and closed between
+        #: two samples is not seen.
+        self.lifecycle = lifecycle or ""
 
     def cc_of(self, key):
         """The congestion control sock_diag reported for a socket (role, local, remote); None if unknown."""
@@ -105,12 +114,24 @@ class SocketSampler:
         self._namespaces = dict(namespaces)
         self._rows = {}
         self._ccs = {}
+        self._closed = {}
+        self._last_sample = {}  # role -> monotonic time of its last sample
+        self._destroyed = {}  # role -> DestroyedSockets
+        self._lifecycle = ""
+        self._wake = None  # a pipe: stop() writes to it to wake the threads' select()
         self._stop = threading.Event()
         self._errors = []
         self._threads = []
 
     def start(self):
         """Start sampling; returns once every namespace has been sampled once."""
+        self._wake = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        for role, namespace in self._namespaces.items():
+            # Before the first sample, so no socket closes unwatched: its destruction carries its final TCP_INFO.
+            try:
+                self._destroyed[role] = destroyed_sockets(namespace, self.families)
+            except LabError as exc:
+                self._lifecycle = str(exc)
         waits = []
         for role, namespace in self._namespaces.items():
             opened = threading.Event()
@@ -156,7 +177,7 @@ class SocketSampler:
                 spent[0] += max(0.0, time.thread_time() - cpu - (_gc_cpu_spent() - collecting))
                 share = self.cpu_budget / max(1, _active["threads"])
                 next_at[0] = max(next_at[0], first + (spent[0] - SAMPLER_BURST_CPU_S) / share)
-            self._stop.wait(max(0.0, next_at[0] - time.monotonic()))
+            self._wait(role, next_at[0])
             return True  # after a stop, one more (final) sample is taken before the loop ends
 
         with _active_lock:
@@ -173,21 +194,64 @@ class SocketSampler:
                 if not _active["threads"] and _count_gc_cpu in gc.callbacks:
                     gc.callbacks.remove(_count_gc_cpu)
 
+    def _wait(self, role, until):
+        """Sleep until the next sample, or a stop; record each socket the kernel destroys meanwhile, as it goes."""
+        destroyed = self._destroyed.get(role)
+        waiting = [self._wake[0]] + ([destroyed] if destroyed is not None else [])
+        while not self._stop.is_set():
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            ready, _, _ = select.select(waiting, [], [], left)
+            if destroyed is not None and destroyed in ready:
+                self._record_destroyed(role, destroyed)
+
+    def _record_destroyed(self, role, destroyed):
+        now = time.monotonic()
+        last_sample = self._last_sample.get(role, now)
+        for sock in destroyed.read():
+            if sock["state"] == _LISTEN:
+                continue
+            key = (role, sock["local"], sock["remote"])
+            self._rows.setdefault(key, []).append((now, self._values(sock)))
+            self._closed.setdefault(key, (now, last_sample, sock["tcp_info"]))
+
+    @staticmethod
+    def _values(sock):
+        info, skmem = sock["tcp_info"], sock["skmem"]
+        return tuple(info.get(f) for f in TCP_INFO_SERIES) + tuple(skmem.get(f) for f in SKMEM_FIELDS)
+
     def _record(self, role, table):
         now = time.monotonic()
+        self._last_sample[role] = now
         for sock in table.tcp_sockets(states=_ALL_BUT_LISTEN, families=self.families):
-            info, skmem = sock["tcp_info"], sock["skmem"]
-            values = tuple(info.get(f) for f in TCP_INFO_SERIES) + tuple(skmem.get(f) for f in SKMEM_FIELDS)
             key = (role, sock["local"], sock["remote"])
-            self._rows.setdefault(key, []).append((now, values))
+            if key in self._closed:
+                continue  # destroyed already: what a dump still shows is its TIME_WAIT remnant
+            self._rows.setdefault(key, []).append((now, self._values(sock)))
             if sock.get("cc") and key not in self._ccs:
                 self._ccs[key] = sock["cc"]
 
     def stop(self):
         """Stop (after one last sample per namespace); return the SocketSamples."""
         self._stop.set()
+        if self._wake is not None:
+            try:
+                os.write(self._wake[1], b"x")
+            except OSError:
+                pass  # woken already
         for thread in self._threads:
             thread.join()
+        for role, destroyed in self._destroyed.items():
+            self._record_destroyed(role, destroyed)  # those the kernel broadcast since the last sample
+            if destroyed.overflowed:
+                self._lifecycle = f"the kernel dropped some socket destructions in the {role} namespace (too many)"
+            destroyed.close()
+        self._destroyed.clear()
+        if self._wake is not None:
+            for fd in self._wake:
+                os.close(fd)
+            self._wake = None
         if self._errors:
             raise self._errors[0]
-        return SocketSamples(self._rows, self.interval, self._ccs)
+        return SocketSamples(self._rows, self.interval, self._ccs, self._closed, self._lifecycle)

@@ -1,5 +1,6 @@
 """sock_diag: TCP_INFO and socket memory of every TCP socket in a namespace, read from outside, as `ss -tim` does."""
 
+import errno
 import os
 import socket
 import threading
@@ -21,9 +22,20 @@ from ..records import SKMEM_FIELDS
 from .namespaces import run_in_namespace
 from .session import session_for
 
-__all__ = ["SocketTable", "SKMEM_FIELDS", "watch_sockets", "tcp_counters", "listening_ports"]
+__all__ = [
+    "SocketTable",
+    "SKMEM_FIELDS",
+    "DestroyedSockets",
+    "watch_sockets",
+    "destroyed_sockets",
+    "tcp_counters",
+    "listening_ports",
+]
 
 _TCP_LISTEN = 10  # include/net/tcp_states.h
+# The sock_diag multicast groups a TCP socket's destruction is broadcast to (include/uapi/linux/sock_diag.h:
+# SKNLGRP_INET_TCP_DESTROY = 1, SKNLGRP_INET6_TCP_DESTROY = 3), as bind()'s group mask.
+_DESTROY_GROUPS = {socket.AF_INET: 1 << 0, socket.AF_INET6: 1 << 2}
 
 # Request bits are 1 << (attribute - 1): INET_DIAG_INFO = 2, INET_DIAG_CONG = 4, INET_DIAG_SKMEMINFO = 7.
 _EXTENSIONS = (1 << 1) | (1 << 3) | (1 << 6)
@@ -90,21 +102,7 @@ class SocketTable:
 
     def tcp_sockets(self, states=SS_ALL, families=(socket.AF_INET,)):
         """[{local, remote, state, tcp_info, skmem, cc}] for every TCP socket of the address families in the namespace."""
-        rows = []
-        for msg in (msg for family in families for msg in self._dump(family, states, _EXTENSIONS)):
-            raw_info = msg.get_attr("INET_DIAG_INFO")
-            raw_mem = msg.get_attr("INET_DIAG_SKMEMINFO")
-            rows.append(
-                {
-                    "local": (msg["idiag_src"], msg["idiag_sport"]),
-                    "remote": (msg["idiag_dst"], msg["idiag_dport"]),
-                    "state": msg["idiag_state"],
-                    "tcp_info": decode_tcp_info(raw_info) if raw_info else {},
-                    "skmem": dict(zip(SKMEM_FIELDS, memoryview(raw_mem).cast("I"))) if raw_mem else {},
-                    "cc": msg.get_attr("INET_DIAG_CONG"),
-                }
-            )
-        return rows
+        return [_row(msg) for family in families for msg in self._dump(family, states, _EXTENSIONS)]
 
     def listening_ports(self, *, udp=False, families=(socket.AF_INET, socket.AF_INET6)):
         """Local ports with a listening TCP socket (udp=True: a bound UDP socket) in the namespace."""
@@ -114,6 +112,71 @@ class SocketTable:
     def close(self):
         """Close the netlink socket."""
         self._sock.close()
+
+
+def _row(msg):
+    """One inet_diag_msg as a socket row: {local, remote, state, tcp_info, skmem, cc}."""
+    raw_info = msg.get_attr("INET_DIAG_INFO")
+    raw_mem = msg.get_attr("INET_DIAG_SKMEMINFO")
+    return {
+        "local": (msg["idiag_src"], msg["idiag_sport"]),
+        "remote": (msg["idiag_dst"], msg["idiag_dport"]),
+        "state": msg["idiag_state"],
+        "tcp_info": decode_tcp_info(raw_info) if raw_info else {},
+        "skmem": dict(zip(SKMEM_FIELDS, memoryview(raw_mem).cast("I"))) if raw_mem else {},
+        "cc": msg.get_attr("INET_DIAG_CONG"),
+    }
+
+
+class DestroyedSockets:
+    """A NETLINK_SOCK_DIAG socket of a namespace subscribed to its TCP sockets' destruction: the kernel broadcasts
+    each socket's last TCP_INFO when it frees it, so a connection too short for any sample is still seen, with its
+    final counters. Open it inside the namespace (destroyed_sockets()); read() from any thread."""
+
+    def __init__(self, families=(socket.AF_INET,)):
+        groups = 0
+        for family in families:
+            groups |= _DESTROY_GROUPS[family]
+        self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_SOCK_DIAG)
+        try:
+            # Subscribing needs CAP_NET_ADMIN over the namespace (root, or the user namespace that owns it).
+            self._sock.bind((0, groups))
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)  # a burst of short connections
+            self._sock.setblocking(False)
+        except OSError:
+            self._sock.close()
+            raise
+        self._marshal = _RawMarshal()
+        self.overflowed = False  # the kernel dropped events: the receive buffer was full (ENOBUFS)
+
+    def fileno(self):
+        return self._sock.fileno()
+
+    def read(self):
+        """The rows of every socket destroyed since the last read (as SocketTable.tcp_sockets gives them)."""
+        rows = []
+        while True:
+            try:
+                data = self._sock.recv(1 << 16)
+            except BlockingIOError:
+                return rows
+            except OSError as exc:
+                if exc.errno == errno.ENOBUFS:
+                    self.overflowed = True
+                    continue
+                raise
+            rows.extend(_row(msg) for msg in self._marshal.parse(data) if msg["header"]["type"] == SOCK_DIAG_BY_FAMILY)
+
+    def close(self):
+        self._sock.close()
+
+
+def destroyed_sockets(namespace, families=(socket.AF_INET,)):
+    """A DestroyedSockets subscription opened inside namespace (LabError if this process may not subscribe)."""
+    try:
+        return run_in_namespace(namespace, DestroyedSockets, families)
+    except OSError as exc:
+        raise LabError(f"cannot subscribe to TCP socket destruction in namespace {namespace}: {exc}") from exc
 
 
 def listening_ports(namespace, *, udp=False):

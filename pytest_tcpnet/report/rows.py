@@ -302,6 +302,13 @@ def too_short_for_a_rate(transfer):
     nbytes = getattr(transfer, "nbytes", None)
     if isinstance(nbytes, int) and nbytes <= INITIAL_WINDOW_BYTES:
         return f"too short to judge a rate: {nbytes} B, within one initial window ({INITIAL_WINDOW_BYTES} B)"
+    if getattr(transfer, "between_samples", False):
+        interval = getattr(getattr(transfer, "samples", None), "interval", None)
+        apart = f" ({interval * 1e3:g} ms apart)" if interval else ""
+        return (
+            f"opened and closed between two samples{apart}: its {nbytes} B are exact, its rate is not timed "
+            "(observe(capture=True) or a smaller sample_interval times it)"
+        )
     return ""
 
 
