@@ -1,5 +1,6 @@
 """What a workload measured, with the conditions it ran under (kernel, sysctls, link, buffers)."""
 
+import functools
 from dataclasses import dataclass, field
 
 from . import guest
@@ -114,6 +115,15 @@ class TransferResult:
         if "server" in self.sent_bytes:
             return self.sent_bytes["server"]
         return self.nbytes if self.direction == "download" else 0
+
+    @functools.cached_property
+    def stalls(self):
+        """Where the connection waited on a timer, not on the path (analysis/stalls.py): delayed_ack, rto,
+        zero_window, each with its count, lengths and evidence; from the capture (capture=True), else the counters."""
+        from .analysis.stalls import find_stalls
+
+        packets = self.capture.packets if self.capture is not None else None
+        return find_stalls(packets, self.tcp_counters)
 
     @property
     def between_samples(self):
@@ -513,6 +523,7 @@ class TransferResult:
         counters = self.key_counters()
         if counters:
             lines.append("kernel counters during the measurement: " + counters)
+        lines += [f"stall: {stall.describe()}" for stall in self.stalls]
         if self.capture is not None:
             lines.append(f"capture: {self.capture.pcap}")
         if self.host_contention_cpus is not None and self.host_contention_cpus >= CONTENTION_WARNING_CORES:

@@ -96,6 +96,11 @@ def test_pausing_reader_gives_zero_window_probes_and_update(tcpnet, tmp_path):
     assert events["window_update"] >= 1, cap.result.describe()
     probes = cap.result.offending("zero_window_probe", 10)
     assert probes[-1].time - probes[0].time > 0.5  # spread over the pause, not a burst
+    # The stall is named, and lasts about the pause: the window reopens once the reader reads again.
+    from pytest_tcpnet.analysis.stalls import find_stalls
+
+    (stall,) = [s for s in find_stalls(cap.result.packets) if s.kind == "zero_window"]
+    assert stall.count >= 1 and 1.5 <= max(stall.seconds) <= 3.0, stall.describe()
 
 
 def test_assertions_without_a_capture_say_how_to_get_one(tcpnet):

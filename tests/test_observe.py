@@ -237,3 +237,52 @@ def test_every_short_connection_is_seen_with_its_bytes_each_way(tcpnet):
     from pytest_tcpnet.report.rows import too_short_for_a_rate
 
     assert "between two samples" in too_short_for_a_rate(unsampled[0]), too_short_for_a_rate(unsampled[0])
+
+
+def _nodelay(script):
+    """The header/body program with TCP_NODELAY on its socket: the fix."""
+    nodelay = "{0}.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\n"
+    return script.replace(
+        "conn, _ = listener.accept()\n", "conn, _ = listener.accept()\n" + nodelay.format("conn")
+    ).replace(
+        "sock = socket.create_connection((sys.argv[1], 9000))\n",
+        "sock = socket.create_connection((sys.argv[1], 9000))\n" + nodelay.format("sock"),
+    )
+
+
+@pytest.mark.tcpnet_needs("tshark")
+@pytest.mark.parametrize("fixed", [False, True], ids=["nagle", "nodelay"])
+def test_a_delayed_ack_stall_is_named_with_its_evidence_and_gone_once_fixed(tcpnet, fixed):
+    """The header/body bug (two sends a message, Nagle on) on a 0-RTT path: flow.stalls names delayed_ack, each
+    stall ~40 ms (Linux's delayed-ACK timer), in describe() and the table; with TCP_NODELAY there is none."""
+    import subprocess
+
+    from pytest_tcpnet.report.rows import flow_row
+
+    server_code, client_code = (
+        (_nodelay(HEADER_BODY_SERVER), _nodelay(HEADER_BODY_CLIENT))
+        if fixed
+        else (
+            HEADER_BODY_SERVER,
+            HEADER_BODY_CLIENT,
+        )
+    )
+    pair = tcpnet.pair(link=Link(rate="100mbit"))
+    server = pair.server.popen([sys.executable, "-c", server_code, pair.server.address], stdout=subprocess.PIPE)
+    assert server.stdout.readline().strip() == b"listening"
+    with pair.observe(capture=True) as seen:
+        pair.client.run([sys.executable, "-c", client_code, pair.server.address, "20"], timeout=60, check=True)
+    (flow,) = seen.flows
+    kinds = {stall.kind: stall for stall in flow.stalls}
+    if fixed:
+        assert "delayed_ack" not in kinds, flow.describe()
+        return
+    stall = kinds["delayed_ack"]
+    # One per exchange or so (20 exchanges, each direction can stall); each the delayed-ACK timer's 40 ms less the
+    # path's fastest ACK: Linux's TCP_DELACK_MIN, stretched by timer ticks (HZ) and a busy host.
+    assert stall.count >= 10, flow.describe()
+    assert all(0.025 <= s <= 0.25 for s in stall.seconds), stall.seconds
+    assert "Nagle" in stall.evidence and "TCP_NODELAY" in stall.evidence
+    assert "stall: delayed_ack:" in flow.describe(), flow.describe()
+    row = flow_row(flow)
+    assert row["stalls"][0]["kind"] == "delayed_ack" and "delayed_ack stalls" in row["notes"], row["notes"]

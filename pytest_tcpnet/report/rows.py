@@ -286,7 +286,19 @@ def flow_row(result, *, test="", flow=0, outcome=None):
         "measured_s": None,
         "expected_s": None,
         "figure": None,
-        "notes": too_short or "",
+        "stalls": [
+            {"kind": st.kind, "count": st.count, "seconds": list(st.seconds), "evidence": st.evidence}
+            for st in (_attr(transfer, "stalls") or [])
+        ],
+        "notes": "; ".join(
+            n
+            for n in [too_short]
+            + [
+                f"{st.kind} stalls {st.count}" + (f", {st.total_s * 1e3:.0f} ms" if st.seconds else "")
+                for st in (_attr(transfer, "stalls") or [])
+            ]
+            if n
+        ),
     }
     return row
 

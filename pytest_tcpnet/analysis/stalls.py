@@ -1,0 +1,176 @@
+"""Stalls named with their evidence: where a connection waited on a timer, not on the path.
+
+From one connection's packets (capture.decode.Packet, as tshark decoded them) and the kernel's counters:
+
+- ``delayed_ack``: a segment whose acknowledgement came as a pure ACK at least DELAYED_ACK_MIN_S after the fastest
+  acknowledgement the connection got, with the sender's next data leaving as soon as that ACK came back: the data was
+  held (Nagle's algorithm waits for the ACK of a small segment) until the peer's delayed-ACK timer fired (40 ms on
+  Linux: TCP_DELACK_MIN = HZ/25).
+- ``rto``: a retransmission after at least RTO_MIN_S of silence from its sender (a retransmission timeout: 200 ms
+  at least on Linux).
+- ``zero_window``: the receiver advertised a zero window; the stall lasts until its next non-zero one.
+
+Without a capture, counters alone name the kind (TcpExt.TCPTimeouts) but not when or how long.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+__all__ = ["Stall", "find_stalls", "DELAYED_ACK_MIN_S", "DELAYED_ACK_MAX_S", "RTO_MIN_S"]
+
+#: Extra wait, over the connection's fastest acknowledgement, that counts as a delayed ACK: well under Linux's
+#: 40 ms minimum delayed-ACK timer, well over a quick ACK's scheduling noise on a loaded host (a few ms).
+DELAYED_ACK_MIN_S = 0.025
+#: Linux's longest delayed-ACK timer (TCP_DELACK_MAX = HZ/5), and a tick of slack: an ACK later than that was not
+#: delayed by the receiver's timer.
+DELAYED_ACK_MAX_S = 0.25
+#: How soon after the ACK the held segment must leave (over the base RTT, at a capture on the receiver's side).
+_RELEASE_S = 0.005
+#: Silence before a retransmission that only a timeout explains (Linux's minimum RTO is 200 ms).
+RTO_MIN_S = 0.2
+
+
+@dataclass(frozen=True)
+class Stall:
+    """Stalls of one kind on one connection: how many, how long each (seconds), and the evidence, in words."""
+
+    kind: str
+    count: int
+    seconds: tuple = field(default=())  # each stall's length (empty where only a counter saw them)
+    evidence: str = ""
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.seconds)
+
+    def describe(self) -> str:
+        """One line: kind, count, lengths, evidence."""
+        if self.seconds:
+            lengths = (
+                f", median {statistics.median(self.seconds) * 1e3:.1f} ms, total {self.total_s * 1e3:.0f} ms"
+                if len(self.seconds) > 1
+                else f" of {self.seconds[0] * 1e3:.1f} ms"
+            )
+        else:
+            lengths = ""
+        return f"{self.kind}: {self.count} stall(s){lengths}" + (f" ({self.evidence})" if self.evidence else "")
+
+
+def find_stalls(packets, counters: dict | None = None) -> list:
+    """The stalls of one connection's packets (and, without packets, what its kernel counters say)."""
+    stalls = []
+    if packets:
+        stalls += _delayed_acks(packets, counters or {})
+        stalls += _timeouts(packets)
+        stalls += _zero_windows(packets)
+    elif counters:
+        timeouts = sum(side.get("TcpExt.TCPTimeouts", 0) for side in counters.values())
+        if timeouts:
+            stalls.append(
+                Stall(
+                    "rto",
+                    timeouts,
+                    evidence=f"TcpExt.TCPTimeouts {timeouts}; capture=True says when and for how long",
+                )
+            )
+    return stalls
+
+
+def _delayed_acks(packets, counters):
+    held = []
+    rtt = _handshake_rtt(packets)
+    for side in {p.src for p in packets}:
+        mine = [p for p in packets if p.src == side and p.len > 0]
+        theirs = [p for p in packets if p.dst == side]
+        if not mine or not theirs:
+            continue
+        waits = []  # (index of the segment in mine, the packet that acknowledged it, wait)
+        j = 0
+        for i, seg in enumerate(mine):
+            end = seg.seq + seg.len
+            while j < len(theirs) and (theirs[j].time < seg.time or theirs[j].ack < end):
+                j += 1
+            if j == len(theirs):
+                break
+            waits.append((i, theirs[j], theirs[j].time - seg.time))
+        if not waits:
+            continue
+        base = min(w for _, _, w in waits)
+        # The held segment leaves when the ACK reaches its sender: at once where the capture is the sender's, one
+        # round trip after the ACK left where it is the receiver's.
+        release = max(base, rtt or 0.0) + _RELEASE_S
+        for i, ack, wait in waits:
+            if not base + DELAYED_ACK_MIN_S <= wait <= base + DELAYED_ACK_MAX_S or ack.len > 0:
+                continue  # acknowledged quickly, by the peer's own data, or later than any delayed-ACK timer
+            end = mine[i].seq + mine[i].len
+            later = mine[i + 1 : i + 64]
+            if any(p.seq == mine[i].seq and p.time < ack.time for p in later):
+                continue  # resent before its ACK came: lost, not held
+            following = next((p for p in later if p.seq >= end), None)  # past any resends
+            if following is not None and 0 <= following.time - ack.time <= release:
+                held.append(wait - base)
+    if not held:
+        return []
+    delayed = sum(side.get("TcpExt.DelayedACKs", 0) for side in counters.values())
+    evidence = (
+        f"{len(held)} segment(s) waited for a pure ACK {DELAYED_ACK_MIN_S * 1e3:.0f} ms or more beyond the "
+        "connection's fastest, and the next data left as soon as it came: small writes held by Nagle's algorithm "
+        "until the peer's delayed-ACK timer fired"
+        + (f"; the peers' TcpExt.DelayedACKs rose by {delayed}" if delayed else "")
+        + "; TCP_NODELAY, or one write per message, removes it"
+    )
+    return [Stall("delayed_ack", len(held), tuple(held), evidence)]
+
+
+def _handshake_rtt(packets):
+    """The round trip the handshake took at this capture point (None without one): SYN to SYN-ACK at the client's
+    side, SYN-ACK to its ACK at the server's; the larger of the two is the path's."""
+    syn = next((p for p in packets if p.flags == "S"), None)
+    synack = next((p for p in packets if p.flags == "SA"), None)
+    if syn is None or synack is None:
+        return None
+    ack = next((p for p in packets if p.time > synack.time and p.src == syn.src and "A" in p.flags), None)
+    return max(synack.time - syn.time, (ack.time - synack.time) if ack is not None else 0.0)
+
+
+def _timeouts(packets):
+    gaps = []
+    for side in {p.src for p in packets}:
+        mine = [p for p in packets if p.src == side]
+        for before, p in zip(mine, mine[1:]):
+            if "retransmission" in p.expert and "fast_retransmission" not in p.expert:
+                gap = p.time - before.time
+                if gap >= RTO_MIN_S:
+                    gaps.append(gap)
+    if not gaps:
+        return []
+    return [
+        Stall(
+            "rto",
+            len(gaps),
+            tuple(gaps),
+            f"retransmission(s) after {RTO_MIN_S * 1e3:.0f} ms or more of silence: the retransmission timer fired",
+        )
+    ]
+
+
+def _zero_windows(packets):
+    lengths, closed_at = [], {}
+    for p in packets:
+        if "zero_window" in p.expert and p.window == 0:
+            closed_at.setdefault(p.src, p.time)
+        elif p.window > 0 and p.src in closed_at:
+            lengths.append(p.time - closed_at.pop(p.src))
+    if not lengths and not closed_at:
+        return []
+    return [
+        Stall(
+            "zero_window",
+            len(lengths) + len(closed_at),
+            tuple(lengths),
+            "the receiver advertised a zero window (its application did not read) until its next update"
+            + (f"; {len(closed_at)} still closed at the end" if closed_at else ""),
+        )
+    ]

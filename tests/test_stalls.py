@@ -1,0 +1,45 @@
+"""The stall finder's rules on hand-made packet lists (the real flows are in test_observe.py and test_capture.py)."""
+
+from pytest_tcpnet.analysis.stalls import find_stalls
+from pytest_tcpnet.capture.decode import Packet
+
+A, B = "198.18.0.2:40000", "198.19.0.2:9000"
+
+
+def _p(time, src, seq=1, ack=1, length=0, flags="A", expert=(), window=65535):
+    dst = B if src == A else A
+    return Packet(time, 0, src, dst, "data" if src == A else "ack", seq, ack, window, None, length, None, flags, expert)
+
+
+def test_a_retransmission_after_a_silence_is_a_timeout_and_a_quick_one_is_not():
+    packets = [
+        _p(0.000, A, seq=1, length=1000),
+        _p(0.001, B, ack=1001),
+        _p(0.002, A, seq=1001, length=1000),
+        _p(0.302, A, seq=1001, length=1000, expert=("retransmission",)),  # 300 ms of silence: the RTO fired
+        _p(0.303, B, ack=2001),
+        _p(0.304, A, seq=2001, length=1000),
+        _p(0.310, A, seq=2001, length=1000, expert=("retransmission", "fast_retransmission")),
+    ]
+    (stall,) = find_stalls(packets)
+    assert stall.kind == "rto" and stall.count == 1 and abs(stall.seconds[0] - 0.300) < 1e-9
+
+
+def test_acks_that_come_at_once_are_no_stall_and_counters_alone_name_a_timeout():
+    packets = []
+    for i in range(20):
+        packets += [_p(i * 0.001, A, seq=1 + i * 1000, length=1000), _p(i * 0.001 + 0.0002, B, ack=1001 + i * 1000)]
+    assert find_stalls(packets) == []
+    (stall,) = find_stalls(None, {"client": {"TcpExt.TCPTimeouts": 2}, "server": {}})
+    assert stall.kind == "rto" and stall.count == 2 and stall.seconds == () and "capture=True" in stall.evidence
+
+
+def test_a_late_ack_answered_by_the_peer_s_own_data_is_no_delayed_ack():
+    packets = [
+        _p(0.000, A, seq=1, length=8),
+        _p(0.0002, B, ack=9),
+        _p(0.001, A, seq=9, length=100),
+        _p(0.050, B, seq=1, ack=109, length=108),  # the answer carries the ACK: nothing waited on a timer
+        _p(0.051, A, seq=109, length=8, ack=109),
+    ]
+    assert [s.kind for s in find_stalls(packets)] == []
