@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from . import guest
 from .hostload import CONTENTION_WARNING_CORES
 from .model import Host, Link, format_rate, format_size, format_time
+from .model.stats import percentile
 from .model.validation import check_number
 from .records import SERIES_FIELDS
 
@@ -124,6 +125,22 @@ class TransferResult:
 
         packets = self.capture.packets if self.capture is not None else None
         return find_stalls(packets, self.tcp_counters)
+
+    @functools.cached_property
+    def exchanges(self):
+        """The connection's request/response exchanges (analysis/exchanges.py: start, end, bytes each way, latency),
+        from its capture; ValueError without one."""
+        from .analysis.exchanges import find_exchanges
+        from .capture.decode import endpoint_text
+
+        if self.capture is None:
+            raise ValueError(
+                "exchanges come from the connection's packets: measure it with a capture (observe(capture=True))"
+            )
+        end = self.sender if self.sender_role == "client" else self.receiver
+        if not end.get("local"):
+            raise ValueError("exchanges need the connection's addresses: an observed connection has them")
+        return find_exchanges(self.capture.packets, endpoint_text(*end["local"]))
 
     @property
     def between_samples(self):
@@ -609,7 +626,7 @@ class UdpResult:
 
     def one_way_delay_s(self, p=50):
         """A percentile (0..100) of the one-way delay."""
-        return _percentile(self.one_way_delays_s, p)
+        return percentile(self.one_way_delays_s, p)
 
     @property
     def throughput_bps(self):
@@ -676,17 +693,6 @@ class ConcurrentResult:
         return "\n".join(lines)
 
 
-def _percentile(values, p):
-    """The p-th percentile (0..100) of values, linearly interpolated (numpy's default)."""
-    ordered = sorted(values)
-    if not ordered:
-        raise ValueError("no samples")
-    rank = (len(ordered) - 1) * p / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
 @dataclass
 class LatencyResult:
     """A latency probe's RTTs idle and beside load (Pair.latency_under_load): the queue a path adds under load.
@@ -726,11 +732,11 @@ class LatencyResult:
     @property
     def idle_rtt_s(self):
         """The median idle RTT."""
-        return _percentile(self.idle_samples, 50)
+        return percentile(self.idle_samples, 50)
 
     def loaded_rtt_s(self, p=50, *, after=0.0):
         """The p-th percentile of the RTT under load."""
-        return _percentile(self.loaded_samples(after), p)
+        return percentile(self.loaded_samples(after), p)
 
     def induced_latency_s(self, p=95, *, after=0.0):
         """What the load added: the loaded RTT's p-th percentile minus the idle median."""
@@ -738,7 +744,7 @@ class LatencyResult:
 
     def describe(self):
         """Idle and loaded RTTs, the load, the link."""
-        app_idle = _percentile([rtt for t, rtt in self.app_samples if t < self.idle_to], 50)
+        app_idle = percentile([rtt for t, rtt in self.app_samples if t < self.idle_to], 50)
         lines = [
             f"latency probe (TCP request/response every {format_time(self.interval)}"
             + ("" if self.stamped else ", no kernel timestamps: application times")
@@ -750,7 +756,7 @@ class LatencyResult:
         if loaded:
             lines.append(
                 "under load: "
-                + ", ".join(f"p{p} {format_time(_percentile(loaded, p))}" for p in (50, 95, 99))
+                + ", ".join(f"p{p} {format_time(percentile(loaded, p))}" for p in (50, 95, 99))
                 + f" ({len(loaded)} samples); induced p95 {format_time(self.induced_latency_s(95))}"
             )
         if self.flows is not None:
@@ -804,7 +810,7 @@ class RequestsResult:
 
     def fct_percentile(self, p=50):
         """A percentile (0..100) of the completion times."""
-        return _percentile(self.fct_s, p)
+        return percentile(self.fct_s, p)
 
     @property
     def first_byte_s(self):
@@ -820,7 +826,7 @@ class RequestsResult:
             + ("a new connection each" if self.new_connection else "on one connection")
             + (f", one every {format_time(self.interval)}" if self.interval else ", back to back"),
             "FCT: "
-            + ", ".join(f"p{p} {format_time(_percentile(fct, p))}" for p in (0, 50, 95, 100))
+            + ", ".join(f"p{p} {format_time(percentile(fct, p))}" for p in (0, 50, 95, 100))
             + f"; model: first {format_time(self.expected_s[0])}"
             + (f", then {format_time(self.expected_s[-1])}" if len(self.expected_s) > 1 else ""),
             f"model: {self.why}"

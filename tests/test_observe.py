@@ -286,3 +286,54 @@ def test_a_delayed_ack_stall_is_named_with_its_evidence_and_gone_once_fixed(tcpn
     assert "stall: delayed_ack:" in flow.describe(), flow.describe()
     row = flow_row(flow)
     assert row["stalls"][0]["kind"] == "delayed_ack" and "delayed_ack stalls" in row["notes"], row["notes"]
+
+
+@pytest.mark.tcpnet_needs("tshark")
+def test_request_latency_names_the_slow_exchanges_and_their_stall_and_passes_once_fixed(tcpnet):
+    """20 exchanges of 108 bytes each way: with the header/body bug each waits on a delayed ACK (p50 tens of ms on a
+    0-RTT path) and assert_request_latency's failure shows the distribution, the slowest exchanges and the stall;
+    with TCP_NODELAY the same bound passes."""
+    import subprocess
+
+    from pytest_tcpnet import assert_request_latency
+
+    def exchanges(server_code, client_code):
+        pair = tcpnet.pair(link=Link(rate="100mbit"))
+        server = pair.server.popen([sys.executable, "-c", server_code, pair.server.address], stdout=subprocess.PIPE)
+        assert server.stdout.readline().strip() == b"listening"
+        with pair.observe(capture=True) as seen:
+            pair.client.run([sys.executable, "-c", client_code, pair.server.address, "20"], timeout=60, check=True)
+        (flow,) = seen.flows
+        return flow
+
+    slow = exchanges(HEADER_BODY_SERVER, HEADER_BODY_CLIENT)
+    assert [(e.request_bytes, e.response_bytes) for e in slow.exchanges] == [(108, 108)] * 20
+    with pytest.raises(AssertionError) as failure:
+        assert_request_latency(slow, p50=0.010)
+    text = str(failure.value)
+    assert text.startswith("request latency over its bound: p50 ") and "20 exchange(s): p50 " in text, text
+    assert "slowest 5:" in text and "108 B asked, 108 B answered in" in text, text
+    assert "stall: delayed_ack:" in text, text
+    fixed = exchanges(_nodelay(HEADER_BODY_SERVER), _nodelay(HEADER_BODY_CLIENT))
+    assert len(fixed.exchanges) == 20
+    assert_request_latency(fixed, p50=0.010, percentiles={99.9: 0.2})
+
+
+def test_request_latency_refuses_bad_bounds_and_results_without_exchanges(tcpnet):
+    from pytest_tcpnet import assert_request_latency
+
+    result = tcpnet.pair(link=Link(rate="100mbit")).requests(5, request_size=100, response_size=1000)
+    assert_request_latency(result, max=5.0)  # Pair.requests() results are accepted too
+    with pytest.raises(ValueError, match="at least one bound"):
+        assert_request_latency(result)
+    with pytest.raises(ValueError, match="p99: an upper bound in seconds, a positive number, got -1"):
+        assert_request_latency(result, p99=-1)
+    with pytest.raises(ValueError, match="p50: an upper bound in seconds"):
+        assert_request_latency(result, p50="10ms")
+    with pytest.raises(ValueError, match="0.99 reads as a fraction; percentiles are 0-100"):
+        assert_request_latency(result, percentiles={0.99: 0.1})
+    with pytest.raises(ValueError, match="a percentile is in"):
+        assert_request_latency(result, percentiles={150: 0.1})
+    bulk = tcpnet.pair(link=Link(rate="100mbit")).transfer(100_000)
+    with pytest.raises(ValueError, match=r"observe\(capture=True\)"):
+        assert_request_latency(bulk, p50=1.0)

@@ -10,6 +10,7 @@ from .events import (
     assert_window_full,
     assert_zero_window,
 )
+from .latency import assert_request_latency
 from .schedule import assert_follows_schedule
 from .throughput import assert_limited_by, assert_throughput_within
 from .verdicts import assert_faster, assert_intervals_within, confirm_failure
@@ -28,4 +29,5 @@ __all__ = [
     "assert_no_retransmissions",
     "assert_loss_signature",
     "assert_follows_schedule",
+    "assert_request_latency",
 ]

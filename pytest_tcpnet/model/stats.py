@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 
-__all__ = ["t_quantile", "mean_interval", "trials_to_decide"]
+__all__ = ["t_quantile", "mean_interval", "trials_to_decide", "percentile"]
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -81,3 +81,14 @@ def trials_to_decide(values: list[float], confidence: float, low: float, high: f
         if t_quantile((1 + confidence) / 2, n - 1) * spread / math.sqrt(n) < distance:
             return n
     return None
+
+
+def percentile(values, p: float) -> float:
+    """The p-th percentile (0..100) of values, linearly interpolated (numpy's default)."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no samples")
+    rank = (len(ordered) - 1) * p / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
