@@ -38,8 +38,8 @@ class Exchange:
 def find_exchanges(packets, client: str) -> list:
     """The exchanges in one connection's packets (capture.decode.Packet); client is its "address:port"."""
     exchanges: list = []
-    high = {}  # side -> highest payload byte seen (relative sequence), so resends count once
-    current = None  # [started, ended, request_bytes, response_bytes]
+    high: dict[str, int] = {}  # side -> highest payload byte seen (relative sequence), so resends count once
+    current: list | None = None  # [started, ended, request_bytes, response_bytes]
     for p in packets:
         if p.len <= 0:
             continue
