@@ -99,6 +99,9 @@ class TransferResult:
     #: An observed connection's payload bytes each end sent ({"client": n, "server": n}); empty for the built-in
     #: one-way workloads, whose other direction carries none.
     sent_bytes: dict = field(default_factory=dict)
+    #: An observed connection's capture at each end ({"client": ..., "server": ...}, its packets only); `capture` is
+    #: the sending end's.
+    captures: dict = field(default_factory=dict, repr=False)
     _artifacts: list = field(default_factory=list, repr=False)
 
     # -- bytes each way ---------------------------------------------------------------------------
@@ -129,18 +132,35 @@ class TransferResult:
     @functools.cached_property
     def exchanges(self):
         """The connection's request/response exchanges (analysis/exchanges.py: start, end, bytes each way, latency),
-        from its capture; ValueError without one."""
+        from its capture at the client (what the client waited), else the one it has; ValueError without one."""
         from .analysis.exchanges import find_exchanges
         from .capture.decode import endpoint_text
 
-        if self.capture is None:
+        capture = self.captures.get("client") or self.capture
+        if capture is None:
             raise ValueError(
                 "exchanges come from the connection's packets: measure it with a capture (observe(capture=True))"
             )
         end = self.sender if self.sender_role == "client" else self.receiver
         if not end.get("local"):
             raise ValueError("exchanges need the connection's addresses: an observed connection has them")
-        return find_exchanges(self.capture.packets, endpoint_text(*end["local"]))
+        return find_exchanges(capture.packets, endpoint_text(*end["local"]))
+
+    def exchange_expected_s(self, exchange):
+        """The model's time for one exchange on this path: a round trip, then the response in slow-start rounds from
+        the initial window at the link's payload rate (model.request_response_times; no receive-window bound)."""
+        from .model import PAYLOAD_PER_FRAME, link_goodput, request_response_times
+
+        rate = self.link.toward_client.rate_bps
+        (seconds,) = request_response_times(
+            1,
+            max(1, exchange.response_bytes),
+            rtt_s=self.link.rtt_s,
+            window_bytes=max(1, exchange.response_bytes),
+            rate_bps=link_goodput(rate) if rate else None,
+            mss_bytes=PAYLOAD_PER_FRAME,
+        )
+        return seconds
 
     @property
     def between_samples(self):

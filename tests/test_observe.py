@@ -286,6 +286,9 @@ def test_a_delayed_ack_stall_is_named_with_its_evidence_and_gone_once_fixed(tcpn
     assert "stall: delayed_ack:" in flow.describe(), flow.describe()
     row = flow_row(flow)
     assert row["stalls"][0]["kind"] == "delayed_ack" and "delayed_ack stalls" in row["notes"], row["notes"]
+    # A conversation is judged by its exchanges' time against the model's, not as a bulk rate.
+    assert row["figure"] == "p50 exchange" and row["requests"]["count"] == 20 and row["measured_bps"] is None, row
+    assert row["measured_s"] > 0.025 and row["expected_s"] < 0.001 and row["ratio"] < 0.05, row
 
 
 @pytest.mark.tcpnet_needs("tshark")

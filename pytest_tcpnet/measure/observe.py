@@ -311,6 +311,11 @@ def connection_results(samples, captures, shared, *, artifact_dir, app_window_by
         sender_role = "server" if sent["server"] >= sent["client"] else "client"
         receiver_role = "client" if sender_role == "server" else "server"
         sender, receiver = ends[sender_role], ends[receiver_role]
+        both = {
+            role: found.for_connection(ends[role]["local"], ends[role]["remote"])
+            for role, found in captures.items()
+            if found is not None
+        }
         capture = captures.get(sender_role)
         total = sent[sender_role]
         if capture is not None:
@@ -333,6 +338,7 @@ def connection_results(samples, captures, shared, *, artifact_dir, app_window_by
                 app_window_bytes=app_window_bytes,
                 rcvbuf_requested=set_rcvbuf(receiver["values"], shared["sysctls"].get(receiver_role, {})),
                 sent_bytes=dict(sent),
+                captures=both,
                 **shared,
             )
         )

@@ -14,6 +14,7 @@ import statistics
 
 from .. import guest
 from ..model import format_rate, format_time
+from ..model.stats import percentile as _percentile
 from ..model.validation import is_number
 
 SCHEMA = 1
@@ -300,11 +301,62 @@ def flow_row(result, *, test="", flow=0, outcome=None):
             if n
         ),
     }
+    _judge_exchanges(row, transfer)
     return row
 
 
 #: Payload a fresh connection sends in its first round trip (the initial window: 10 segments of 1448 B).
 INITIAL_WINDOW_BYTES = 10 * 1448
+
+
+#: Exchanges from which a connection is judged by its latency, not its rate: a request/response conversation.
+MIN_EXCHANGES = 2
+
+
+def _judge_exchanges(row, transfer):
+    """A captured connection of several request/response exchanges: judged by its p50 exchange time against the
+    model's (a round trip, then the response's rounds), not by a rate; the spread in the notes."""
+    if getattr(transfer, "capture", None) is None:
+        return
+    exchanges = _attr(transfer, "exchanges") or []
+    if len(exchanges) < MIN_EXCHANGES:
+        return
+    latencies = [e.latency_s for e in exchanges]
+    expected = [_expected_exchange(transfer, e) for e in exchanges]
+    measured = statistics.median(latencies)
+    model = statistics.median(expected) if all(is_number(x) for x in expected) else None
+    stalls = row["notes"].split("; ")[1:] if row["notes"].startswith("too short") else row["notes"].split("; ")
+    row.update(
+        measured_bps=None,
+        measured_s=_number(measured),
+        expected_s=_number(model),
+        expected_bps=None,
+        figure="p50 exchange",
+        bound="requests",
+        why="per exchange: a round trip, then the response in slow-start rounds from 10 segments at the link's rate",
+        ratio=_time_ratio(model, measured),
+        requests={
+            "count": len(exchanges),
+            "request_bytes": sum(e.request_bytes for e in exchanges),
+            "response_bytes": sum(e.response_bytes for e in exchanges),
+            **{f"p{p}_s": _number(_percentile(latencies, p)) for p in (50, 90, 99, 100)},
+        },
+        notes="; ".join(
+            [
+                f"{len(exchanges)} exchanges; p90 {format_time(_percentile(latencies, 90))}, "
+                f"max {format_time(max(latencies))}"
+            ]
+            + [n for n in stalls if n]
+        ),
+    )
+
+
+def _expected_exchange(transfer, exchange):
+    """The model's time for one exchange, or None where it cannot say (a result without a link)."""
+    try:
+        return transfer.exchange_expected_s(exchange)
+    except Exception:  # a stand-in result in a unit test, or a link the model cannot read
+        return None
 
 
 def too_short_for_a_rate(transfer):
