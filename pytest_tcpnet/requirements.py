@@ -37,7 +37,15 @@ QDISC_NEEDS = frozenset(
 )
 #: Actions a test can need, by their tc name ("police": act_police, probed on a match-all filter).
 ACTION_NEEDS = frozenset({"police"})
-TOOL_NEEDS = {"tshark": "tshark", "iperf3": "iperf3", "curl": "curl", "nsenter": "util-linux"}
+TOOL_NEEDS = {
+    "tshark": "tshark",
+    "iperf3": "iperf3",
+    "curl": "curl",
+    "nsenter": "util-linux",
+    # A real third-party server for examples/test_redis.py (dev/setup installs it; no system service is started).
+    "redis-server": "redis-server",
+    "redis-benchmark": "redis-tools",
+}
 #: Needs of the machine itself: "smp", CPUs for two busy processes at once (a User-Mode Linux guest has one).
 MACHINE_NEEDS = {"smp": "two or more CPUs at once"}
 _KERNEL_NEED = re.compile(r"^kernel\s*(>=|<=|==|>|<)\s*(\d+\.\d+(?:\.\d+)?)$")
