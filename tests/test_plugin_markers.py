@@ -27,7 +27,8 @@ def pytest_in(project, *args):
 
 def test_every_named_need_collects_under_strict_markers(tmp_path):
     tests = "".join(
-        f"@pytest.mark.tcpnet_needs({need!r})\ndef test_{need}():\n    pass\n\n" for need in ALL_NAMED_NEEDS
+        f"@pytest.mark.tcpnet_needs({need!r})\ndef test_{need.replace('-', '_')}():\n    pass\n\n"
+        for need in ALL_NAMED_NEEDS
     )
     (tmp_path / "test_needs.py").write_text(
         "import pytest\n\n" + tests + "@pytest.mark.tcpnet_needs('kernel>=6.6', 'htb')\n"
