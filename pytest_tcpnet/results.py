@@ -122,12 +122,17 @@ class TransferResult:
 
     @functools.cached_property
     def stalls(self):
-        """Where the connection waited on a timer, not on the path (analysis/stalls.py): delayed_ack, rto,
-        zero_window, each with its count, lengths and evidence; from the capture (capture=True), else the counters."""
+        """Where the connection waited on a timer or its receiver, not on the path (analysis/stalls.py): delayed_ack,
+        rto, zero_window from the capture (capture=True; without one, a timeout from the counters), receiver_limited
+        from the sender's TCP_INFO; each with its count, lengths and evidence."""
         from .analysis.stalls import find_stalls
 
         packets = self.capture.packets if self.capture is not None else None
-        return find_stalls(packets, self.tcp_counters)
+        try:
+            sender_info = self.sender_tcp_info
+        except (KeyError, TypeError):  # a result without the sender's TCP_INFO
+            sender_info = {}
+        return find_stalls(packets, self.tcp_counters, sender_info)
 
     @functools.cached_property
     def exchanges(self):

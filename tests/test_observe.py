@@ -95,6 +95,8 @@ def test_a_tiny_receive_buffer_is_seen_at_the_sender_whichever_way_the_data_goes
     assert flow.rcvbuf_requested == 4096 and model.expected_throughput(flow).bound == "rwnd", flow.describe()
     assert_window_full(flow, at_least=10)
     assert_limited_by(flow, "rwnd")
+    # Named as a stall too, from the sender's own TCP_INFO: the receiver's window held it most of the time.
+    assert "receiver_limited" in {s.kind for s in flow.stalls}, flow.describe()
 
 
 def test_observe_refuses_bad_use_before_anything_starts(tcpnet):
@@ -317,6 +319,11 @@ def test_request_latency_names_the_slow_exchanges_and_their_stall_and_passes_onc
     assert text.startswith("request latency over its bound: p50 ") and "20 exchange(s): p50 " in text, text
     assert "slowest 5:" in text and "108 B asked, 108 B answered in" in text, text
     assert "stall: delayed_ack:" in text, text
+    # The failure comes with pictures: every exchange's latency (over time and as a CDF, against the bound and the
+    # model) and a time-sequence graph of the slowest one.
+    (plots,) = [line[len("plots: ") :].split(", ") for line in text.splitlines() if line.startswith("plots: ")]
+    assert len(plots) == 2 and plots[1].endswith("-slowest-timeseq.png"), plots
+    assert all(os.path.getsize(path) > 10_000 for path in plots), plots
     fixed = exchanges(_nodelay(HEADER_BODY_SERVER), _nodelay(HEADER_BODY_CLIENT))
     assert len(fixed.exchanges) == 20
     assert_request_latency(fixed, p50=0.010, percentiles={99.9: 0.2})

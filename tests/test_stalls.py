@@ -43,3 +43,11 @@ def test_a_late_ack_answered_by_the_peer_s_own_data_is_no_delayed_ack():
         _p(0.051, A, seq=109, length=8, ack=109),
     ]
     assert [s.kind for s in find_stalls(packets)] == []
+
+
+def test_a_sender_held_by_the_receiver_s_window_most_of_its_time_is_receiver_limited():
+    (stall,) = find_stalls(None, None, {"rwnd_limited": 1_500_000, "busy_time": 500_000, "sndbuf_limited": 0})
+    assert stall.kind == "receiver_limited" and stall.seconds == (1.5,) and "75%" in stall.evidence
+    # Slow start's moments on an autotuned receiver are not a stall: too short, or too small a share.
+    assert find_stalls(None, None, {"rwnd_limited": 5_000, "busy_time": 1_000}) == []
+    assert find_stalls(None, None, {"rwnd_limited": 200_000, "busy_time": 2_000_000}) == []

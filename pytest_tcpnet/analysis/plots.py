@@ -19,6 +19,7 @@ __all__ = [
     "plot_result",
     "plot_latency",
     "plot_schedule",
+    "plot_exchanges",
     "conditions_title",
     "draw",
     "draw_elsewhere",
@@ -321,7 +322,68 @@ def _draw_schedule(path, *, rate, phases, title):
     )
 
 
+def _draw_exchanges(path, *, exchanges, expected_s, bounds, title):
+    """Each exchange's latency at its start time beside the CDF of them all, the model's time and the bounds."""
+    plt = _pyplot()
+    fig, (over_time, cdf) = plt.subplots(1, 2, figsize=(14, 5), gridspec_kw={"width_ratios": [2, 1]})
+    starts = [s for s, _ in exchanges]
+    millis = [lat * 1000 for _, lat in exchanges]
+    over_time.plot(starts, millis, ".", markersize=4, color="tab:blue", label=f"exchanges ({len(exchanges)})")
+    ordered = sorted(millis)
+    cdf.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], where="post", color="tab:blue")
+    for ax, horizontal in ((over_time, True), (cdf, False)):
+        line = ax.axhline if horizontal else ax.axvline
+        if expected_s is not None:
+            line(expected_s * 1000, color="tab:green", linestyle="--", label=f"model {expected_s * 1000:.3g} ms")
+        for name, bound in bounds:
+            line(bound * 1000, color="tab:red", linestyle=":", label=f"{name} bound {bound * 1000:.3g} ms")
+    over_time.set_xlabel("request start (s since the capture began)")
+    over_time.set_ylabel("request to last response byte (ms)")
+    over_time.legend(loc="upper left", fontsize="small")
+    cdf.set_xlabel("latency (ms)")
+    cdf.set_ylabel("fraction of exchanges")
+    cdf.legend(loc="lower right", fontsize="small")
+    cdf.grid(alpha=0.3)
+    return _save(fig, path, "request latency: " + title)
+
+
+def plot_exchanges(result, directory, *, bounds=()):
+    """Draw an observed connection's exchanges (latency over time and CDF, the model's time, bounds: [(name,
+    seconds)]) and a time-sequence graph zoomed on the slowest exchange; [paths]."""
+    exchanges = result.exchanges
+    if not exchanges:
+        return []
+    directory = Path(directory)
+    title = conditions_title(result)
+    stem = f"exchanges-{id(result):x}"
+    try:
+        expected = sorted(result.exchange_expected_s(e) for e in exchanges)[len(exchanges) // 2]
+    except Exception:  # the model cannot say for this result: the plot shows the measurements alone
+        expected = None
+    paths = [
+        draw(
+            "exchanges",
+            directory / f"{stem}.png",
+            {
+                "exchanges": [[e.started, e.latency_s] for e in exchanges],
+                "expected_s": expected,
+                "bounds": [list(b) for b in bounds],
+                "title": title,
+            },
+        )
+    ]
+    slowest = max(exchanges, key=lambda e: e.latency_s)
+    margin = max(slowest.latency_s * 0.2, 0.001)
+    capture = result.captures.get("client") or result.capture
+    packets = [p for p in capture.packets if slowest.started - margin <= p.time <= slowest.ended + margin]
+    if packets:
+        zoom = f"slowest exchange #{slowest.number} ({slowest.latency_s * 1000:.3g} ms): {title}"
+        paths.append(plot_time_sequence(time_sequence(packets), directory / f"{stem}-slowest-timeseq.png", title=zoom))
+    return paths
+
+
 _DRAWERS = {
+    "exchanges": _draw_exchanges,
     "time_sequence": _draw_time_sequence,
     "windows": _draw_windows,
     "throughput": _draw_throughput,
@@ -414,7 +476,17 @@ def plot_result(result, directory):
                 phases=phases,
             )
         )
+    if packets and len(_exchanges_of(result)) >= 2:  # a conversation: its requests' latency too
+        paths += plot_exchanges(result, directory)
     return paths
+
+
+def _exchanges_of(result):
+    """An observed connection's exchanges, [] for results without them."""
+    try:
+        return getattr(result, "exchanges", None) or []
+    except ValueError:  # no capture of its own
+        return []
 
 
 def _phases(result):

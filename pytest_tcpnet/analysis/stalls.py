@@ -9,6 +9,8 @@ From one connection's packets (capture.decode.Packet, as tshark decoded them) an
 - ``rto``: a retransmission after at least RTO_MIN_S of silence from its sender (a retransmission timeout: 200 ms
   at least on Linux).
 - ``zero_window``: the receiver advertised a zero window; the stall lasts until its next non-zero one.
+- ``receiver_limited``: the sender's final TCP_INFO says the receiver's window held it (rwnd_limited) for at least
+  RECEIVER_LIMITED_SHARE of the time it had data to send; no capture needed.
 
 Without a capture, counters alone name the kind (TcpExt.TCPTimeouts) but not when or how long.
 """
@@ -30,6 +32,10 @@ DELAYED_ACK_MAX_S = 0.25
 _RELEASE_S = 0.005
 #: Silence before a retransmission that only a timeout explains (Linux's minimum RTO is 200 ms).
 RTO_MIN_S = 0.2
+#: A sender held by the receiver's window for at least this long and this share of its time with data is called
+#: receiver-limited (shorter or smaller: the usual moments of slow start on an autotuned receiver).
+RECEIVER_LIMITED_MIN_S = 0.01
+RECEIVER_LIMITED_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -58,9 +64,10 @@ class Stall:
         return f"{self.kind}: {self.count} stall(s){lengths}" + (f" ({self.evidence})" if self.evidence else "")
 
 
-def find_stalls(packets, counters: dict | None = None) -> list:
-    """The stalls of one connection's packets (and, without packets, what its kernel counters say)."""
-    stalls = []
+def find_stalls(packets, counters: dict | None = None, sender_info: dict | None = None) -> list:
+    """The stalls of one connection's packets (and, without packets, what its kernel counters say); sender_info, the
+    sender's final TCP_INFO, adds the time the receiver's window held it."""
+    stalls = _receiver_limited(sender_info or {})
     if packets:
         stalls += _delayed_acks(packets, counters or {})
         stalls += _timeouts(packets)
@@ -76,6 +83,24 @@ def find_stalls(packets, counters: dict | None = None) -> list:
                 )
             )
     return stalls
+
+
+def _receiver_limited(info):
+    """The sender's time held by the receiver's window (TCP_INFO's rwnd_limited chrono), when it is a real share."""
+    limited, busy = info.get("rwnd_limited") or 0, info.get("busy_time") or 0
+    total = busy + limited + (info.get("sndbuf_limited") or 0)
+    if not total or limited < RECEIVER_LIMITED_MIN_S * 1e6 or limited < RECEIVER_LIMITED_SHARE * total:
+        return []
+    return [
+        Stall(
+            "receiver_limited",
+            1,
+            (limited / 1e6,),
+            f"the sender had data for {total / 1e3:.0f} ms and the receiver's window held it for "
+            f"{limited / 1e3:.0f} ms of them (TCP_INFO rwnd_limited, {limited / total:.0%}): the receiving "
+            "application's reads or its buffer set the pace",
+        )
+    ]
 
 
 def _delayed_acks(packets, counters):

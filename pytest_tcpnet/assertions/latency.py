@@ -39,7 +39,24 @@ def assert_request_latency(result, *, p50=None, p90=None, p99=None, max=None, pe
         *(f"  {line}" for line in slowest),
     ]
     lines += context
-    raise AssertionError("\n".join(lines))
+    lines.append(_plots_line(result, bounds))
+    raise AssertionError("\n".join(line for line in lines if line))
+
+
+def _plots_line(result, bounds):
+    """The exchanges' latency plot and the slowest one's time sequence, beside the connection's pcap ("" without)."""
+    capture = getattr(result, "capture", None)
+    if capture is None or not hasattr(result, "exchanges"):
+        return ""
+    from ..analysis.plots import PlotsUnavailable, plot_exchanges
+
+    try:
+        paths = plot_exchanges(result, capture.pcap.parent, bounds=[(_name(p), b) for p, b in bounds.items()])
+    except PlotsUnavailable as exc:
+        return f"plots: {exc}"
+    except Exception as exc:  # a failing plot must never hide the assertion's own message
+        return f"plots: could not be drawn ({type(exc).__name__}: {exc})"
+    return "plots: " + ", ".join(str(p) for p in paths)
 
 
 def _name(p):

@@ -291,15 +291,7 @@ def flow_row(result, *, test="", flow=0, outcome=None):
             {"kind": st.kind, "count": st.count, "seconds": list(st.seconds), "evidence": st.evidence}
             for st in (_attr(transfer, "stalls") or [])
         ],
-        "notes": "; ".join(
-            n
-            for n in [too_short]
-            + [
-                f"{st.kind} stalls {st.count}" + (f", {st.total_s * 1e3:.0f} ms" if st.seconds else "")
-                for st in (_attr(transfer, "stalls") or [])
-            ]
-            if n
-        ),
+        "notes": "; ".join(n for n in [too_short] + [_stall_note(st) for st in (_attr(transfer, "stalls") or [])] if n),
     }
     _judge_exchanges(row, transfer)
     return row
@@ -307,6 +299,13 @@ def flow_row(result, *, test="", flow=0, outcome=None):
 
 #: Payload a fresh connection sends in its first round trip (the initial window: 10 segments of 1448 B).
 INITIAL_WINDOW_BYTES = 10 * 1448
+
+
+def _stall_note(stall):
+    """A stall in a few words: kind, count, time in all (a time share, for receiver_limited)."""
+    if stall.kind == "receiver_limited":
+        return f"receiver_limited {stall.total_s * 1e3:.0f} ms"
+    return f"{stall.kind} stalls {stall.count}" + (f", {stall.total_s * 1e3:.0f} ms" if stall.seconds else "")
 
 
 #: Exchanges from which a connection is judged by its latency, not its rate: a request/response conversation.
