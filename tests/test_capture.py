@@ -143,3 +143,20 @@ def test_lab_close_stops_a_running_capture():
         cap = Capture(pair.server).start()
         proc = cap._proc
     assert proc.poll() is not None  # stopped by pid with the pair
+
+
+@pytest.mark.parametrize("after_idle", [1, 0], ids=["restart", "no-restart"])
+def test_a_writer_pause_past_the_rto_restarts_slow_start_unless_told_not_to(tcpnet, after_idle):
+    """A cubic sender fills a 20 Mbit/s queue, pauses 1 s with everything acknowledged, and writes again: with
+    net.ipv4.tcp_slow_start_after_idle=1 (the default) its next flight is the initial window, an idle_restart stall;
+    set to 0 on the sender, it keeps its window and nothing is named."""
+    from pytest_tcpnet.analysis.stalls import find_stalls
+
+    server = Host(cc="cubic", sysctls={"net.ipv4.tcp_slow_start_after_idle": after_idle})
+    pair = tcpnet.pair(link=Link(rate="20mbit"), server=server)
+    result = pair.transfer(4_000_000, writer=Pause(after=2_000_000, seconds=1.0), capture=True)
+    kinds = {s.kind: s for s in find_stalls(result.capture.packets)}
+    if after_idle:
+        assert "idle_restart" in kinds and kinds["idle_restart"].count == 1, result.capture.describe()
+    else:
+        assert "idle_restart" not in kinds, kinds["idle_restart"].describe()

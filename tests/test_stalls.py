@@ -51,3 +51,20 @@ def test_a_sender_held_by_the_receiver_s_window_most_of_its_time_is_receiver_lim
     # Slow start's moments on an autotuned receiver are not a stall: too short, or too small a share.
     assert find_stalls(None, None, {"rwnd_limited": 5_000, "busy_time": 1_000}) == []
     assert find_stalls(None, None, {"rwnd_limited": 200_000, "busy_time": 2_000_000}) == []
+
+
+def _flight(time, seq, length, in_flight):
+    return Packet(time, 0, A, B, "data", seq, 1, 65535, None, length, in_flight, "A", ())
+
+
+def test_a_sender_idle_past_the_rto_that_restarts_from_the_initial_window_is_named():
+    syn = [_p(0.0, A, seq=0, flags="S"), _p(0.010, B, seq=0, flags="SA"), _p(0.020, A, flags="A")]
+    before = [_flight(0.1 + i * 0.001, 1 + i * 1448, 1448, (i + 1) * 1448) for i in range(40)]  # 40 in flight
+    acked = [_p(0.2, B, ack=1 + 40 * 1448)]
+    after = [_flight(1.2 + i * 0.0001, 1 + (40 + i) * 1448, 1448, (i + 1) * 1448) for i in range(10)]  # 10: IW
+    (stall,) = find_stalls(syn + before + acked + after)
+    # 40 segments again from 10: two doublings, at the handshake's 10 ms round trip.
+    assert stall.kind == "idle_restart" and stall.count == 1 and stall.seconds == (0.020,), stall.describe()
+    # The same pause without the restart (a flight as large as before) is no stall.
+    kept = [_flight(1.2 + i * 0.0001, 1 + (40 + i) * 1448, 1448, (i + 1) * 1448) for i in range(40)]
+    assert find_stalls(syn + before + acked + kept) == []

@@ -9,6 +9,8 @@ From one connection's packets (capture.decode.Packet, as tshark decoded them) an
 - ``rto``: a retransmission after at least RTO_MIN_S of silence from its sender (a retransmission timeout: 200 ms
   at least on Linux).
 - ``zero_window``: the receiver advertised a zero window; the stall lasts until its next non-zero one.
+- ``idle_restart``: a sender idle past the RTO (200 ms at least) with nothing in flight flew at most the initial
+  window after it, having flown more than twice that before: slow start again (tcp_slow_start_after_idle).
 - ``receiver_limited``: the sender's final TCP_INFO says the receiver's window held it (rwnd_limited) for at least
   RECEIVER_LIMITED_SHARE of the time it had data to send; no capture needed.
 
@@ -17,6 +19,7 @@ Without a capture, counters alone name the kind (TcpExt.TCPTimeouts) but not whe
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -36,6 +39,8 @@ RTO_MIN_S = 0.2
 #: receiver-limited (shorter or smaller: the usual moments of slow start on an autotuned receiver).
 RECEIVER_LIMITED_MIN_S = 0.01
 RECEIVER_LIMITED_SHARE = 0.25
+#: Linux's initial window, in segments (what a restart after idle begins from).
+INITIAL_WINDOW = 10
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,7 @@ def find_stalls(packets, counters: dict | None = None, sender_info: dict | None 
     if packets:
         stalls += _delayed_acks(packets, counters or {})
         stalls += _timeouts(packets)
+        stalls += _idle_restarts(packets)
         stalls += _zero_windows(packets)
     elif counters:
         timeouts = sum(side.get("TcpExt.TCPTimeouts", 0) for side in counters.values())
@@ -158,6 +164,50 @@ def _handshake_rtt(packets):
         return None
     ack = next((p for p in packets if p.time > synack.time and p.src == syn.src and "A" in p.flags), None)
     return max(synack.time - syn.time, (ack.time - synack.time) if ack is not None else 0.0)
+
+
+def _idle_restarts(packets):
+    """A sender idle past the RTO with nothing in flight restarts from the initial window (tcp_slow_start_after_idle):
+    its first flight after the pause is at most INITIAL_WINDOW segments where before it flew more than twice that."""
+    restarts, seconds = 0, []
+    rtt = _handshake_rtt(packets)
+    for side in {p.src for p in packets}:
+        mine = [p for p in packets if p.src == side and p.len > 0]
+        if len(mine) < 2:
+            continue
+        mss = max(p.len for p in mine)
+        acked = [(p.time, p.ack) for p in packets if p.dst == side and "A" in p.flags]
+        for k in range(1, len(mine)):
+            before, after = mine[k - 1], mine[k]
+            if after.time - before.time < RTO_MIN_S:
+                continue
+            sent = max(p.seq + p.len for p in mine[:k])
+            if not any(t <= after.time and ack >= sent for t, ack in acked):
+                continue  # data still in flight: a retransmission timeout, not idling
+            earlier = [p.bytes_in_flight for p in mine[:k] if p.bytes_in_flight is not None]
+            round_end = after.time + (rtt or 0.0) * 0.9
+            first = [p.bytes_in_flight for p in mine[k:] if p.time <= round_end and p.bytes_in_flight is not None]
+            if not earlier or not first:
+                continue
+            peak, restart = max(earlier), max(first)
+            if restart <= INITIAL_WINDOW * mss * 1.1 and peak > 2 * INITIAL_WINDOW * mss:
+                restarts += 1
+                # Slow start doubles the flight each round: the rounds to grow back to the peak, at the path's RTT.
+                rounds = max(1, math.ceil(math.log2(peak / max(restart, mss))))
+                if rtt:
+                    seconds.append(rounds * rtt)
+    if not restarts:
+        return []
+    return [
+        Stall(
+            "idle_restart",
+            restarts,
+            tuple(seconds),
+            f"after {RTO_MIN_S * 1e3:.0f} ms or more idle with nothing in flight, the sender's next flight was "
+            f"{INITIAL_WINDOW} segments or fewer where it had flown more than twice that: slow start again "
+            "(net.ipv4.tcp_slow_start_after_idle=1; lengths: the rounds to regrow, at the handshake's RTT)",
+        )
+    ]
 
 
 def _timeouts(packets):
