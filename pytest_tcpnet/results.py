@@ -120,6 +120,32 @@ class TransferResult:
             return self.sent_bytes["server"]
         return self.nbytes if self.direction == "download" else 0
 
+    # -- the connection's life ---------------------------------------------------------------------
+
+    @property
+    def opened_at(self):
+        """Monotonic time the client sent the connection's first SYN, as its kernel stamped it; None where it was not
+        watched (a built-in workload's flow, or a connection opened before observe())."""
+        return self._client_end().get("syn_at")
+
+    @property
+    def closed_at(self):
+        """Monotonic time of the connection's last FIN or RST at the client, as its kernel stamped it; None where
+        not watched (as opened_at), or still open when the observation ended."""
+        return self._client_end().get("fin_at")
+
+    @property
+    def lifetime_s(self):
+        """Seconds from the connection's first SYN to its last FIN or RST at the client (exact to the kernel's
+        stamps, whatever the sampling interval); None unless both were watched."""
+        if self.opened_at is None or self.closed_at is None:
+            return None
+        return self.closed_at - self.opened_at
+
+    def _client_end(self):
+        end = self.sender if self.sender_role == "client" else self.receiver
+        return end if isinstance(end, dict) else {}
+
     @functools.cached_property
     def stalls(self):
         """Where the connection waited on a timer or its receiver, not on the path (analysis/stalls.py): delayed_ack,
@@ -546,6 +572,10 @@ class TransferResult:
         ]
         if any(app):
             lines.append("application: " + ", ".join(a for a in app if a))
+        if self.lifetime_s is not None:
+            lines.append(
+                f"connection: {format_time(self.lifetime_s)} from its SYN to its last FIN or RST (the kernel's stamps)"
+            )
         info = self.sender_tcp_info
         if info:
             lines.append(

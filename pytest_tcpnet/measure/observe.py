@@ -282,27 +282,22 @@ class Observation:
 def connection_results(samples, captures, shared, *, artifact_dir, app_window_bytes=None):
     """One TransferResult per TCP connection between the client and the server namespaces, largest first."""
     results = []
-    for (role, local, remote), rows in samples.rows.items():
+    for role, local, remote in list(samples.rows):
         if role != "client":
             continue
         peer = samples.rows.get(("server", remote, local))
         if not peer:
             continue  # not a connection between the two ends (or the server side was never seen)
         ends = {
-            "client": _end(
-                rows,
-                local,
-                remote,
-                samples.cc_of(("client", local, remote)),
-                samples.closed.get(("client", local, remote)),
-            ),
-            "server": _end(
-                peer,
-                remote,
-                local,
-                samples.cc_of(("server", remote, local)),
-                samples.closed.get(("server", remote, local)),
-            ),
+            end_role: _end(
+                samples.rows[(end_role, end_local, end_remote)],
+                end_local,
+                end_remote,
+                samples.cc_of((end_role, end_local, end_remote)),
+                samples.closed.get((end_role, end_local, end_remote)),
+                samples.opened_and_closed(end_role, end_local, end_remote),
+            )
+            for end_role, end_local, end_remote in (("client", local, remote), ("server", remote, local))
         }
         sent = {
             role: _sent_by(ends[role], ends[peer_role])
@@ -377,12 +372,13 @@ def sampled_values(rows):
     return [dict(zip(SERIES_FIELDS, v)) for _, v in rows]
 
 
-def _end(rows, local, remote, cc, closed=None):
+def _end(rows, local, remote, cc, closed=None, packets=(None, None)):
     """What one end's samples say: times and values of the samples with TCP_INFO (a socket in TIME_WAIT, or
     closed, has none), bytes received, and bytes written (bytes_sent counts resends too: they are taken off).
 
     closed: the socket's SocketSamples.closed entry, if the kernel destroyed it while watched: its last row is then
-    its final TCP_INFO (every byte counted), taken when it closed."""
+    its final TCP_INFO (every byte counted), taken when it closed. packets: the kernel's stamps of the connection's
+    first SYN and last FIN or RST in this end's namespace (None where not seen)."""
     full = list(zip((t for t, _ in rows), sampled_values(rows)))
     full = [(t, v) for t, v in full if v["state"] is not None] or full
     values = [v for _, v in full]
@@ -394,6 +390,8 @@ def _end(rows, local, remote, cc, closed=None):
     # socket's final count, when it closed in the usual way).
     received = max((_data_received(v) for v in values), default=0)
     times = [t for t, _ in full]
+    syn_at, fin_at = packets
+    unsampled = closed_at is not None and times and times[0] >= closed_at
     return {
         "times": times,
         "values": values,
@@ -405,9 +403,10 @@ def _end(rows, local, remote, cc, closed=None):
         "gone_at": rows[-1][0] if len(rows) > len(full) else None,
         "closed_at": closed_at,
         "final": final,
-        # A connection no sample saw alive opened after the sample before its close (its exact opening is the
-        # capture's to tell).
-        "opened_at": sample_before if closed_at is not None and times and times[0] >= closed_at else None,
+        # A connection no sample saw alive opened after the sample before its close; its SYN says exactly when.
+        "opened_at": (syn_at if syn_at is not None else sample_before) if unsampled else None,
+        "syn_at": syn_at,
+        "fin_at": fin_at,
     }
 
 
@@ -448,6 +447,10 @@ def _receiver_record(end, total):
     if end["closed_at"] is not None and end["final"] and got and got[-1][1] >= total:
         ago = (end["final"].get("last_data_recv") or 0) / 1e3
         got[-1] = (max(end["opened_at"] or -math.inf, end["closed_at"] - ago, *(t for t, _ in got[:-1])), got[-1][1])
+    if end["fin_at"] is not None and got and got[-1][1] >= total:
+        # The last byte came with or before the sender's FIN, which this namespace saw by fin_at; the destruction's
+        # reading comes later (the kernel broadcasts it from a work queue).
+        got[-1] = (min(got[-1][0], max(end["fin_at"], *(t for t, _ in got[:-1]), end["opened_at"] or -math.inf)), total)
     first = next(((t, n) for t, n in got if n > 0), None)
     last = next((t for t, n in got if n >= total), None)
     if last is None:
@@ -463,8 +466,7 @@ def _receiver_record(end, total):
         "buffers": {"rcvbuf": first_value(values[::-1], "rcvbuf")},
         "buffers_at_connect": {"rcvbuf": first_value(values, "rcvbuf")},
     }
-    if end["closed_at"] is not None:
-        record["closed_at"] = end["closed_at"]
+    _stamp_lifecycle(record, end)
     if end["opened_at"] is not None:
         # No sample saw it alive: its bytes are timed from the sample before it closed, not from a first read.
         record.update(first_byte_at=end["opened_at"], first_read=0, last_byte_at=last, between_samples=True)
@@ -477,6 +479,14 @@ def _receiver_record(end, total):
     else:
         record["last_byte_at"] = times[-1]
     return record
+
+
+def _stamp_lifecycle(record, end):
+    """Put the end's close (the destruction's reading) and the kernel's stamps of its SYN and last FIN or RST in
+    its record, where known."""
+    for field, value in (("closed_at", end["closed_at"]), ("syn_at", end["syn_at"]), ("fin_at", end["fin_at"])):
+        if value is not None:
+            record[field] = value
 
 
 def _final_tcp_info(end):
@@ -518,11 +528,11 @@ def _sender_record(end):
         "buffers": {"sndbuf": first_value(values[::-1], "sndbuf"), "cc": end["cc"]},
         "buffers_at_connect": {"sndbuf": first_value(values, "sndbuf")},
     }
-    if end["closed_at"] is not None:
-        record["closed_at"] = end["closed_at"]
+    _stamp_lifecycle(record, end)
     if started is not None:
-        # The write happened after the sample before the first that shows data.
-        record["first_write_at"] = opened if opened is not None else times[max(0, started - 1)]
+        # The write happened after the sample before the first that shows data, and after the connection's SYN.
+        bounds = [t for t in (times[started - 1] if started else None, end["syn_at"]) if t is not None]
+        record["first_write_at"] = opened if opened is not None else max(bounds, default=times[0])
         record["acked_at"] = acked
     return record
 

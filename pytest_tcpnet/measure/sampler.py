@@ -15,6 +15,7 @@ from ..errors import LabError
 from ..model.validation import check_number
 from ..netlink.diag import destroyed_sockets, watch_sockets
 from ..records import SERIES_FIELDS, SKMEM_FIELDS, TCP_INFO_SERIES
+from .lifecycle import connection_key, lifecycle_packets
 
 __all__ = ["SocketSampler", "SocketSamples", "SERIES_FIELDS", "default_interval", "DEFAULT_CPU_BUDGET"]
 
@@ -66,7 +67,7 @@ def default_interval(rtt_s):
 class SocketSamples:
     """Rows of SERIES_FIELDS per socket, keyed by (role, local (addr, port), remote (addr, port))."""
 
-    def __init__(self, rows, interval, ccs=None, closed=None, lifecycle=None):
+    def __init__(self, rows, interval, ccs=None, closed=None, lifecycle=None, packets=None):
         self.rows = rows
         self.interval = interval
         self._ccs = ccs or {}
@@ -76,6 +77,16 @@ class SocketSamples:
         #: Why sockets' destruction was not watched ("" when it was): then a connection that opened and closed between
         #: two samples is not seen.
         self.lifecycle = lifecycle or ""
+        #: role -> (opened, closed): each connection's first SYN and last FIN or RST in that namespace, by
+        #: connection_key (monotonic times the kernel stamped).
+        self._packets = packets or {}
+
+    def opened_and_closed(self, role, local, remote):
+        """(monotonic time of the connection's first SYN, of its last FIN or RST) as seen in role's namespace; each
+        None where no such packet was seen (it opened before the sampling began, or is still open)."""
+        opened, closed = self._packets.get(role, ({}, {}))
+        key = connection_key(local, remote)
+        return opened.get(key), closed.get(key)
 
     def cc_of(self, key):
         """The congestion control sock_diag reported for a socket (role, local, remote); None if unknown."""
@@ -117,6 +128,7 @@ class SocketSampler:
         self._closed = {}
         self._last_sample = {}  # role -> monotonic time of its last sample
         self._destroyed = {}  # role -> DestroyedSockets
+        self._packets = {}  # role -> LifecyclePackets
         self._lifecycle = ""
         self._wake = None  # a pipe: stop() writes to it to wake the threads' select()
         self._stop = threading.Event()
@@ -132,6 +144,10 @@ class SocketSampler:
                 self._destroyed[role] = destroyed_sockets(namespace, self.families)
             except LabError as exc:
                 self._lifecycle = str(exc)
+            try:
+                self._packets[role] = lifecycle_packets(namespace)
+            except LabError as exc:
+                self._lifecycle = self._lifecycle or str(exc)
         waits = []
         for role, namespace in self._namespaces.items():
             opened = threading.Event()
@@ -196,25 +212,25 @@ class SocketSampler:
 
     def _wait(self, role, until):
         """Sleep until the next sample, or a stop; record each socket the kernel destroys meanwhile, as it goes."""
-        destroyed = self._destroyed.get(role)
-        waiting = [self._wake[0]] + ([destroyed] if destroyed is not None else [])
+        destroyed, packets = self._destroyed.get(role), self._packets.get(role)
+        waiting = [self._wake[0]] + [watch for watch in (destroyed, packets) if watch is not None]
         while not self._stop.is_set():
             left = until - time.monotonic()
             if left <= 0:
                 return
             ready, _, _ = select.select(waiting, [], [], left)
+            if packets is not None and packets in ready:
+                packets.read()
             if destroyed is not None and destroyed in ready:
                 self._record_destroyed(role, destroyed)
 
     def _record_destroyed(self, role, destroyed):
-        now = time.monotonic()
-        last_sample = self._last_sample.get(role, now)
-        for sock in destroyed.read():
+        for read_at, sock in destroyed.read():
             if sock["state"] == _LISTEN:
                 continue
             key = (role, sock["local"], sock["remote"])
-            self._rows.setdefault(key, []).append((now, self._values(sock)))
-            self._closed.setdefault(key, (now, last_sample, sock["tcp_info"]))
+            self._rows.setdefault(key, []).append((read_at, self._values(sock)))
+            self._closed.setdefault(key, (read_at, self._last_sample.get(role, read_at), sock["tcp_info"]))
 
     @staticmethod
     def _values(sock):
@@ -248,10 +264,18 @@ class SocketSampler:
                 self._lifecycle = f"the kernel dropped some socket destructions in the {role} namespace (too many)"
             destroyed.close()
         self._destroyed.clear()
+        opened_and_closed = {}
+        for role, packets in self._packets.items():
+            packets.read()
+            if packets.dropped():
+                self._lifecycle = f"the kernel dropped some connections' SYN, FIN or RST in the {role} namespace"
+            opened_and_closed[role] = (packets.opened, packets.closed)
+            packets.close()
+        self._packets.clear()
         if self._wake is not None:
             for fd in self._wake:
                 os.close(fd)
             self._wake = None
         if self._errors:
             raise self._errors[0]
-        return SocketSamples(self._rows, self.interval, self._ccs, self._closed, self._lifecycle)
+        return SocketSamples(self._rows, self.interval, self._ccs, self._closed, self._lifecycle, opened_and_closed)

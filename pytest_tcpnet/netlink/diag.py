@@ -4,6 +4,7 @@ import errno
 import os
 import socket
 import threading
+import time
 
 from pyroute2.netlink import (
     NETLINK_SOCK_DIAG,
@@ -153,7 +154,9 @@ class DestroyedSockets:
         return self._sock.fileno()
 
     def read(self):
-        """The rows of every socket destroyed since the last read (as SocketTable.tcp_sockets gives them)."""
+        """(monotonic time it was read, row) of every socket destroyed since the last read (rows as
+        SocketTable.tcp_sockets gives them). Each is timed as its message is read, not when the reading began:
+        decoding a burst takes milliseconds, while more sockets close."""
         rows = []
         while True:
             try:
@@ -165,7 +168,12 @@ class DestroyedSockets:
                     self.overflowed = True
                     continue
                 raise
-            rows.extend(_row(msg) for msg in self._marshal.parse(data) if msg["header"]["type"] == SOCK_DIAG_BY_FAMILY)
+            read_at = time.monotonic()
+            rows.extend(
+                (read_at, _row(msg))
+                for msg in self._marshal.parse(data)
+                if msg["header"]["type"] == SOCK_DIAG_BY_FAMILY
+            )
 
     def close(self):
         self._sock.close()

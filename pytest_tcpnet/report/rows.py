@@ -69,7 +69,10 @@ def _skeleton(kind, result, *, test, flow, outcome):
         "backend": guest.backend(),
         "direction": None,
         "nbytes": None,
+        "upload_bytes": None,
+        "download_bytes": None,
         "duration_s": None,
+        "lifetime_s": None,
         "link": link_record(link),
         "client": None,
         "server": None,
@@ -224,7 +227,10 @@ def flow_row(result, *, test="", flow=0, outcome=None):
         "backend": guest.backend(),
         "direction": getattr(transfer, "direction", None),
         "nbytes": getattr(transfer, "nbytes", None),
+        "upload_bytes": getattr(transfer, "upload_bytes", None),
+        "download_bytes": getattr(transfer, "download_bytes", None),
         "duration_s": _number(getattr(transfer, "duration_s", None)),
+        "lifetime_s": _number(getattr(transfer, "lifetime_s", None)),
         "link": link_record(getattr(transfer, "link", None)),
         "client": host_record(getattr(transfer, "client", None)),
         "server": host_record(getattr(transfer, "server", None)),
@@ -368,8 +374,10 @@ def too_short_for_a_rate(transfer):
     if getattr(transfer, "between_samples", False):
         interval = getattr(getattr(transfer, "samples", None), "interval", None)
         apart = f" ({interval * 1e3:g} ms apart)" if interval else ""
+        lifetime = getattr(transfer, "lifetime_s", None)
+        lived = f", lived {format_time(lifetime)} from SYN to last FIN" if lifetime is not None else ""
         return (
-            f"opened and closed between two samples{apart}: its {nbytes} B are exact, its rate is not timed "
+            f"opened and closed between two samples{apart}{lived}: its {nbytes} B are exact, its rate is not timed "
             "(observe(capture=True) or a smaller sample_interval times it)"
         )
     return ""
