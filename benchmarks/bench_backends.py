@@ -47,7 +47,7 @@ def run(backend, line, expr):
     rows = []
     if os.path.exists(out):
         with open(out, encoding="utf-8") as f:
-            rows = [json.loads(line) for line in f]
+            rows = [row for row in map(json.loads, f) if "measured_bps" in row]  # flows, not test or session rows
     return rows, float(boot.group(1)) if boot else None, wall, proc.returncode
 
 

@@ -22,7 +22,9 @@ _skipped_for_capability = pytest.StashKey[bool]()
 _machine_described = pytest.StashKey[bool]()
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser, pluginmanager):
+    # Now, as plugins load: before pytest-split registers its splitting plugin (session.CollectionWatch says why).
+    pluginmanager.register(session.CollectionWatch(), "tcpnet-collected")
     group = parser.getgroup("tcpnet", "TCP labs in network namespaces (pytest-tcpnet)")
     group.addoption(
         "--tcpnet-strict",
@@ -152,6 +154,7 @@ def _tcpnet_sweep(request):
 
 
 def pytest_collection_modifyitems(config, items):
+    _seed_sweeps_for_shard(config, items)
     markable = _markable_needs()
     for item in items:
         for mark in item.iter_markers("tcpnet_needs"):
@@ -159,6 +162,21 @@ def pytest_collection_modifyitems(config, items):
                 # Only needs with a registered marker: an unknown one is reported by check_need at setup.
                 if isinstance(need, str) and need in markable:
                     item.add_marker(f"needs_{need}")
+
+
+def _seed_sweeps_for_shard(config, items):
+    """Under pytest-split (--splits N --group i), each hypothesis sweep gets a seed of its shard (docs/sharding.md)."""
+    import sys
+
+    splits, group = config.getoption("splits", None), config.getoption("group", None)
+    if not (splits and group) or "hypothesis" not in sys.modules:  # no sweep was collected without hypothesis
+        return
+    from . import strategies
+
+    base = config.getoption("hypothesis_seed", None) or 0
+    functions = (getattr(item.obj, "__func__", item.obj) for item in items if getattr(item, "obj", None) is not None)
+    for function in {id(f): f for f in functions}.values():
+        strategies.seed_for_shard(function, splits=splits, group=group, base=base)
 
 
 def _strictness(config):

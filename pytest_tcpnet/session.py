@@ -11,7 +11,15 @@ import pytest
 
 from . import guest
 
-__all__ = ["LAB_KEY", "ReportPlugin", "HostGuard", "SigtermTeardown", "add_report_options"]
+__all__ = [
+    "LAB_KEY",
+    "COLLECTED_KEY",
+    "ReportPlugin",
+    "CollectionWatch",
+    "HostGuard",
+    "SigtermTeardown",
+    "add_report_options",
+]
 
 
 LAB_KEY = pytest.StashKey[object]()
@@ -21,6 +29,8 @@ _flows_key = pytest.StashKey[list]()
 _kept_key = pytest.StashKey[str]()
 _attempt_key = pytest.StashKey[int]()
 _earlier_rows_key = pytest.StashKey[list]()
+COLLECTED_KEY = pytest.StashKey[set]()
+"""The session's collected test ids, before a shard plugin's split (CollectionWatch)."""
 
 
 def add_report_options(group):
@@ -152,6 +162,9 @@ class ReportPlugin:
         self.kept = []
         self.flaky = []
         self.writer = None
+        # Test ids collected before a split (pytest-split) kept some of them: CollectionWatch's, and xdist workers'.
+        self.collected = config.stash.setdefault(COLLECTED_KEY, set())
+        self.tests = {}  # test id -> [outcome, seconds] so far (the controller's, from the reports)
         self.baseline = self.baseline_writer = None
         self._open_baseline(config)
         path = config.getoption("tcpnet_results")
@@ -364,7 +377,48 @@ class ReportPlugin:
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error):
+        """xdist: a worker's collection (each worker collects the whole suite before the split)."""
+        self.collected.update(getattr(node, "workeroutput", {}).get("tcpnet_collected", []))
+
+    def _test_row(self, report):
+        """Follow a test's outcome through its phases; at its teardown, its row for the results file."""
+        state = self.tests.setdefault(report.nodeid, [None, 0.0])
+        state[1] += getattr(report, "duration", 0.0) or 0.0
+        if hasattr(report, "wasxfail") and report.when in ("setup", "call"):
+            state[0] = "xfailed" if report.skipped else "xpassed"
+        elif report.failed:
+            state[0] = "failed" if report.when == "call" else state[0] if state[0] == "failed" else "error"
+        elif report.skipped and state[0] is None:
+            state[0] = "skipped"
+        elif report.when == "call" and state[0] is None:
+            state[0] = "passed"
+        if report.when != "teardown":
+            return None
+        outcome, seconds = self.tests.pop(report.nodeid)
+        from .report.rows import SCHEMA
+
+        return {
+            "schema": SCHEMA,
+            "kind": "test",
+            "test": report.nodeid,
+            "outcome": outcome or "passed",
+            "duration_s": round(seconds, 6),
+            "kernel": os.uname().release,
+            "shard": self._shard(),
+        }
+
+    def _shard(self):
+        """pytest-split's --splits/--group as {"splits": N, "group": i}, or None when the suite was not split."""
+        splits, group = self.config.getoption("splits", None), self.config.getoption("group", None)
+        return {"splits": splits, "group": group} if splits and group else None
+
     def pytest_runtest_logreport(self, report):
+        if not self.is_worker and self.writer is not None:
+            row = self._test_row(report)
+            if row is not None:
+                self.writer.write([row])
         if (
             not self.is_worker
             and report.when == "call"
@@ -409,7 +463,23 @@ class ReportPlugin:
                     terminalreporter.write_line(f"  {failure}")
 
     def pytest_sessionfinish(self, session):
-        """A flaky test fails the session under --tcpnet-strict=all (docs/reports.md, 'Retries')."""
+        """Write the session's row (what it collected: merging shards checks each test ran once); a flaky test
+        fails the session under --tcpnet-strict=all (docs/reports.md, 'Retries')."""
+        if self.writer is not None and not self.is_worker:
+            from .report.rows import SCHEMA
+
+            self.writer.write(
+                [
+                    {
+                        "schema": SCHEMA,
+                        "kind": "session",
+                        "collected": sorted(self.collected),
+                        "kernel": os.uname().release,
+                        "shard": self._shard(),
+                        "exitstatus": int(session.exitstatus),
+                    }
+                ]
+            )
         if self.flaky and self.config.getoption("tcpnet_strict", None) == "all":
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -441,6 +511,22 @@ class ReportPlugin:
         for writer in (self.writer, self.baseline_writer):
             if writer is not None:
                 writer.close()
+
+
+class CollectionWatch:
+    """Keeps the session's collected test ids (config.stash[COLLECTED_KEY]) as they are before a shard plugin
+    deselects all but its group, after -m and -k have deselected theirs.
+
+    Register it before pytest-split registers its plugin (in its pytest_configure): among trylast hooks, the one
+    registered first is called first. plugin.py registers it from pytest_addoption, which runs as plugins load.
+    """
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        collected = config.stash.setdefault(COLLECTED_KEY, set())
+        collected.update(item.nodeid for item in items)
+        if hasattr(config, "workerinput"):  # xdist: the controller collects nothing; each worker collects all
+            config.workeroutput["tcpnet_collected"] = sorted(collected)
 
 
 class HostGuard:

@@ -13,13 +13,26 @@ per example inside the test (function-scoped fixtures are not reset between exam
             result = pair.transfer(...)
 """
 
-from hypothesis import HealthCheck, settings
+import hashlib
+
+from hypothesis import HealthCheck, is_hypothesis_test, settings
+from hypothesis import seed as _seed
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 from .model import KNOWN_CONGESTION_CONTROLS, Host, Link, parse_fraction, parse_rate, parse_size, parse_time
 
-__all__ = ["links", "buffer_sizes", "hosts", "sweep", "sweep_ci", "SWEEP_PROFILE", "SWEEP_CI_PROFILE"]
+__all__ = [
+    "links",
+    "buffer_sizes",
+    "hosts",
+    "sweep",
+    "sweep_ci",
+    "SWEEP_PROFILE",
+    "SWEEP_CI_PROFILE",
+    "shard_seed",
+    "seed_for_shard",
+]
 
 #: Settings for sweeps whose examples each build a lab path and move data: no deadline (a
 #: transfer takes what it takes), health checks that assume fast examples off, few examples.
@@ -152,3 +165,23 @@ def hosts(*, cc=None, rmem=None, wmem=None, sysctls=None):
     return st.fixed_dictionaries({"cc": cc_strategy, "rmem": sizes("rmem", rmem), "wmem": sizes("wmem", wmem)}).map(
         build
     )
+
+
+def shard_seed(test_name, *, splits, group, base=0):
+    """The seed of one hypothesis test in shard `group` of `splits`: the same on every run (and every kernel) of
+    that shard, different in another shard or with another base (--hypothesis-seed)."""
+    digest = hashlib.sha256(f"{base}:{group}/{splits}:{test_name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def seed_for_shard(function, *, splits, group, base=0):
+    """Seed a @given test for its shard (shard_seed), unless it has a seed of its own (@seed); True if seeded.
+
+    A seed overrides the profile's derandomize: a sweep split over shards tries other examples in each shard, not
+    the same few everywhere.
+    """
+    if not is_hypothesis_test(function) or getattr(function, "_hypothesis_internal_use_seed", None) is not None:
+        return False  # hypothesis keeps a test's own @seed there (no public reader)
+    name = f"{function.__module__}.{function.__qualname__}"
+    _seed(shard_seed(name, splits=splits, group=group, base=base))(function)
+    return True

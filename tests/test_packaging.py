@@ -67,7 +67,9 @@ def test_wheel_registers_the_plugin_and_its_extras(dist):
     entry_points = wheel.read(f"{info}/entry_points.txt").decode()
     assert "[pytest11]\ntcpnet = pytest_tcpnet.plugin" in entry_points
     metadata = Parser().parsestr(wheel.read(f"{info}/METADATA").decode())
-    assert {"vm", "plots", "iperf3", "hypothesis", "parallel", "all", "test"} <= set(metadata.get_all("Provides-Extra"))
+    assert {"vm", "plots", "iperf3", "hypothesis", "parallel", "shard", "all", "test"} <= set(
+        metadata.get_all("Provides-Extra")
+    )
     requires = metadata.get_all("Requires-Dist")
     for requirement in (
         'virtme-ng>=1.30; extra == "vm"',
@@ -85,9 +87,10 @@ def test_wheel_registers_the_plugin_and_its_extras(dist):
         "iperf3>=0.1.11",
         "hypothesis>=6.0",
         "pytest-xdist>=3.0",
+        "pytest-split>=0.9",
     }  # no build/twine
     # Every extra a user's project may use is in "all" (a new user's 6.12 lost fast boot without zstandard).
-    for extra in ("vm", "plots", "iperf3", "hypothesis", "parallel"):
+    for extra in ("vm", "plots", "iperf3", "hypothesis", "parallel", "shard"):
         assert {r.split(";")[0] for r in requires if f'extra == "{extra}"' in r} <= everything, extra
     assert metadata["Description-Content-Type"] == "text/markdown"
 

@@ -185,7 +185,7 @@ def test_results_file_round_trip_and_bad_lines(tmp_path):
     with pytest.raises(ValueError, match=r"bad.jsonl:3: not a JSON line"):
         read_rows([tmp_path / "bad.jsonl"])
     (tmp_path / "other.jsonl").write_text('{"a": 1}\n')
-    with pytest.raises(ValueError, match=r"other.jsonl:1: not a pytest-tcpnet flow row"):
+    with pytest.raises(ValueError, match=r"other.jsonl:1: not a pytest-tcpnet results row"):
         read_rows([tmp_path / "other.jsonl"])
     # A directory that does not exist yet is made (as --junitxml does); a file in its place is refused.
     made = ResultsWriter(tmp_path / "new" / "dir" / "r.jsonl")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import pytest_tcpnet
+from pytest_tcpnet.report import read_rows
 from pytest_tcpnet.report.__main__ import main
 
 pytest_plugins = ["pytester"]
@@ -116,7 +117,7 @@ def test_xdist_session_reports_every_flow_keeps_failed_artifacts_and_writes_resu
     assert cases["test_two_flows[32kb]"]["tcpnet.flow0.link"] == "20 Mbit/s"
     assert int(cases["test_slow_claim"]["tcpnet.flow0.advertised_window"]) > 0
     # Results: one JSON line per flow with its full conditions, written by the controller alone.
-    rows = [json.loads(line) for line in (project.path / "results.jsonl").read_text().splitlines()]
+    rows = read_rows([project.path / "results.jsonl"])
     assert sorted((r["test"].split("::")[1], r["flow"]) for r in rows) == sorted(
         (name, flow) for name, flows in FLOWS.items() for flow in range(flows)
     )
@@ -234,7 +235,7 @@ def test_every_result_kind_reaches_the_table_junit_results_and_artifacts(pyteste
     pytester.makepyfile(test_kinds=KINDS)
     result = pytester.runpytest("-p", "no:cacheprovider", "--junitxml=junit.xml", "--tcpnet-results=results.jsonl")
     result.assert_outcomes(passed=1, failed=2)
-    rows = [json.loads(line) for line in (pytester.path / "results.jsonl").read_text().splitlines()]
+    rows = read_rows([pytester.path / "results.jsonl"])
     kinds = {(r["test"].split("::")[1], r["kind"]) for r in rows}
     assert kinds == {
         ("test_requests", "requests"),
@@ -301,7 +302,7 @@ def test_a_retried_test_keeps_every_attempt_and_a_flaky_one_is_named(pytester, m
     result.stdout.fnmatch_lines(
         ["*tcpnet: 1 flaky test(s): passed only on a retry*", "*test_flaky.py::test_flaky", "  attempt 1: *"]
     )
-    rows = [json.loads(line) for line in (pytester.path / "r.jsonl").read_text().splitlines()]
+    rows = read_rows([pytester.path / "r.jsonl"])
     attempts = sorted((r["test"].split("::")[1], r["attempt"], r["outcome"]) for r in rows)
     assert attempts == [
         ("test_always_fails", 1, "failed"),
@@ -343,7 +344,7 @@ def test_expected_failures_are_named_as_such_in_the_table_and_results(pytester, 
     pytester.makepyfile(test_xfail=XFAIL)
     result = pytester.runpytest("-p", "no:cacheprovider", "--tcpnet-results=out/r.jsonl")
     result.assert_outcomes(xfailed=1, xpassed=1)
-    rows = {r["test"].split("::")[1]: r["outcome"] for r in map(json.loads, (pytester.path / "out/r.jsonl").open())}
+    rows = {r["test"].split("::")[1]: r["outcome"] for r in read_rows([pytester.path / "out/r.jsonl"])}
     assert rows == {"test_known_gap": "xfailed", "test_fixed": "xpassed"}, rows  # (the directory was made for it)
     table = result.stdout.str().split("measured flow(s)")[1]
     assert "test_xfail.py::test_known_gap  xfailed" in table and "test_xfail.py::test_fixed      xpassed" in table

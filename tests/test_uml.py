@@ -22,6 +22,7 @@ from xml.etree import ElementTree
 import pytest
 from test_vm import REPO, _env, _popen, _project, _pytest, _wait_for, _workdirs_for
 
+from pytest_tcpnet.report import read_rows
 from pytest_tcpnet.vm import backend, hostcall, kernel, runner, uml
 from pytest_tcpnet.vm.errors import VMUsageError
 
@@ -447,7 +448,7 @@ def test_several_uml_kernels_in_one_run_end_with_one_table(tmp_path):
     assert f"tcpnet: kernel {first.release} in a User-Mode Linux guest" in out.stdout, log
     assert "tcpnet: backend chosen: forced by --tcpnet-vm-backend=uml" in out.stdout, log
     assert "tcpnet: 1 measured flow(s) in a User-Mode Linux guest" in out.stdout, log
-    rows = [json.loads(line) for line in (proj / "flows.jsonl").read_text().splitlines()]
+    rows = read_rows([proj / "flows.jsonl"])
     assert [(r["kernel"], r["backend"]) for r in rows] == [(first.release, "uml"), (last.release, "uml")]
 
 
@@ -514,7 +515,7 @@ def test_two_kernels_run_side_by_side_and_read_one_after_the_other(tmp_path, two
     order = [text.find(s) for s in (heading_1, header_1, heading_2, header_2, "2 flow(s) under 2 kernels")]
     assert -1 not in order and order == sorted(order), (order, log)
     assert text.count("1 passed") == 2, log
-    rows = [json.loads(line) for line in (proj / "flows.jsonl").read_text().splitlines()]
+    rows = read_rows([proj / "flows.jsonl"])
     assert sorted((r["kernel"], r["backend"]) for r in rows) == sorted([(first.release, "uml"), (last.release, "uml")])
     # Each kernel's test directories apart: two guests writing one directory would remove each other's files.
     kept = sorted(p.relative_to(proj / "tcpnet-artifacts").parts[0] for p in (proj / "tcpnet-artifacts").glob("*/*"))

@@ -62,21 +62,63 @@ def test_workflow_runs_what_ci_runs_with_netem_and_keeps_artifacts(workflow):
     assert "TCPNET_KERNEL=" in script and "kernel=${TCPNET_KERNEL:-6.1}" in dev_test
     assert '--tcpnet-kernel="${TCPNET_KERNEL:-all}"' in dev_test  # the examples under every kernel
     assert "--tcpnet-vm" in dev_test and "bash dev/downstream" in dev_test
-    (upload,) = [step for step in steps(workflow) if step.get("uses", "").startswith("actions/upload-artifact")]
-    assert upload["if"] == "failure()"
+    (upload,) = [
+        step
+        for step in steps(workflow)
+        if step.get("uses", "").startswith("actions/upload-artifact") and step.get("if") == "failure()"
+    ]
     assert {"tcpnet-artifacts/", "test-results/"} <= set(upload["with"]["path"].split())
     assert "test-results/" in dev_test
 
 
-def test_downstream_ci_snippet_parses_and_runs_pytest_as_root():
+def _valid_workflow(path):
+    """check-jsonschema against GitHub's workflow schema (vendored in the package: no network)."""
+    import shutil
+    import sys
+
+    tool = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent)) or shutil.which("check-jsonschema")
+    if tool is None:
+        pytest.skip("needs the test extra (check-jsonschema): pip install -e '.[test]'")
+    out = subprocess.run(
+        [tool, "--builtin-schema", "vendor.github-workflows", str(path)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_workflow_is_valid_for_github_and_merges_every_shard_of_every_kernel(workflow):
+    _valid_workflow(WORKFLOW)
+    suite, report = workflow["jobs"]["suite"], workflow["jobs"]["report"]
+    shards = suite["strategy"]["matrix"]["shard"]
+    assert shards == list(range(1, len(shards) + 1)) and len(shards) >= 2
+    assert suite["env"]["TCPNET_SHARD"] == "${{ matrix.shard }}/" + str(len(shards))
+    assert len(suite["strategy"]["matrix"]["kernel"]) >= 2 and suite["strategy"]["fail-fast"] is False
+    assert "TCPNET_SHARD" in "\n".join(shell_scripts({"jobs": {"suite": suite}}))  # passed through sudo
+    (keep,) = [step for step in suite["steps"] if step.get("with", {}).get("name", "").startswith("results-")]
+    assert keep["if"] == "always()" and keep["with"]["path"] == "test-results/"
+    assert report["needs"] == "suite" and report["if"] == "always()"
+    (download,) = [step for step in report["steps"] if step.get("uses", "").startswith("actions/download-artifact")]
+    assert download["with"]["pattern"] == "results-*"
+    merge = "\n".join(shell_scripts({"jobs": {"report": report}}))
+    assert "pytest_tcpnet.report merge --markdown results/*/*.jsonl" in merge and "GITHUB_STEP_SUMMARY" in merge
+    dev_test = (REPO / "dev" / "test").read_text()
+    assert "TCPNET_SHARD" in dev_test and "--splits" in dev_test and (REPO / ".test_durations").is_file()
+
+
+def test_downstream_ci_snippets_are_valid_workflows_and_run_pytest_as_root(tmp_path):
     text = (REPO / "docs" / "downstream.md").read_text()
-    (snippet,) = re.findall(r"```yaml\n(.*?)```", text, re.S)
-    document = load(snippet)
-    script = "\n".join(shell_scripts(document))
-    assert "modprobe sch_netem" in script and "python3 -m venv" in script
-    assert "sudo .venv/bin/python -m pytest" in script
-    for run in shell_scripts(document):
-        assert subprocess.run(["bash", "-n", "-c", run]).returncode == 0
+    snippets = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    assert len(snippets) == 2, "the plain workflow and the sharded one"
+    for number, snippet in enumerate(snippets):
+        (tmp_path / f"w{number}.yml").write_text(snippet)
+        _valid_workflow(tmp_path / f"w{number}.yml")
+        document = load(snippet)
+        script = "\n".join(shell_scripts(document))
+        assert "modprobe sch_netem" in script and "python3 -m venv" in script
+        assert "sudo .venv/bin/python -m pytest" in script
+        for run in shell_scripts(document):
+            assert subprocess.run(["bash", "-n", "-c", run]).returncode == 0
+    sharded = load(snippets[1])
+    assert "--splits" in "\n".join(shell_scripts(sharded)) and "pytest_tcpnet.report merge" in snippets[1]
 
 
 def test_flakes_tallies_junit_files_made_elsewhere(tmp_path):

@@ -67,7 +67,7 @@ def median_of(rows, field):
     return statistics.median(values) if values else None
 
 
-def comparison_table(comparison):
+def comparison_table(comparison, *, markdown=False):
     """The merged table: requested conditions once, then per group cc / measured / expected / ratio / limited by /
     win-full / retrans.
 
@@ -111,7 +111,7 @@ def comparison_table(comparison):
             other = median_of(comparison.rows_at(key, group), "measured_bps")
             line.append(ratio_cell(other / base) if other and base else MISSING)
         body.append(line)
-    return format_table(header, body)
+    return format_table(header, body, markdown=markdown)
 
 
 def flow_labels(comparison):

@@ -5,6 +5,7 @@ import json
 import os
 import platform
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -31,21 +32,37 @@ class ResultsWriter:
             "id": uuid.uuid4().hex[:12],
         }
         self._file = open(self.path, "a" if append else "w", encoding="utf-8")
-        self.count = 0
+        self.count = 0  # flows written
 
     def write(self, rows):
         for row in rows:
             self._file.write(json.dumps({**row, "run": self.run}, sort_keys=True, default=str) + "\n")
-            self.count += 1
+            self.count += row.get("kind") not in (TEST_KIND, SESSION_KIND)  # flows: what the summary line counts
         self._file.flush()
 
     def close(self):
         self._file.close()
 
 
-def read_rows(paths):
-    """All rows of several results files, each tagged with 'source' (the file's name); bad lines name file:line."""
-    rows = []
+#: Line kinds that are not flows: each test's outcome, and each session's collection (what it was to run).
+TEST_KIND, SESSION_KIND = "test", "session"
+#: Results-file schemas this version reads: 1 (flows only) and 2 (flows, tests and sessions).
+READABLE_SCHEMAS = (1, 2)
+
+
+@dataclass
+class Results:
+    """What results files hold: flow rows, one row per test that ran (its outcome) and one per session."""
+
+    flows: list = field(default_factory=list)
+    tests: list = field(default_factory=list)
+    sessions: list = field(default_factory=list)
+
+
+def read_results(paths):
+    """Every line of several results files by kind, each tagged with 'source' (the file's name); a line this
+    version cannot read (not JSON, not a row, another schema) is an error naming file:line."""
+    results = Results()
     for path in paths:
         path = Path(path)
         if not path.is_file():
@@ -58,8 +75,26 @@ def read_rows(paths):
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"{path}:{number}: not a JSON line ({exc.msg})") from None
-                if not isinstance(row, dict) or "measured_bps" not in row or "test" not in row:
-                    raise ValueError(f"{path}:{number}: not a pytest-tcpnet flow row (needs 'test' and 'measured_bps')")
+                if not isinstance(row, dict) or "test" not in row and row.get("kind") != SESSION_KIND:
+                    raise ValueError(f"{path}:{number}: not a pytest-tcpnet results row (no 'test')")
+                if row.get("schema") not in READABLE_SCHEMAS:
+                    raise ValueError(
+                        f"{path}:{number}: written by another version of pytest-tcpnet (schema "
+                        f"{row.get('schema')!r}; this one reads {', '.join(map(str, READABLE_SCHEMAS))})"
+                    )
                 row.setdefault("source", os.path.basename(path))
-                rows.append(row)
-    return rows
+                row.setdefault("path", str(path))  # shards' files often share a name, in directories of their own
+                if row.get("kind") == TEST_KIND:
+                    results.tests.append(row)
+                elif row.get("kind") == SESSION_KIND:
+                    results.sessions.append(row)
+                elif "measured_bps" not in row:
+                    raise ValueError(f"{path}:{number}: not a pytest-tcpnet flow row (needs 'test' and 'measured_bps')")
+                else:
+                    results.flows.append(row)
+    return results
+
+
+def read_rows(paths):
+    """The flow rows of several results files (see read_results), each tagged with 'source'."""
+    return read_results(paths).flows

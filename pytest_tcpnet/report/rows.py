@@ -17,7 +17,7 @@ from ..model import format_rate, format_time
 from ..model.stats import percentile as _percentile
 from ..model.validation import is_number
 
-SCHEMA = 1
+SCHEMA = 2  # 2: results files also hold a row per test and per session (report/results_file.py)
 
 #: Capture event counts copied into a row when the result has a capture (keys of CaptureResult.events).
 EVENT_KEYS = (
@@ -102,6 +102,7 @@ def _skeleton(kind, result, *, test, flow, outcome):
         "offloads": {},
         "host_contention_cpus": None,
         "applied": [],
+        "applied_delay": None,
         "artifacts": [],
         "notes": "",
     }
@@ -289,6 +290,7 @@ def flow_row(result, *, test="", flow=0, outcome=None):
             }
             for a in (_attr(transfer, "applied_impairments") or [])
         ],
+        "applied_delay": _delay_record(_attr(transfer, "applied_delay")),
         "artifacts": [str(p) for p in (_attr(transfer, "artifacts") or [])],
         "measured_s": None,
         "expected_s": None,
@@ -305,6 +307,20 @@ def flow_row(result, *, test="", flow=0, outcome=None):
 
 #: Payload a fresh connection sends in its first round trip (the initial window: 10 segments of 1448 B).
 INITIAL_WINDOW_BYTES = 10 * 1448
+
+
+def _delay_record(delay):
+    """The round trip's floor against the asked delays, as data (None where not judged)."""
+    if delay is None or not hasattr(delay, "floor_s"):
+        return None
+    return {
+        "asked_s": delay.asked_s,
+        "floor_s": delay.floor_s,
+        "sending_s": delay.sending_s,
+        "tolerance_s": delay.tolerance_s,
+        "below_s": delay.below_s,
+        "as_configured": delay.as_configured,
+    }
 
 
 def _stall_note(stall):

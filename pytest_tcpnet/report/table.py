@@ -46,6 +46,11 @@ def notes_cell(row):
         for a in row.get("applied") or []
         if not a.get("as_configured", True)
     ]
+    delay = row.get("applied_delay") or {}
+    if not delay.get("as_configured", True):
+        notes.append(
+            f"NOT AS CONFIGURED: round trip floor {delay['floor_s'] * 1e3:.4g} ms, {delay['asked_s'] * 1e3:.4g} ms asked"
+        )
     return "; ".join(notes)
 
 
@@ -68,8 +73,14 @@ def time_cell(seconds):
     return format_time(seconds) if seconds is not None else MISSING
 
 
-def format_table(header, body):
-    """Left-aligned columns separated by two spaces, with a rule under the header."""
+def format_table(header, body, *, markdown=False):
+    """Left-aligned columns separated by two spaces, with a rule under the header (markdown=True: a Markdown table,
+    as a CI job summary shows it)."""
+    if markdown:
+        cells = [[str(c).replace("|", "\\|") for c in line] for line in [header, *body]]
+        rows = ["| " + " | ".join(line) + " |" for line in cells]
+        rows.insert(1, "|" + "---|" * len(header))
+        return "\n".join(rows)
     widths = [max(len(str(c)) for c in column) for column in zip(header, *body)]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))
