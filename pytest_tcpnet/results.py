@@ -10,6 +10,10 @@ from .model.stats import percentile
 from .model.validation import check_number
 from .records import SERIES_FIELDS
 
+#: How late a software-emulated guest's (TCG's) timers may fire a netem delay: +1.61 ms at 10 ms and +0.92 ms at
+#: 50 ms on a quiet 2-core host (docs/vm.md, fidelity table); UML and the host: within 0.33 ms.
+EMULATED_TIMER_SLACK_S = 2e-3
+
 __all__ = [
     "TransferResult",
     "ConcurrentResult",
@@ -494,9 +498,32 @@ class TransferResult:
         return applied_losses(self.qdiscs, self.shaped_ways)
 
     @property
+    def applied_delay(self):
+        """The round trip's floor the flow met (its sender's min_rtt) against the Link's delays (AppliedDelay), or
+        None where it says nothing (no delay asked, a changing link, no sender TCP_INFO)."""
+        from .analysis.impairments import applied_delay
+
+        try:
+            floor = self.min_rtt_s
+        except (KeyError, TypeError, AttributeError):  # a result without the sender's TCP_INFO
+            return None
+        link = self.link
+        if link is not None and link.ports:  # a link scoped to some ports: as this connection's ports meet it
+            sender = self.sender if isinstance(self.sender, dict) else {}
+            ports = [end[1] for end in (sender.get("local"), sender.get("remote")) if end]
+            if not ports:
+                return None
+            link = link.seen_by(*ports)
+        slack = EMULATED_TIMER_SLACK_S if guest.software_emulated() else 0.0
+        return applied_delay(link, floor, download=self.direction == "download", slack_s=slack)
+
+    @property
     def impairment_mismatches(self):
-        """The applied impairments that are not what the Link asked for, beyond chance ([] when all are)."""
-        return [applied for applied in self.applied_impairments if not applied.as_configured]
+        """The applied impairments (loss per interface, the round trip's delay) that are not what the Link asked
+        for, beyond chance ([] when all are)."""
+        found = [applied for applied in self.applied_impairments if not applied.as_configured]
+        delay = self.applied_delay
+        return found + ([delay] if delay is not None and not delay.as_configured else [])
 
     @property
     def interface_drops(self):
@@ -592,6 +619,8 @@ class TransferResult:
                 + ("" if marks is None else f"; queue CE marks: {marks}, sender delivered_ce: {self.ce_marks}")
             )
         lines += [f"link applied: {applied.describe()}" for applied in self.applied_impairments]
+        if self.applied_delay is not None:
+            lines.append(f"link applied: {self.applied_delay.describe()}")
         counters = self.key_counters()
         if counters:
             lines.append("kernel counters during the measurement: " + counters)

@@ -287,7 +287,7 @@ class ReportPlugin:
         seen = {}
         for result in lab.results:
             for applied in getattr(getattr(result, "transfer", result), "impairment_mismatches", None) or []:
-                seen.setdefault((applied.ifname, applied.offered, applied.lost), applied)
+                seen.setdefault(applied.key, applied)
         if not seen:
             return
         lines = [applied.describe() for applied in seen.values()]

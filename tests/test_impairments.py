@@ -7,7 +7,7 @@ counters say what the traffic met.
 import pytest
 
 from pytest_tcpnet import GilbertElliott, Link, NetemCorrelationWarning, assert_throughput_within
-from pytest_tcpnet.analysis.impairments import AppliedLoss, applied_losses
+from pytest_tcpnet.analysis.impairments import AppliedLoss, applied_delay, applied_losses
 from pytest_tcpnet.model.netem import effective_rate
 
 pytest_plugins = ["pytester"]
@@ -47,6 +47,20 @@ def test_a_correlated_loss_is_named_as_the_cause_and_a_wrong_shaper_is_not():
     assert "the qdisc on the path is not the one asked for" in wrong.likely_cause
 
 
+def test_a_netem_that_holds_the_queue_is_judged_only_below_the_asked_loss():
+    # netem holds the link's queue when it has a rate and no queue discipline: its drops include the overflow.
+    def applied(lost):
+        return AppliedLoss("veth-cli", "toward_client", 0.01, 0.0, 0.0, 0.01, 25_000, lost, overflows_here=True)
+
+    assert applied(594).as_configured and "its queue overflow included" in applied(594).describe()
+    assert not applied(40).as_configured  # 0.16% of 1% asked: the loss was not applied
+    qdiscs = {"veth-cli": [{"kind": "htb", "handle": 0x10000, "parent": 0xFFFFFFFF, "packets": 24_000, "drops": 0}]}
+    qdiscs["veth-cli"].append({"kind": "netem", "handle": 0x100000, "parent": 0x10001, "packets": 24_000, "drops": 600})
+    for link, here in ((Link(rate="100mbit", rtt="100ms", loss="1%"), True), (Link(rtt="100ms", loss="1%"), False)):
+        (found,) = applied_losses(qdiscs, {"veth-cli": ("toward_client", link.toward_client)})
+        assert found.overflows_here is here and found.as_configured is here
+
+
 def test_counters_become_applied_losses():
     way = Link(rate="20mbit", rtt="10ms", loss="2%").toward_client
     qdiscs = {
@@ -61,6 +75,37 @@ def test_counters_become_applied_losses():
     # No loss asked, or a changing link, or no netem: nothing to judge.
     assert applied_losses(qdiscs, {"veth-cli": ("toward_client", Link(rate="20mbit").toward_client)}) == []
     assert applied_losses({"veth-cli": qdiscs["veth-cli"][:1]}, {"veth-cli": ("toward_client", way)}) == []
+
+
+def test_the_round_trip_floor_is_judged_against_the_delays_the_sending_time_and_the_jitter():
+    link = Link(rate="20mbit", rtt="20ms")
+    # 20 ms asked; a 1514-byte frame at 20 Mbit/s and its ACK take 0.63 ms; 1 ms allowed over (5% is 1 ms).
+    assert applied_delay(link, 0.0203, download=True).as_configured
+    assert applied_delay(link, 0.0215, download=True).as_configured
+    late = applied_delay(link, 0.0352, download=True)
+    assert not late.as_configured and late.describe().startswith("impairment not as configured: round trip floor 35.2")
+    assert "adds delay the Link did not ask for" in late.describe()
+    missing = applied_delay(link, 0.0001, download=True)
+    assert not missing.as_configured and "the delay was not applied" in missing.describe()
+    # 5% of a long path: 200 ms may read 209 ms, not 211.
+    far = Link(rtt="200ms")
+    assert applied_delay(far, 0.209, download=True).as_configured
+    assert not applied_delay(far, 0.211, download=True).as_configured
+    # A slow link's frame takes long to send: 1 Mbit/s adds 12.1 ms one way and 0.5 ms for the ACK back.
+    slow = Link(rate="1mbit", rtt="10ms")
+    assert applied_delay(slow, 0.0222, download=True).as_configured
+    # Jitter lets the floor sit below the delays by as much (a table distribution by 4 times); reorder by all.
+    jittery = Link(rtt="20ms", jitter="3ms")
+    assert applied_delay(jittery, 0.0145, download=True).as_configured  # 20 - 2 x 3 - 1 ms = 13 ms allowed
+    assert not applied_delay(jittery, 0.0120, download=True).as_configured
+    reordered = Link(rtt="20ms", to_client={"reorder": "25%"})
+    assert applied_delay(reordered, 0.0101, download=True).as_configured
+    # A software-emulated guest's timers: its slack is allowed on top.
+    assert applied_delay(Link(rtt="10ms"), 0.0126, download=True, slack_s=2e-3).as_configured
+    assert not applied_delay(Link(rtt="10ms"), 0.0126, download=True).as_configured
+    # Nothing to judge: no delay asked, no min_rtt.
+    assert applied_delay(Link(rate="20mbit"), 0.0001, download=True) is None
+    assert applied_delay(link, None, download=True) is None
 
 
 def test_a_link_warns_when_netem_would_not_apply_its_correlated_loss():
@@ -136,6 +181,37 @@ def test_a_shaper_changed_behind_the_lab_s_back_is_caught(pytester, monkeypatch,
     if mode == "fail":
         assert "the path did not apply the impairment the test asked for" in out
         assert "the qdisc on the path is not the one asked for" in out
+
+
+@pytest.mark.tcpnet_needs("netem")
+@pytest.mark.parametrize("change", ["added", "removed"])
+def test_a_delay_added_or_removed_behind_the_lab_s_back_is_named(tcpnet, change):
+    """A 20 ms path whose server adds 15 ms of its own on its interface (netem there, behind the lab's back), or
+    whose router's netem delays nothing: the sender's min_rtt (~35 ms, or under a millisecond) is named beside the
+    20 ms asked, in describe() and among the mismatches; the untouched path's floor (UML: within 0.33 ms) is not."""
+    pair = tcpnet.pair(link=Link(rate="20mbit", rtt="20ms"))
+    if change == "added":
+        pair.server.run(
+            ["tc", "qdisc", "add", "dev", pair.server.interface, "root", "netem", "delay", "15ms"], check=True
+        )
+    else:
+        for ifname in ("veth-cli", "veth-srv"):
+            pair.router.run(
+                ["tc", "qdisc", "change", "dev", ifname, "parent", "1:1", "handle", "10:", "netem", "delay", "0ms"],
+                check=True,
+            )
+    result = pair.transfer(nbytes=1_000_000)
+    delay = result.applied_delay
+    assert delay is not None and not delay.as_configured, result.describe()
+    assert delay in result.impairment_mismatches
+    text = result.describe()
+    assert "impairment not as configured: round trip floor" in text and "asked 20 ms" in text, text
+    if change == "added":
+        assert 0.034 < delay.floor_s < 0.040 and "adds delay the Link did not ask for" in text, text
+    else:
+        assert delay.floor_s < 0.002 and "the delay was not applied" in text, text
+    untouched = tcpnet.pair(link=Link(rate="20mbit", rtt="20ms")).transfer(nbytes=1_000_000)
+    assert untouched.applied_delay.as_configured and not untouched.impairment_mismatches, untouched.describe()
 
 
 @pytest.mark.tcpnet_needs("netem")

@@ -1,4 +1,5 @@
-"""What a link applied, from its qdisc counters, against what it was asked: loss as the traffic met it.
+"""What a link applied against what it was asked: loss as the traffic met it (its qdisc counters), and the round
+trip's floor (its sender's TCP_INFO min_rtt).
 
 `tc qdisc show` reads back what was configured, not what happened: a netem asked for 2% loss
 with 25% correlation reads "loss 2% 25%" and drops nothing (model/netem.py says why). The
@@ -11,6 +12,12 @@ losses, times an index of dispersion for bursty ones ((1 + lambda) / (1 - lambda
 lag-one correlation: 1 - p - r for Gilbert-Elliott, rho for netem's correlated draw). A count
 more than Z_LIMIT of those standard deviations away, and more than MIN_RELATIVE off in rate,
 is not chance; with fewer than MIN_EXPECTED losses expected nothing is judged.
+
+The round trip's floor is the least RTT the sender measured: the Link's delays both ways, plus
+sending one full frame and its ACK at the links' rates. Below the delays, or above them by more
+than max(1 ms, 5%) (plus a software-emulated guest's timer slack), the path is not the one asked
+for: netem's delay not applied, or a delay added that the Link did not ask for (a second netem,
+a queue that never drains, timers late on a busy host).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["AppliedLoss", "applied_losses", "Z_LIMIT"]
+__all__ = ["AppliedLoss", "applied_losses", "AppliedDelay", "applied_delay", "Z_LIMIT", "DELAY_TOLERANCE"]
 
 #: Standard deviations beyond which a loss count is not chance: P < 1e-4 two-sided under a normal spread.
 Z_LIMIT = 4.0
@@ -27,6 +34,10 @@ MIN_RELATIVE = 0.10
 #: Losses the asked rate must expect before a count can be judged (below it, 0 is not unusual).
 MIN_EXPECTED = 8.0
 _NETEM = "netem"
+#: How far the round trip's floor may sit above the asked delays, beyond a frame's and an ACK's sending time: the
+#: larger of 1 ms and 5% of the delays. UML's netem delays land within 0.15-0.33 ms of the asked 10-200 ms (docs/vm.md).
+DELAY_TOLERANCE = (1e-3, 0.05)
+_FRAME_BYTES, _ACK_BYTES = 1514, 66  # a full Ethernet frame and a bare ACK with timestamps on the wire
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,10 @@ class AppliedLoss:
     expected: float
     offered: int
     lost: int
+    #: netem holds the link's queue itself (a rate and no queue discipline of its own): its drops then include the
+    #: queue's overflow, so only a loss below the asked one is judged (a BBR flow at 100 Mbit/s, 100 ms, 1% loss
+    #: read 1.9-3.5% "applied": its startup overflowed the queue).
+    overflows_here: bool = False
 
     @property
     def applied(self) -> float:
@@ -56,10 +71,14 @@ class AppliedLoss:
         spread = math.sqrt(dispersion * expected * (1 - rate))
         return (self.lost - expected) / spread if spread else None
 
+    @property
+    def key(self) -> tuple:
+        return ("loss", self.ifname, self.offered, self.lost)
+
     def differs_from(self, rate: float) -> bool:
         """True when the applied loss is not what rate explains by chance."""
         z = self.z(rate)
-        if z is None:
+        if z is None or (self.overflows_here and z > 0):
             return False
         return abs(z) > Z_LIMIT and abs(self.applied - rate) > MIN_RELATIVE * rate
 
@@ -86,7 +105,8 @@ class AppliedLoss:
         )
         line = (
             f"{self.direction.replace('_', ' ')} ({self.ifname}): loss {self.applied * 100:.3g}% applied "
-            f"({self.lost} of {self.offered} packets), {asked}"
+            f"({self.lost} of {self.offered} packets{', its queue overflow included' if self.overflows_here else ''}), "
+            f"{asked}"
         )
         if not self.as_configured:
             line = f"impairment not as configured: {line}; {self.likely_cause}"
@@ -120,6 +140,82 @@ def applied_losses(qdiscs: dict, shaped_ways: dict) -> list[AppliedLoss]:
                 expected=way.effective_loss if model is None else way.loss,
                 offered=netem.get("packets", 0) + lost,
                 lost=lost,
+                overflows_here=bool(way.rate_bps) and way.queue is None,
             )
         )
     return found
+
+
+@dataclass(frozen=True)
+class AppliedDelay:
+    """The round trip a flow's packets met (its sender's TCP_INFO min_rtt) against the Link's delays."""
+
+    asked_s: float  # both ways' netem delays
+    below_s: float  # how far below them the floor may be: jitter both ways (a distribution's tail), or all of it
+    sending_s: float  # one full frame toward the receiver and its ACK back, at the links' rates
+    slack_s: float  # a software-emulated guest's late timers
+    floor_s: float  # what the sender measured
+
+    @property
+    def tolerance_s(self) -> float:
+        low, share = DELAY_TOLERANCE
+        return max(low, share * self.asked_s) + self.slack_s
+
+    @property
+    def as_configured(self) -> bool:
+        """The floor sits within what the asked delays, jitter and sending times allow."""
+        lowest = self.asked_s - self.below_s - self.tolerance_s
+        return lowest <= self.floor_s <= self.asked_s + self.sending_s + self.tolerance_s
+
+    @property
+    def key(self) -> tuple:
+        return ("delay", round(self.asked_s, 6), round(self.floor_s, 6))
+
+    @property
+    def likely_cause(self) -> str:
+        if self.floor_s < self.asked_s:
+            return "the delay was not applied on this path: the qdisc there is not the one asked for"
+        return (
+            "the path adds delay the Link did not ask for: a second netem (on an endpoint?), a queue that never "
+            "drains, or timers running late on a busy host"
+        )
+
+    def describe(self) -> str:
+        sending = f" + {self.sending_s * 1e3:.3g} ms to send a frame and its ACK" if self.sending_s >= 1e-5 else ""
+        line = (
+            f"round trip floor {self.floor_s * 1e3:.4g} ms (the sender's min_rtt), asked {self.asked_s * 1e3:.4g} ms"
+            f"{sending} (allowed {self.tolerance_s * 1e3:.3g} ms over"
+            + (f", {self.below_s * 1e3:.3g} ms under" if self.below_s else "")
+            + ")"
+        )
+        if not self.as_configured:
+            line = f"impairment not as configured: {line}; {self.likely_cause}"
+        return line
+
+
+def applied_delay(link, min_rtt_s, *, download, slack_s=0.0):
+    """The AppliedDelay of a flow on link (its Link; download: data toward the client), or None where the floor says
+    nothing: no delay asked, no min_rtt, or a link that changes while the flow runs (its phases are judged apart)."""
+    if link is None or min_rtt_s is None:
+        return None
+    forward, back = (link.toward_client, link.toward_server) if download else (link.toward_server, link.toward_client)
+    if forward.changes or back.changes or not (forward.delay_s or back.delay_s):
+        return None
+    below = 0.0
+    for way in (forward, back):
+        if way.reorder:
+            below += way.delay_s  # netem sends the reordered packets at once
+        elif way.distribution != "uniform":
+            below += 4 * way.jitter_s  # a table's tail reaches past the jitter
+        else:
+            below += way.jitter_s
+    sending = sum(
+        nbytes * 8 / way.rate_bps for nbytes, way in ((_FRAME_BYTES, forward), (_ACK_BYTES, back)) if way.rate_bps
+    )
+    return AppliedDelay(
+        asked_s=forward.delay_s + back.delay_s,
+        below_s=min(below, forward.delay_s + back.delay_s),
+        sending_s=sending,
+        slack_s=slack_s,
+        floor_s=min_rtt_s,
+    )
