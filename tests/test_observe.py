@@ -311,6 +311,40 @@ def test_each_connection_opens_and_closes_when_its_kernel_says_whatever_the_samp
     assert all(lifetime >= hold / 1e3 for lifetime, hold in held), held
 
 
+CURL_EACH = """
+import subprocess, sys, time
+for _ in range(int(sys.argv[2])):
+    started = time.monotonic()
+    out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{local_port} %{time_connect} %{time_total}",
+                          sys.argv[1]], capture_output=True, text=True, check=True).stdout
+    print(out, started, time.monotonic(), flush=True)
+"""
+
+
+@pytest.mark.tcpnet_needs("curl")
+def test_curls_connections_each_live_as_long_as_curl_says(tcpnet, tmp_path):
+    """curl fetching a 20 kB file 20 times from Python's http.server at the default sampling: 20 flows of exactly
+    the file's bytes (and the response header) down, each lifetime at least curl's own time_total less its connect
+    time and within the curl process's life."""
+    (tmp_path / "file").write_bytes(b"x" * 20_000)
+    pair = tcpnet.pair(link=Link(rate="1gbit"))
+    pair.server.popen([sys.executable, "-m", "http.server", "--bind", pair.server.address, "8000"], cwd=tmp_path)
+    pair.server.wait_listening(8000)
+    with pair.observe() as seen:
+        out = pair.client.run(
+            [sys.executable, "-c", CURL_EACH, f"http://{pair.server.address}:8000/file", "20"], timeout=60, check=True
+        )
+    timed = {int(port): tuple(map(float, rest)) for port, *rest in (line.split() for line in out.stdout.splitlines())}
+    flows = {flow.receiver["local"][1]: flow for flow in seen.flows}
+    assert sorted(flows) == sorted(timed), f"{len(flows)} of {len(timed)} curl connections seen"
+    for port, (connect_s, total_s, started, ended) in timed.items():
+        flow = flows[port]
+        assert flow.direction == "download" and 20_000 < flow.download_bytes < 20_400, flow.describe()
+        # curl's clock starts before the SYN (connect_s covers the handshake) and stops at the last byte.
+        assert total_s - connect_s <= flow.lifetime_s <= ended - started, (port, connect_s, total_s, flow.lifetime_s)
+        assert started <= flow.opened_at and flow.closed_at <= ended, (started, flow.opened_at, flow.closed_at, ended)
+
+
 def _nodelay(script):
     """The header/body program with TCP_NODELAY on its socket: the fix."""
     nodelay = "{0}.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\n"
