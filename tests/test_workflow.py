@@ -138,3 +138,20 @@ def test_flakes_tallies_junit_files_made_elsewhere(tmp_path):
     )
     assert out.returncode == 1, out.stderr
     assert "flakes: 2 tests, 1 failed at least once\n  tests.test_a::test_flaky: 1 failed, 1 passed" in out.stdout
+
+
+@pytest.mark.parametrize("shard", ["3/2", "0/4", "x", "1/"])
+def test_dev_test_refuses_a_bad_shard_before_setting_anything_up(shard):
+    """TCPNET_SHARD=i/N with 1 <= i <= N, or dev/test says so and stops before dev/setup installs anything."""
+    import os
+
+    out = subprocess.run(
+        ["bash", str(REPO / "dev" / "test")],
+        env=dict(os.environ, TCPNET_SHARD=shard),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"TCPNET_SHARD must be i/N with 1 <= i <= N (e.g. 2/4), got '{shard}'" in out.stderr
+    assert out.stdout == "", out.stdout  # nothing ran: not dev/setup, not a session
