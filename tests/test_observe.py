@@ -273,6 +273,14 @@ for hold_ms in sys.argv[2].split(","):
 """
 
 
+# The kernel stamps packets with the real-time clock, turned into monotonic time as they are read: the two clocks move
+# apart by microseconds (3 us seen in a UML 6.1 guest), so the bounds get 0.1 ms.
+SLACK_S = 1e-4
+# A FIN may leave after close() (or the process's exit) returns: TCP's pacing timer sends it (15 us late seen for
+# curl in fresh-clone CI run ci19); a busy host delays that timer more, so the close side gets a millisecond.
+FIN_LATE_S = 1e-3
+
+
 @pytest.mark.parametrize("family", ["ipv4", "ipv6"])
 def test_each_connection_opens_and_closes_when_its_kernel_says_whatever_the_sampling(tcpnet, family):
     """Connections held 0 to 25 ms on a 0-RTT path, at the default 10 ms sampling: every one is seen, its opening is
@@ -297,13 +305,14 @@ def test_each_connection_opens_and_closes_when_its_kernel_says_whatever_the_samp
     assert seen.samples.lifecycle == "", seen.samples.lifecycle
     flows = {flow.sender["remote" if flow.direction == "download" else "local"][1]: flow for flow in seen.flows}
     assert sorted(flows) == sorted(timed), f"{len(flows)} of {len(holds)} connections seen"
-    # The kernel stamps packets with the real-time clock, turned into monotonic time as they are read: the two clocks
-    # move apart by microseconds (3 us seen in a UML 6.1 guest), so the bounds get 0.1 ms.
-    slack = 1e-4
     for port, (before_connect, connected, server_closed, after_close) in timed.items():
         flow = flows[port]
-        assert before_connect - slack <= flow.opened_at <= connected + slack, (port, before_connect, flow.opened_at)
-        assert server_closed - slack <= flow.closed_at <= after_close + slack, (port, flow.closed_at, after_close)
+        assert before_connect - SLACK_S <= flow.opened_at <= connected + SLACK_S, (port, before_connect, flow.opened_at)
+        assert server_closed - SLACK_S <= flow.closed_at <= after_close + FIN_LATE_S, (
+            port,
+            flow.closed_at,
+            after_close,
+        )
         assert "from its SYN to its last FIN" in flow.describe(), flow.describe()
         assert result_row(flow)["lifetime_s"] == pytest.approx(flow.lifetime_s)
     held = sorted((flows[port].lifetime_s, hold) for port, hold in zip(timed, holds))
@@ -341,8 +350,9 @@ def test_curls_connections_each_live_as_long_as_curl_says(tcpnet, tmp_path):
         flow = flows[port]
         assert flow.direction == "download" and 20_000 < flow.download_bytes < 20_400, flow.describe()
         # curl's clock starts before the SYN (connect_s covers the handshake) and stops at the last byte.
-        assert total_s - connect_s <= flow.lifetime_s <= ended - started, (port, connect_s, total_s, flow.lifetime_s)
-        assert started <= flow.opened_at and flow.closed_at <= ended, (started, flow.opened_at, flow.closed_at, ended)
+        lived = (port, connect_s, total_s, flow.lifetime_s, ended - started)
+        assert total_s - connect_s <= flow.lifetime_s <= ended - started + FIN_LATE_S, lived
+        assert started - SLACK_S <= flow.opened_at and flow.closed_at <= ended + FIN_LATE_S, (started, ended, flow)
 
 
 def _nodelay(script):
