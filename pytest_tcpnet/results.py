@@ -500,8 +500,9 @@ class TransferResult:
     @property
     def applied_delay(self):
         """The round trip's floor the flow met (its sender's min_rtt) against the Link's delays (AppliedDelay), or
-        None where it says nothing (no delay asked, a changing link, no sender TCP_INFO)."""
-        from .analysis.impairments import applied_delay
+        None where it says nothing (no delay asked, a changing link, no sender TCP_INFO). Beside other traffic on its
+        shapers only a floor too low is judged: their packets may hold the queue all along."""
+        from .analysis.impairments import applied_delay, others_packets
 
         try:
             floor = self.min_rtt_s
@@ -515,7 +516,15 @@ class TransferResult:
                 return None
             link = link.seen_by(*ports)
         slack = EMULATED_TIMER_SLACK_S if guest.software_emulated() else 0.0
-        return applied_delay(link, floor, download=self.direction == "download", slack_s=slack)
+        download = self.direction == "download"
+        sent, acked = self.sender_tcp_info.get("segs_out"), self.receiver_tcp_info.get("segs_out")
+        own = (
+            {"toward_client": sent, "toward_server": acked}
+            if download
+            else {"toward_server": sent, "toward_client": acked}
+        )
+        crowd = others_packets(self.qdiscs, self.shaped_ways, {way: n for way, n in own.items() if n is not None})
+        return applied_delay(link, floor, download=download, slack_s=slack, others_packets=crowd)
 
     @property
     def impairment_mismatches(self):

@@ -17,7 +17,9 @@ The round trip's floor is the least RTT the sender measured: the Link's delays b
 sending one full frame and its ACK at the links' rates. Below the delays, or above them by more
 than max(1 ms, 5%) (plus a software-emulated guest's timer slack), the path is not the one asked
 for: netem's delay not applied, or a delay added that the Link did not ask for (a second netem,
-a queue that never drains, timers late on a busy host).
+a queue that never drains, timers late on a busy host). Only the first is judged where other
+traffic crossed the flow's shapers (another flow, a UDP stream): their packets may hold the
+queue for the flow's whole life, so a floor above the delays is no sign of a wrong path there.
 """
 
 from __future__ import annotations
@@ -25,7 +27,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["AppliedLoss", "applied_losses", "AppliedDelay", "applied_delay", "Z_LIMIT", "DELAY_TOLERANCE"]
+__all__ = [
+    "AppliedLoss",
+    "applied_losses",
+    "AppliedDelay",
+    "applied_delay",
+    "others_packets",
+    "Z_LIMIT",
+    "DELAY_TOLERANCE",
+]
 
 #: Standard deviations beyond which a loss count is not chance: P < 1e-4 two-sided under a normal spread.
 Z_LIMIT = 4.0
@@ -38,6 +48,10 @@ _NETEM = "netem"
 #: larger of 1 ms and 5% of the delays. UML's netem delays land within 0.15-0.33 ms of the asked 10-200 ms (docs/vm.md).
 DELAY_TOLERANCE = (1e-3, 0.05)
 _FRAME_BYTES, _ACK_BYTES = 1514, 66  # a full Ethernet frame and a bare ACK with timestamps on the wire
+#: Packets beyond a connection's own segments that make its path shared: a tenth of its own and at least 20 (a
+#: workload's control connection or neighbour discovery stay below it; a flow or stream beside it does not).
+SHARED_SHARE, SHARED_MIN = 0.10, 20
+_TC_H_ROOT = 0xFFFFFFFF
 
 
 @dataclass(frozen=True)
@@ -155,6 +169,7 @@ class AppliedDelay:
     sending_s: float  # one full frame toward the receiver and its ACK back, at the links' rates
     slack_s: float  # a software-emulated guest's late timers
     floor_s: float  # what the sender measured
+    others_packets: int = 0  # packets of other traffic its shapers carried (0: the path was its own)
 
     @property
     def tolerance_s(self) -> float:
@@ -165,6 +180,8 @@ class AppliedDelay:
     def as_configured(self) -> bool:
         """The floor sits within what the asked delays, jitter and sending times allow."""
         lowest = self.asked_s - self.below_s - self.tolerance_s
+        if self.others_packets:  # others' packets may have held the queue all along: only "too low" says something
+            return lowest <= self.floor_s
         return lowest <= self.floor_s <= self.asked_s + self.sending_s + self.tolerance_s
 
     @property
@@ -182,20 +199,43 @@ class AppliedDelay:
 
     def describe(self) -> str:
         sending = f" + {self.sending_s * 1e3:.3g} ms to send a frame and its ACK" if self.sending_s >= 1e-5 else ""
+        over = (
+            f"{self.others_packets} packets of other traffic shared its queue: any floor above judged fine"
+            if self.others_packets
+            else f"allowed {self.tolerance_s * 1e3:.3g} ms over"
+        )
         line = (
             f"round trip floor {self.floor_s * 1e3:.4g} ms (the sender's min_rtt), asked {self.asked_s * 1e3:.4g} ms"
-            f"{sending} (allowed {self.tolerance_s * 1e3:.3g} ms over"
-            + (f", {self.below_s * 1e3:.3g} ms under" if self.below_s else "")
-            + ")"
+            f"{sending} ({over}" + (f", {self.below_s * 1e3:.3g} ms under" if self.below_s else "") + ")"
         )
         if not self.as_configured:
             line = f"impairment not as configured: {line}; {self.likely_cause}"
         return line
 
 
-def applied_delay(link, min_rtt_s, *, download, slack_s=0.0):
+def others_packets(qdiscs: dict, shaped_ways: dict, own: dict) -> int:
+    """Packets of other traffic the path's shapers carried beside a connection's own, the most on any of them, or 0
+    below SHARED_SHARE and SHARED_MIN of its own.
+
+    qdiscs and shaped_ways as applied_losses takes them; own: {"toward_client": n, "toward_server": n}, the segments
+    the connection's end on that side sent (TCP_INFO segs_out; a qdisc counts a GSO packet's segments too).
+    """
+    most = 0
+    for ifname, (direction, _way) in shaped_ways.items():
+        mine = own.get(direction)
+        if mine is None:
+            continue
+        carried = sum(q.get("packets", 0) for q in qdiscs.get(ifname) or [] if q.get("parent") == _TC_H_ROOT)
+        others = carried - mine
+        if others > max(SHARED_MIN, SHARED_SHARE * mine):
+            most = max(most, others)
+    return most
+
+
+def applied_delay(link, min_rtt_s, *, download, slack_s=0.0, others_packets=0):
     """The AppliedDelay of a flow on link (its Link; download: data toward the client), or None where the floor says
-    nothing: no delay asked, no min_rtt, or a link that changes while the flow runs (its phases are judged apart)."""
+    nothing: no delay asked, no min_rtt, or a link that changes while the flow runs (its phases are judged apart).
+    others_packets: other traffic its shapers carried (others_packets()); then only a floor too low is judged."""
     if link is None or min_rtt_s is None:
         return None
     forward, back = (link.toward_client, link.toward_server) if download else (link.toward_server, link.toward_client)
@@ -218,4 +258,5 @@ def applied_delay(link, min_rtt_s, *, download, slack_s=0.0):
         sending_s=sending,
         slack_s=slack_s,
         floor_s=min_rtt_s,
+        others_packets=others_packets,
     )

@@ -319,6 +319,7 @@ def _delay_record(delay):
         "sending_s": delay.sending_s,
         "tolerance_s": delay.tolerance_s,
         "below_s": delay.below_s,
+        "others_packets": delay.others_packets,
         "as_configured": delay.as_configured,
     }
 
