@@ -8,6 +8,7 @@ a small SO_RCVBUF smoothed the traffic further.
 import pytest
 
 from pytest_tcpnet import Link, Pace, assert_throughput_within
+from pytest_tcpnet.model import expected_throughput
 
 LIMIT = 200 * 1024  # curl's "200k" is 200 KiB/s
 
@@ -25,12 +26,14 @@ def test_curl_limit_rate_averages_the_limit_but_bursts_far_above_it(tcpnet):
 
     curl's limiter restarts its accounting every 3 s, so a burst read just before a restart is
     never paid for: one 4 MB run under -n 2 beside another worker averaged 291 KiB/s (1.45x).
-    The average is therefore judged by a majority of up to three downloads.
+    The average is therefore judged by a majority of up to three downloads, against the model, which knows curl's
+    limit as the application's bound (200 KiB/s, far below the link's 95.6 Mbit/s).
     """
     pair = tcpnet.pair(link=Link(rate="100mbit"))
-    result = assert_throughput_within(
-        lambda: pair.http_download(4_000_000, limit_rate="200k"), LIMIT * 8, rel=0.15, trials=3
-    )
+    result = assert_throughput_within(lambda: pair.http_download(4_000_000, limit_rate="200k"), rel=0.15, trials=3)
+    prediction = expected_throughput(result)
+    assert prediction.bound == "app" and prediction.bps == pytest.approx(LIMIT * 8), prediction.why
+    assert "curl --limit-rate 200k" in prediction.why and "curl --limit-rate 200k" in result.describe(), prediction.why
     peak = max(bps for _, bps in result.rate_series(0.1, source="socket")) / 8
     assert peak >= 3 * LIMIT, f"highest 100 ms rate {peak / 1024:.0f} KiB/s\n{result.describe()}"
 

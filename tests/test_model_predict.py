@@ -1,5 +1,7 @@
 """The kernel-aware window, buffer and throughput model (pure; no root)."""
 
+import dataclasses
+
 import pytest
 
 from pytest_tcpnet import Link, model
@@ -197,6 +199,14 @@ def test_the_applications_own_window_and_pace_bound_the_flow():
     assert unshaped.bps == pytest.approx(16384 * 8 / 0.04)
     paced = model.expected_throughput(model.Conditions(kernel="6.1", rtt_s=0.0, rate_bps=20e6, app_rate_bps=3.2e6))
     assert (paced.bound, paced.bps) == ("app", 3.2e6)
+    # curl's --limit-rate is named as the bound; 4 MB at 200 KiB/s over a 24 us path keeps under a segment in flight
+    # per round trip, so no slow start is counted ("813803 round trips" before).
+    curl = model.Conditions(
+        kernel="6.1", rtt_s=24e-6, rate_bps=100e6, app_rate_bps=204800 * 8, app_rate_by="curl --limit-rate 200k"
+    )
+    limited = model.expected_throughput(dataclasses.replace(curl, nbytes=4_000_000))
+    assert (limited.bound, limited.bps) == ("app", 204800 * 8)
+    assert limited.why == "app-limited: the application moves 1.638 Mbit/s (curl --limit-rate 200k)"
     with pytest.raises(ValueError, match="app_window_bytes"):
         model.Conditions(kernel="6.1", rtt_s=0.04, app_window_bytes=0)
 

@@ -10,7 +10,7 @@ from .specs import check_congestion_control
 from .units import format_size, format_time, parse_size, parse_time
 from .validation import check_integer, check_number, is_number, refuse
 
-__all__ = ["Pace", "Pause", "Flow", "Cbr", "check_buffer_bytes", "check_positive_bytes"]
+__all__ = ["Pace", "Pause", "RateLimit", "Flow", "Cbr", "check_buffer_bytes", "check_positive_bytes"]
 
 
 def _positive_number(field, value):
@@ -60,6 +60,26 @@ class Pace:
     def describe(self):
         """'1 kB x 20/s'."""
         return f"{format_size(self.chunk)} x {self.per_second:g}/s"
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """A program's own rate limit (curl's --limit-rate): bytes per second on average, named by the option set."""
+
+    bytes_per_second: float
+    by: str
+
+    def __post_init__(self):
+        _positive_number("RateLimit.bytes_per_second", self.bytes_per_second)
+
+    @property
+    def rate_bps(self):
+        """The application's own rate ceiling in bit/s."""
+        return self.bytes_per_second * 8
+
+    def describe(self):
+        """'curl --limit-rate 200k (204.8 kB/s)'."""
+        return f"{self.by} ({format_size(self.bytes_per_second)}/s)"
 
 
 @dataclass(frozen=True)

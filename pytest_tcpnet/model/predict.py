@@ -79,6 +79,8 @@ class Conditions:
     #: protocol's chunk per application ACK), and the rate it writes or reads at (a paced end).
     app_window_bytes: "int | None" = None
     app_rate_bps: "float | None" = None
+    #: What sets app_rate_bps, for the model's `why` ("paced", or a program's option: "curl --limit-rate 200k").
+    app_rate_by: str = "paced"
     #: Payload bytes per full segment: 1448 over IPv4 with timestamps, 1428 over IPv6.
     mss_bytes: int = PAYLOAD_PER_FRAME
     #: The bottleneck's queue discipline when not a plain FIFO (a model.Queue): an AQM keeps the standing
@@ -121,7 +123,7 @@ class Conditions:
             window = (result.sender_tcp_info or {}).get("snd_wnd") or None
             rtt = max(rtt, _flow_srtt_s(result) or result.rtt_s or 0.0)
         paced = [
-            p.rate_bps
+            (p.rate_bps, getattr(p, "by", "paced"))
             for p in (getattr(result, "writer", None), getattr(result, "reader", None))
             if hasattr(p, "rate_bps")
         ]
@@ -134,7 +136,8 @@ class Conditions:
             loss=_loss_met(result, way, download),
             queue_packets=way.queue_limit_packets() if way.rate_bps else None,
             queue=way.queue if way.rate_bps else None,
-            app_rate_bps=min(paced) if paced else None,
+            app_rate_bps=min(paced)[0] if paced else None,
+            app_rate_by=min(paced)[1] if paced else "paced",
             app_window_bytes=getattr(result, "app_window_bytes", None),
             cc=result.cc or sysctls.get(sender_role, {}).get("net.ipv4.tcp_congestion_control"),
             so_sndbuf=result.sndbuf_requested,
@@ -259,7 +262,7 @@ def expected_throughput(conditions_or_result, *, observed=False):
             reasons["loss"] = f"Mathis: MSS/RTT x 1.22/sqrt(p) at p = {c.loss:.3g} for {c.cc or 'cubic'}"
     app = []
     if c.app_rate_bps:
-        app.append((c.app_rate_bps, f"the application moves {format_rate(c.app_rate_bps)} (paced)"))
+        app.append((c.app_rate_bps, f"the application moves {format_rate(c.app_rate_bps)} ({c.app_rate_by})"))
     if c.app_window_bytes and c.rtt_s > 0:
         # Each application round sends its window, then waits a round trip for the application's ACK: the
         # window's time on the bottleneck counts too (16 KB at 20 Mbit/s is 6.6 ms beside a 40 ms RTT).
@@ -280,9 +283,10 @@ def expected_throughput(conditions_or_result, *, observed=False):
     bps, why = bounds[bound], f"{bound}-limited: {reasons[bound]}"
     loaded_rtt, queue_note = _standing_queue(c, bounds, bound)
     why += queue_note
-    if c.nbytes and c.rtt_s > 0 and bound != "loss":
-        # The binding rate moves one window of rate x RTT per round trip once cwnd has grown to it.
-        time_s = window_limited_transfer_time(c.nbytes, max(1.0, bps * c.rtt_s / 8), c.rtt_s, mss_bytes=c.mss_bytes)
+    if c.nbytes and c.rtt_s > 0 and bound != "loss" and bps * c.rtt_s / 8 >= c.mss_bytes:
+        # The binding rate moves one window of rate x RTT per round trip once cwnd has grown to it (a rate
+        # under a segment per round trip grows no window: its time is the bytes at that rate).
+        time_s = window_limited_transfer_time(c.nbytes, bps * c.rtt_s / 8, c.rtt_s, mss_bytes=c.mss_bytes)
         if c.nbytes * 8 / time_s < bps:
             bps = c.nbytes * 8 / time_s
             why += f"; {format_size(c.nbytes)} take {time_s / c.rtt_s:.0f} round trips with slow start"

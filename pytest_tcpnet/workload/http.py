@@ -7,6 +7,7 @@ import time
 
 from .. import interrupts
 from ..errors import LabError, program_path
+from ..model.app import RateLimit
 from .base import FlowOutcome, Workload
 from .flows import http_server
 
@@ -43,6 +44,8 @@ class HttpDownload(Workload):
         self.nbytes = nbytes
         self.limit_rate = limit_rate
         self.limit_rate_bytes = check_limit_rate(limit_rate)
+        # curl reads no faster than its limit on average: the model's application bound, as for a paced reader.
+        self.reader = RateLimit(self.limit_rate_bytes, f"curl --limit-rate {limit_rate}") if limit_rate else None
         self._server = self._curl = None
 
     def start(self, pair, deadline):
