@@ -444,13 +444,16 @@ def _receiver_record(end, total):
     before its close (marked "between_samples": its rate is a lower bound)."""
     times, values = end["times"], end["values"]
     got = [(t, min(total, _data_received(v))) for t, v in zip(times, values)]
-    if end["closed_at"] is not None and end["final"] and got and got[-1][1] >= total:
-        ago = (end["final"].get("last_data_recv") or 0) / 1e3
-        got[-1] = (max(end["opened_at"] or -math.inf, end["closed_at"] - ago, *(t for t, _ in got[:-1])), got[-1][1])
-    if end["fin_at"] is not None and got and got[-1][1] >= total:
-        # The last byte came with or before the sender's FIN, which this namespace saw by fin_at; the destruction's
-        # reading comes later (the kernel broadcasts it from a work queue).
-        got[-1] = (min(got[-1][0], max(end["fin_at"], *(t for t, _ in got[:-1]), end["opened_at"] or -math.inf)), total)
+    if got and got[-1][1] >= total:
+        # Two bounds on the last byte, the earlier wins: the destruction's final TCP_INFO (last_data_recv before the
+        # close) and the sender's FIN, which this namespace saw by fin_at (the destruction is read later: the kernel
+        # broadcasts it from a work queue). Never before the checkpoints already seen, nor before the connection.
+        bounds = [got[-1][0]]
+        if end["closed_at"] is not None and end["final"]:
+            bounds[0] = end["closed_at"] - (end["final"].get("last_data_recv") or 0) / 1e3
+        if end["fin_at"] is not None:
+            bounds.append(end["fin_at"])
+        got[-1] = (max(min(bounds), end["opened_at"] or -math.inf, *(t for t, _ in got[:-1])), got[-1][1])
     first = next(((t, n) for t, n in got if n > 0), None)
     last = next((t for t, n in got if n >= total), None)
     if last is None:

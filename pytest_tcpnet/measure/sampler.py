@@ -74,8 +74,9 @@ class SocketSamples:
         #: (role, local, remote) -> (monotonic time the kernel destroyed the socket, the time of the sample before
         #: that, its final TCP_INFO, every field): the socket's last row is then that final TCP_INFO.
         self.closed = closed or {}
-        #: Why sockets' destruction was not watched ("" when it was): then a connection that opened and closed between
-        #: two samples is not seen.
+        #: Why the lifecycle was not fully watched ("" when it was): sockets' destruction not watched (then a
+        #: connection that opened and closed between two samples is not seen), or the kernel dropped some of the
+        #: destructions or of the SYN, FIN and RST packets (then some connections' open or close times are missing).
         self.lifecycle = lifecycle or ""
         #: role -> (opened, closed): each connection's first SYN and last FIN or RST in that namespace, by
         #: connection_key (monotonic times the kernel stamped).
