@@ -164,7 +164,7 @@ class ReportPlugin:
         self.writer = None
         # Test ids collected before a split (pytest-split) kept some of them: CollectionWatch's, and xdist workers'.
         self.collected = config.stash.setdefault(COLLECTED_KEY, set())
-        self.tests = {}  # test id -> [outcome, seconds] so far (the controller's, from the reports)
+        self.tests = {}  # test id -> (its phases' outcomes, their seconds) so far (the controller's, from the reports)
         self.baseline = self.baseline_writer = None
         self._open_baseline(config)
         path = config.getoption("tcpnet_results")
@@ -214,10 +214,11 @@ class ReportPlugin:
         """Build the test's rows (summary, JUnit properties), then keep or remove its artifact directory."""
         from .report import flow_rows, junit_properties
         from .report.artifacts import write_flows
+        from .report.rows import test_outcome
 
         outcomes = item.stash.get(_outcomes_key, {})
         failed = "failed" in outcomes.values()
-        rows = flow_rows(lab.results, test=item.nodeid, outcome="failed" if failed else outcomes.get("call", "error"))
+        rows = flow_rows(lab.results, test=item.nodeid, outcome=test_outcome(outcomes))
         attempt = item.stash.get(_attempt_key, 1)
         if self.config.getoption("tcpnet_retry", 0):
             for row in rows:
@@ -232,12 +233,11 @@ class ReportPlugin:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item, call):
+        from .report.rows import phase_outcome
+
         report = yield
         # An expected failure is neither skipped nor passed in the table: pytest's own words for it.
-        outcome = report.outcome
-        if hasattr(report, "wasxfail"):
-            outcome = "xfailed" if report.skipped else "xpassed"
-        item.stash.setdefault(_outcomes_key, {})[report.when] = outcome
+        item.stash.setdefault(_outcomes_key, {})[report.when] = phase_outcome(report)
         lab = item.stash.get(LAB_KEY, None)
         if (
             report.when == "call"
@@ -383,31 +383,18 @@ class ReportPlugin:
         self.collected.update(getattr(node, "workeroutput", {}).get("tcpnet_collected", []))
 
     def _test_row(self, report):
-        """Follow a test's outcome through its phases; at its teardown, its row for the results file."""
-        state = self.tests.setdefault(report.nodeid, [None, 0.0])
-        state[1] += getattr(report, "duration", 0.0) or 0.0
-        if hasattr(report, "wasxfail") and report.when in ("setup", "call"):
-            state[0] = "xfailed" if report.skipped else "xpassed"
-        elif report.failed:
-            state[0] = "failed" if report.when == "call" else state[0] if state[0] == "failed" else "error"
-        elif report.skipped and state[0] is None:
-            state[0] = "skipped"
-        elif report.when == "call" and state[0] is None:
-            state[0] = "passed"
-        if report.when != "teardown":
-            return None
-        outcome, seconds = self.tests.pop(report.nodeid)
-        from .report.rows import SCHEMA
+        """Follow a test's phases (the controller has no item under xdist, only reports); at its teardown, its row
+        for the results file."""
+        from .report.rows import phase_outcome, test_outcome, test_row
 
-        return {
-            "schema": SCHEMA,
-            "kind": "test",
-            "test": report.nodeid,
-            "outcome": outcome or "passed",
-            "duration_s": round(seconds, 6),
-            "kernel": os.uname().release,
-            "shard": self._shard(),
-        }
+        phases, seconds = self.tests.get(report.nodeid, ({}, 0.0))
+        phases[report.when] = phase_outcome(report)
+        seconds += getattr(report, "duration", 0.0) or 0.0
+        if report.when != "teardown":
+            self.tests[report.nodeid] = (phases, seconds)
+            return None
+        self.tests.pop(report.nodeid, None)
+        return test_row(report.nodeid, test_outcome(phases), seconds, shard=self._shard())
 
     def _shard(self):
         """pytest-split's --splits/--group as {"splits": N, "group": i}, or None when the suite was not split."""
@@ -466,20 +453,9 @@ class ReportPlugin:
         """Write the session's row (what it collected: merging shards checks each test ran once); a flaky test
         fails the session under --tcpnet-strict=all (docs/reports.md, 'Retries')."""
         if self.writer is not None and not self.is_worker:
-            from .report.rows import SCHEMA
+            from .report.rows import session_row
 
-            self.writer.write(
-                [
-                    {
-                        "schema": SCHEMA,
-                        "kind": "session",
-                        "collected": sorted(self.collected),
-                        "kernel": os.uname().release,
-                        "shard": self._shard(),
-                        "exitstatus": int(session.exitstatus),
-                    }
-                ]
-            )
+            self.writer.write([session_row(self.collected, session.exitstatus, shard=self._shard())])
         if self.flaky and self.config.getoption("tcpnet_strict", None) == "all":
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -1,6 +1,7 @@
 """Real pytest sessions that run real transfers: the summary, JUnit properties, artifacts and results files they leave."""
 
 import base64
+import importlib
 import importlib.util
 import json
 import xml.etree.ElementTree as ElementTree
@@ -11,6 +12,13 @@ import pytest
 import pytest_tcpnet
 from pytest_tcpnet.report import read_rows
 from pytest_tcpnet.report.__main__ import main
+
+# The inner runs here draw their failures' plots (numpy). Loaded at collection, before any test runs, numpy stays
+# loaded after each pytester run; loaded first inside one, pytester unloads it after, and numpy cannot load twice in
+# one process (a later test's plots then failed: "cannot load module more than once per process").
+for _name in ("numpy", "matplotlib.pyplot"):
+    if importlib.util.find_spec(_name.split(".")[0]) is not None:
+        importlib.import_module(_name)
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.tcpnet_needs("privilege")

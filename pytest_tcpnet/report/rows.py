@@ -10,6 +10,7 @@ as missing ("-").
 """
 
 import dataclasses
+import os
 import statistics
 
 from .. import guest
@@ -32,6 +33,54 @@ EVENT_KEYS = (
     "out_of_order",
     "lost_segment",
 )
+
+
+def phase_outcome(report) -> str:
+    """One phase's outcome in pytest's words: passed, failed, skipped, or xfailed/xpassed for an expected failure."""
+    if hasattr(report, "wasxfail"):
+        return "xfailed" if report.skipped else "xpassed"
+    return report.outcome
+
+
+def test_outcome(phases: dict) -> str:
+    """A test's outcome from its phases' ({"setup": ..., "call": ..., "teardown": ...}, phase_outcome's words): an
+    expected failure as pytest words it, a failed call "failed", a failed setup or teardown "error", a skip
+    "skipped", else the call's."""
+    for when in ("setup", "call"):
+        if phases.get(when) in ("xfailed", "xpassed"):
+            return phases[when]
+    if phases.get("call") == "failed":
+        return "failed"
+    if "failed" in (phases.get("setup"), phases.get("teardown")):
+        return "error"
+    if "skipped" in (phases.get("setup"), phases.get("call")):
+        return "skipped"
+    return phases.get("call", "passed")
+
+
+def test_row(nodeid: str, outcome: str, seconds: float, *, shard) -> dict:
+    """A test's row in a results file: its outcome, its phases' time, the kernel and the shard it ran in."""
+    return {
+        "schema": SCHEMA,
+        "kind": "test",
+        "test": nodeid,
+        "outcome": outcome,
+        "duration_s": round(seconds, 6),
+        "kernel": os.uname().release,
+        "shard": shard,
+    }
+
+
+def session_row(collected, exitstatus: int, *, shard) -> dict:
+    """The session's row: every test it collected (before any split), so a merge can check each ran once."""
+    return {
+        "schema": SCHEMA,
+        "kind": "session",
+        "collected": sorted(collected),
+        "kernel": os.uname().release,
+        "shard": shard,
+        "exitstatus": int(exitstatus),
+    }
 
 
 def flow_rows(results, *, test, outcome=None):
