@@ -2,6 +2,7 @@
 
 from . import model
 from .assertions import (
+    assert_fair,
     assert_faster,
     assert_follows_schedule,
     assert_intervals_within,
@@ -11,6 +12,7 @@ from .assertions import (
     assert_no_window_full,
     assert_receive_window_within,
     assert_request_latency,
+    assert_share_within,
     assert_throughput_within,
     assert_window_full,
     assert_zero_window,
@@ -35,6 +37,8 @@ __all__ = [
     "assert_throughput_within",
     "assert_follows_schedule",
     "assert_request_latency",
+    "assert_share_within",
+    "assert_fair",
     "assert_receive_window_within",
     "assert_limited_by",
     "assert_faster",

@@ -23,6 +23,7 @@ __all__ = [
     "WindowProbe",
     "Phase",
     "jain_index",
+    "with_shares",
 ]
 
 _TC_H_ROOT = 0xFFFFFFFF
@@ -100,6 +101,9 @@ class TransferResult:
     #: {ifname: (direction, OneWay)}: what each shaped router interface on the path was asked to do (qdiscs has
     #: what it did), for applied_impairments().
     shaped_ways: dict = field(default_factory=dict, repr=False)
+    #: Its share of a bottleneck it crossed beside other flows (model.shares.Share; None: it ran alone), which the
+    #: model predicts instead of the whole link: set by whoever ran them together (Pair.concurrent, a dumbbell's).
+    share: object = None
     #: An observed connection's payload bytes each end sent ({"client": n, "server": n}); empty for the built-in
     #: one-way workloads, whose other direction carries none.
     sent_bytes: dict = field(default_factory=dict)
@@ -630,6 +634,9 @@ class TransferResult:
         lines += [f"link applied: {applied.describe()}" for applied in self.applied_impairments]
         if self.applied_delay is not None:
             lines.append(f"link applied: {self.applied_delay.describe()}")
+        if self.share is not None:
+            owed = format_rate(self.share.bps) if self.share.bps is not None else "not predicted"
+            lines.append(f"share: {owed}: {self.share.why}")
         counters = self.key_counters()
         if counters:
             lines.append("kernel counters during the measurement: " + counters)
@@ -738,6 +745,92 @@ class UdpResult:
             f"{self.spec.describe()}: {self.sent} sent ({self.send_errors} refused locally), {self.received} "
             f"received, loss {self.loss * 100:.3g}%, {format_rate(self.throughput_bps)} received; {delays}"
         )
+
+
+def with_shares(flows, streams, bottleneck, *, what="the bottleneck"):
+    """The flows (TransferResults that crossed `bottleneck`, a Link, at once) each with its share of it, per direction.
+
+    UDP streams (UdpResults) on it take their rate first. Shares follow who ran beside whom (the measured spans: a
+    flow that ran alone part of its time is owed the whole link then), each flow capped by its own bounds
+    (model.shares). An unshaped or changing direction, or a flow with nothing beside it, is left as it is.
+    """
+    import dataclasses
+
+    from .model import link_goodput
+    from .model.predict import Conditions
+
+    shared = list(flows)
+    for direction, way in (("download", bottleneck.toward_client), ("upload", bottleneck.toward_server)):
+        group = [i for i, f in enumerate(flows) if f.direction == direction]
+        beside = [u for u in streams if getattr(u.spec, "direction", "download") == direction]
+        if not group or len(group) + len(beside) < 2 or not way.rate_bps or way.changes:
+            continue
+        capacity = link_goodput(way.rate_bps, Conditions.from_result(flows[group[0]]).mss_bytes)
+        shares = _time_weighted_shares([flows[i] for i in group], beside, way, capacity, what)
+        for i, share in zip(group, shares):
+            if share is not None:
+                shared[i] = dataclasses.replace(flows[i], share=share)
+    return shared
+
+
+def _contender(flow, way):
+    """A flow as its share needs it: its own bound alone (the model's, the shared link left out), cc and RTT."""
+    import dataclasses
+
+    from .model import expected_throughput
+    from .model.predict import Conditions
+    from .model.shares import Contender
+
+    conditions = Conditions.from_result(flow)
+    alone = expected_throughput(dataclasses.replace(conditions, nbytes=None))
+    own = [bps for name, bps in alone.bounds.items() if name != "link"]
+    if conditions.rate_bps and conditions.rate_bps < way.rate_bps:
+        own.append(alone.bounds["link"])  # an access link slower than the bottleneck
+    return Contender(min(own) if own else None, conditions.cc or "cubic", flow.link.rtt_s)
+
+
+def _time_weighted_shares(flows, streams, way, capacity, what):
+    """Each flow's Share averaged over its measured span, cut where a flow or stream starts or ends (None: a flow
+    with no span); every share unestablished where any set of flows has no established model."""
+    from .model.shares import FLOW_QUEUEING_KINDS, Share, bottleneck_shares
+
+    contenders = [_contender(f, way) for f in flows]
+    spans = [(f.first_byte_at, f.receiver.get("last_byte_at") or f.first_byte_at) for f in flows]
+    cuts = sorted({t for span in spans for t in span} | {t for u in streams for t in (u.started_at, u.ended_at)})
+    owed, whys = [0.0] * len(flows), [None] * len(flows)
+    for start, end in zip(cuts, cuts[1:]):
+        running = [i for i, (first, last) in enumerate(spans) if first <= start and end <= last]
+        if not running:
+            continue
+        # A stream takes its datagrams' wire rate (payload + UDP, IP and Ethernet headers), in TCP goodput's terms.
+        udp = [
+            u.spec.rate * (u.packet_size + 42) / u.packet_size * capacity / way.rate_bps
+            for u in streams
+            if u.started_at <= start and end <= u.ended_at
+        ]
+        found = bottleneck_shares(
+            capacity,
+            [contenders[i] for i in running],
+            unresponsive=udp,
+            what=what,
+            fair_queue=way.queue.kind if way.queue is not None and way.queue.kind in FLOW_QUEUEING_KINDS else None,
+        )
+        if any(share.bps is None for share in found):
+            return [Share(None, found[0].why, len(flows))] * len(flows)
+        for i, share in zip(running, found):
+            owed[i] += share.bps * (end - start)
+            if whys[i] is None or share.flows > whys[i][1]:
+                whys[i] = (share.why, share.flows)  # the most crowded set it ran in names its share
+    shares = []
+    for i, (first, last) in enumerate(spans):
+        if last <= first or whys[i] is None:
+            shares.append(None)
+            continue
+        why, n = whys[i]
+        if len(cuts) > 2:
+            why += "; averaged over its time beside each set of flows"
+        shares.append(Share(owed[i] / (last - first), why, n))
+    return shares
 
 
 @dataclass(frozen=True, eq=False)

@@ -58,6 +58,7 @@ LIGHT_MODULES = {
     "pytest_tcpnet.records",
     "pytest_tcpnet.assertions",
     "pytest_tcpnet.assertions.latency",
+    "pytest_tcpnet.assertions.shares",
     "pytest_tcpnet.assertions.schedule",
     "pytest_tcpnet.assertions.throughput",
     "pytest_tcpnet.assertions.window",

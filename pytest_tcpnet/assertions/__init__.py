@@ -12,6 +12,7 @@ from .events import (
 )
 from .latency import assert_request_latency
 from .schedule import assert_follows_schedule
+from .shares import assert_fair, assert_share_within
 from .throughput import assert_limited_by, assert_throughput_within
 from .verdicts import assert_faster, assert_intervals_within, confirm_failure
 from .window import assert_receive_window_within
@@ -30,4 +31,6 @@ __all__ = [
     "assert_loss_signature",
     "assert_follows_schedule",
     "assert_request_latency",
+    "assert_share_within",
+    "assert_fair",
 ]

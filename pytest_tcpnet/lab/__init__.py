@@ -100,6 +100,15 @@ class Lab:
         self.results.extend(results)
         return list(results)
 
+    def replace(self, kept, now):
+        """Put each result of `now` where the same position of `kept` was registered (a result completed after its
+        measurement, e.g. with its share of a bottleneck); returns now."""
+        for old, new in zip(kept, now):
+            for i, registered in enumerate(self.results):
+                if registered is old:
+                    self.results[i] = new
+        return list(now)
+
     def pair(self, link=None, client=None, server=None, *, family="ipv4"):
         """Build a client – router – server path: validated first, nothing is left behind on error.
 
@@ -166,12 +175,13 @@ class Lab:
             "dumbbell",
             lambda world, index: describe_dumbbell(world, index, bottleneck, access, clients, servers),
             family,
+            bottleneck=bottleneck,
         )
 
-    def _topology(self, kind, describe, family):
+    def _topology(self, kind, describe, family, bottleneck=None):
         world_pairs = []
         self._build(lambda world, index: world_pairs.extend(describe(world, index)) or world_pairs, family)
-        return Topology(world_pairs[0].world, world_pairs, kind)
+        return Topology(world_pairs[0].world, world_pairs, kind, bottleneck)
 
     def _build(self, describe, family):
         """A new world described by describe(world, index) -> its pairs, built; registered with the lab."""

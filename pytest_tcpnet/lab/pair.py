@@ -8,7 +8,7 @@ from ..model import format_rate, format_size, format_time, transfer_time
 from ..model.app import Cbr, Flow
 from ..model.validation import check_integer
 from ..requirements import check_need
-from ..results import ConcurrentResult, LatencyResult, RequestsResult, UdpResult, WindowProbe
+from ..results import ConcurrentResult, LatencyResult, RequestsResult, UdpResult, WindowProbe, with_shares
 from ..workload import Bulk
 from .world import WorldView
 
@@ -153,7 +153,9 @@ class Pair(WorldView):
         results, udp = self._run_bulk(
             flows, starve_receiver=False, capture=capture, sample_interval=sample_interval, timeout=timeout
         )
-        return ConcurrentResult(flows=results, udp=udp)
+        # Flows beside each other share the link: the model then predicts each one's share, not the whole link.
+        shared = self.lab.replace(results, with_shares(results, udp, self.link, what="the link"))
+        return ConcurrentResult(flows=shared, udp=udp)
 
     def latency_under_load(
         self, *, duration, flows=None, probe_interval=0.01, idle=1.0, capture=False, sample_interval=None, timeout=None
@@ -215,7 +217,11 @@ class Pair(WorldView):
             interval=interval,
             link=self.link,
             kernel=kernel,
-            flows=ConcurrentResult(flows=results, udp=udp) if results else None,
+            flows=ConcurrentResult(
+                flows=self.lab.replace(results, with_shares(results, udp, self.link, what="the link")), udp=udp
+            )
+            if results
+            else None,
             udp=udp,
             artifact_dir=self.lab.artifact_dir,
         )
@@ -442,22 +448,8 @@ class Pair(WorldView):
         model then predicts that bound where it binds, instead of the network's alone.
         """
         from ..measure.observe import Observation
-        from ..model.units import parse_size
 
-        if capture not in (False, True):
-            raise ValueError(
-                f"capture: must be True or False (both ends are captured; each connection gets the "
-                f"capture of the end that sent its data), got {capture!r}"
-            )
-        if app_window is not None:
-            app_window = parse_size(app_window, "app_window")
-            if not (math.isfinite(app_window) and app_window >= 1):
-                raise ValueError(
-                    f"app_window: must be at least 1 byte (or None: no bound of its own), got {app_window!r}"
-                )
-            app_window = int(app_window)
-        if capture:
-            check_need("tshark")
+        app_window = check_observe_options(capture, app_window)
         return Observation(self, capture=capture, sample_interval=sample_interval, app_window_bytes=app_window)
 
     def measure_advertised_window(self, *, rcvbuf=None, nbytes=None, direction="download"):
@@ -490,6 +482,25 @@ class Pair(WorldView):
             f"<Pair #{self.index} {self.link!r} client={self.client_host.describe()} "
             f"server={self.server_host.describe()}>"
         )
+
+
+def check_observe_options(capture, app_window):
+    """observe()'s options checked before anything starts; returns app_window in bytes (or None)."""
+    from ..model.units import parse_size
+
+    if capture not in (False, True):
+        raise ValueError(
+            f"capture: must be True or False (both ends are captured; each connection gets the "
+            f"capture of the end that sent its data), got {capture!r}"
+        )
+    if app_window is not None:
+        app_window = parse_size(app_window, "app_window")
+        if not (math.isfinite(app_window) and app_window >= 1):
+            raise ValueError(f"app_window: must be at least 1 byte (or None: no bound of its own), got {app_window!r}")
+        app_window = int(app_window)
+    if capture:
+        check_need("tshark")
+    return app_window
 
 
 def udp_results(records, link):

@@ -7,9 +7,9 @@ world with World.host/router/connect/shape, and hands back Pairs over it.
 from ..model import Link
 from ..model.app import Flow
 from ..model.validation import check_integer
-from ..results import ConcurrentResult
+from ..results import ConcurrentResult, with_shares
 from ..workload import Bulk
-from .pair import Pair, default_timeout
+from .pair import Pair, check_observe_options, default_timeout
 from .world import WorldView
 
 __all__ = ["Topology", "describe_pair", "describe_star", "describe_dumbbell", "MAX_DUMBBELL_PAIRS", "MAX_STAR_SERVERS"]
@@ -100,10 +100,12 @@ def check_count(name, n, most):
 class Topology(WorldView):
     """A star or dumbbell: its pairs (`.pairs[i]`, each a whole Pair), flows on all of them at once, teardown."""
 
-    def __init__(self, world, pairs, kind):
+    def __init__(self, world, pairs, kind, bottleneck=None):
         self.world = world
         self.pairs = list(pairs)
         self.kind = kind
+        #: The Link every pair crosses (a dumbbell's), whose share each flow is owed; None: no link is shared.
+        self.bottleneck = bottleneck
 
     @property
     def nodes(self):
@@ -143,7 +145,25 @@ class Topology(WorldView):
             artifact_dir=self.world.lab.artifact_dir,
             conditions={"starved_receiver": False},
         )
-        return ConcurrentResult(flows=[flow_results[0] for flow_results in results])
+        flows = [flow_results[0] for flow_results in results]
+        if self.bottleneck is not None:
+            flows = self.world.lab.replace(flows, with_shares(flows, [], self.bottleneck))
+        return ConcurrentResult(flows=flows)
+
+    def observe(self, *, capture=False, sample_interval=None, app_window=None):
+        """Measure whatever runs on every pair inside the block, as pair.observe() measures one: ``seen.flows`` holds
+        each connection between a pair's client and server once, largest first; on a dumbbell each flow that ran
+        beside others has its share of the bottleneck."""
+        from ..measure.observe import TopologyObservation
+
+        app_window = check_observe_options(capture, app_window)
+        return TopologyObservation(
+            self.pairs,
+            capture=capture,
+            sample_interval=sample_interval,
+            app_window_bytes=app_window,
+            bottleneck=self.bottleneck,
+        )
 
     def __repr__(self):
         return f"<{self.kind} of {len(self.pairs)} pairs: " + "; ".join(p.link.describe() for p in self.pairs[:4]) + ">"

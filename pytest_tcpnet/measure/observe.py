@@ -279,6 +279,62 @@ class Observation:
         self.pair.lab.register(*results)
 
 
+class TopologyObservation:
+    """observe() on a star or dumbbell: an Observation of each pair inside one measurement slot. `flows` holds every
+    pair's connections (a connection between a pair's client and server is that pair's alone: each once), largest
+    first; on a dumbbell (bottleneck: its Link) the flows that ran beside each other get their shares of it."""
+
+    def __init__(self, pairs, *, capture=False, sample_interval=None, app_window_bytes=None, bottleneck=None):
+        from .changes import LinkChanges
+
+        if LinkChanges(pairs[0].world):
+            raise LabError(
+                "observe() on a topology whose links change (a Schedule) is not supported: each pair would apply "
+                "the changes; observe one pair (topology.pairs[i].observe()) or run flows with concurrent()"
+            )
+        self.observations = [
+            Observation(
+                pair,
+                capture=capture,
+                sample_interval=sample_interval,
+                app_window_bytes=app_window_bytes,
+                take_slot=False,
+                link_changes=False,
+            )
+            for pair in pairs
+        ]
+        self.bottleneck = bottleneck
+        self.flows = None
+        self._stack = None
+
+    def __enter__(self):
+        stack = contextlib.ExitStack()
+        try:
+            stack.enter_context(measurement_slot(slot_wait_s(), hold_s=None))
+            for observation in self.observations:
+                stack.enter_context(observation)
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            self._stack.__exit__(exc_type, exc, tb)
+        finally:
+            self._stack = None
+        if exc_type is not None:
+            return False
+        flows = [flow for observation in self.observations for flow in observation.flows]
+        if self.bottleneck is not None:
+            from ..results import with_shares
+
+            flows = self.observations[0].pair.lab.replace(flows, with_shares(flows, [], self.bottleneck))
+        self.flows = sorted(flows, key=lambda flow: flow.nbytes, reverse=True)
+        return False
+
+
 def connection_results(samples, captures, shared, *, artifact_dir, app_window_bytes=None):
     """One TransferResult per TCP connection between the client and the server namespaces, largest first."""
     results = []

@@ -81,6 +81,10 @@ class Conditions:
     app_rate_bps: "float | None" = None
     #: What sets app_rate_bps, for the model's `why` ("paced", or a program's option: "curl --limit-rate 200k").
     app_rate_by: str = "paced"
+    #: The flow's share of a bottleneck it shares with others (model.shares; None: alone, or no established model)
+    #: and why (also where no number is claimed).
+    share_bps: "float | None" = None
+    share_why: str = ""
     #: Payload bytes per full segment: 1448 over IPv4 with timestamps, 1428 over IPv6.
     mss_bytes: int = PAYLOAD_PER_FRAME
     #: The bottleneck's queue discipline when not a plain FIFO (a model.Queue): an AQM keeps the standing
@@ -95,7 +99,7 @@ class Conditions:
             raise ValueError(f"rate_bps: must be > 0 or None (unlimited), got {self.rate_bps!r}")
         if not 0 <= self.loss < 1:
             raise ValueError(f"loss: must be in [0, 1), got {self.loss!r}")
-        for name in ("queue_packets", "app_window_bytes", "app_rate_bps"):
+        for name in ("queue_packets", "app_window_bytes", "app_rate_bps", "share_bps"):
             value = getattr(self, name)
             if value is not None:
                 check_number(name, value, 0, low_open=True, must="a finite number > 0 or None")
@@ -127,6 +131,7 @@ class Conditions:
             for p in (getattr(result, "writer", None), getattr(result, "reader", None))
             if hasattr(p, "rate_bps")
         ]
+        share = getattr(result, "share", None)
         local = (getattr(result, "sender", None) or {}).get("local") or ("",)
         mss = PAYLOAD_PER_FRAME_IPV6 if ":" in str(local[0]) else PAYLOAD_PER_FRAME
         return cls(
@@ -138,6 +143,8 @@ class Conditions:
             queue=way.queue if way.rate_bps else None,
             app_rate_bps=min(paced)[0] if paced else None,
             app_rate_by=min(paced)[1] if paced else "paced",
+            share_bps=share.bps if share is not None else None,
+            share_why=share.why if share is not None else "",
             app_window_bytes=getattr(result, "app_window_bytes", None),
             cc=result.cc or sysctls.get(sender_role, {}).get("net.ipv4.tcp_congestion_control"),
             so_sndbuf=result.sndbuf_requested,
@@ -277,12 +284,16 @@ def expected_throughput(conditions_or_result, *, observed=False):
         )
     if app:
         bounds["app"], reasons["app"] = min(app)
+    if c.share_bps is not None and c.share_bps < min(bounds.values(), default=math.inf):
+        bounds["share"], reasons["share"] = c.share_bps, c.share_why  # else the flow's own bound binds by its name
     if not bounds:
         raise ValueError(f"no bound applies to these conditions ({c.describe()}): give the link a rate or an RTT")
     bound = min(bounds, key=bounds.get)
     bps, why = bounds[bound], f"{bound}-limited: {reasons[bound]}"
     loaded_rtt, queue_note = _standing_queue(c, bounds, bound)
     why += queue_note
+    if c.share_why and c.share_bps is None:
+        why += f"; as if alone: {c.share_why}"
     if c.nbytes and c.rtt_s > 0 and bound != "loss" and bps * c.rtt_s / 8 >= c.mss_bytes:
         # The binding rate moves one window of rate x RTT per round trip once cwnd has grown to it (a rate
         # under a segment per round trip grows no window: its time is the bytes at that rate).

@@ -152,6 +152,7 @@ def _skeleton(kind, result, *, test, flow, outcome):
         "host_contention_cpus": None,
         "applied": [],
         "applied_delay": None,
+        "share": None,
         "artifacts": [],
         "notes": "",
     }
@@ -340,6 +341,7 @@ def flow_row(result, *, test="", flow=0, outcome=None):
             for a in (_attr(transfer, "applied_impairments") or [])
         ],
         "applied_delay": _delay_record(_attr(transfer, "applied_delay")),
+        "share": _share_record(_attr(transfer, "share")),
         "artifacts": [str(p) for p in (_attr(transfer, "artifacts") or [])],
         "measured_s": None,
         "expected_s": None,
@@ -356,6 +358,13 @@ def flow_row(result, *, test="", flow=0, outcome=None):
 
 #: Payload a fresh connection sends in its first round trip (the initial window: 10 segments of 1448 B).
 INITIAL_WINDOW_BYTES = 10 * 1448
+
+
+def _share_record(share):
+    """A flow's share of a bottleneck it shared, as data (None: it ran alone)."""
+    if share is None or not hasattr(share, "why"):
+        return None
+    return {"bps": share.bps, "flows": share.flows, "established": share.established, "why": share.why}
 
 
 def _delay_record(delay):

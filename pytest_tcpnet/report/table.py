@@ -46,6 +46,9 @@ def notes_cell(row):
         for a in row.get("applied") or []
         if not a.get("as_configured", True)
     ]
+    share = row.get("share") or {}
+    if share and not share.get("established", True):
+        notes.append(f"shared by {share['flows']} flows: no established model for the split")
     delay = row.get("applied_delay") or {}
     if not delay.get("as_configured", True):
         notes.append(

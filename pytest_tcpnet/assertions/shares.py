@@ -1,0 +1,83 @@
+"""Verdicts on flows that shared a bottleneck: each flow against its share, and the group's fairness."""
+
+from ..model import format_rate
+from ..results import ConcurrentResult, TransferResult, jain_index
+from .throughput import assert_throughput_within
+
+__all__ = ["assert_share_within", "assert_fair"]
+
+
+def _flows(result, name):
+    if isinstance(result, ConcurrentResult):
+        return list(result.flows)
+    if isinstance(result, TransferResult):
+        return [result]
+    raise TypeError(f"{name}: expected a ConcurrentResult or one of its flows (a TransferResult), got {result!r}")
+
+
+def _table(flows):
+    """One line per flow: its goodput, its share and the ratio."""
+    lines = []
+    for i, flow in enumerate(flows):
+        share = flow.share.bps if flow.share is not None else None
+        owed = f"share {format_rate(share)}, ratio {flow.throughput_bps / share:.2f}" if share else "no share predicted"
+        lines.append(f"  flow {i}: {format_rate(flow.throughput_bps)}, cc {flow.cc}; {owed}")
+    return "\n".join(lines)
+
+
+def assert_share_within(result, *, rel):
+    """Assert each flow's goodput is within ±rel of its share of the bottleneck it shared (the model's, with each
+    flow's own bounds). result: a ConcurrentResult (every flow is judged) or one of its flows."""
+    __tracebackhide__ = True
+    if not (isinstance(rel, (int, float)) and not isinstance(rel, bool) and 0 < rel < 1):
+        raise ValueError(f"rel: must be in (0, 1), got {rel!r}")
+    flows = _flows(result, "result")
+    for flow in flows:
+        if flow.share is None:
+            raise ValueError(
+                "result: a flow that ran alone has no share (flows run together with Pair.concurrent or a "
+                "dumbbell's concurrent() get one); judge it with assert_throughput_within"
+            )
+        if not flow.share.established:
+            raise ValueError(
+                f"result: no share to judge against: {flow.share.why}. Judge the group with assert_fair, or a "
+                "flow with assert_throughput_within and a figure of your own"
+            )
+    failures = []
+    for i, flow in enumerate(flows):
+        try:
+            assert_throughput_within(flow, rel=rel)
+        except AssertionError as exc:
+            failures.append(f"flow {i}: {exc}")
+    if failures:
+        raise AssertionError(
+            f"{len(failures)} of {len(flows)} flows outside ±{rel:.0%} of their shares\n{_table(flows)}\n\n"
+            + "\n\n".join(failures)
+        )
+
+
+def assert_fair(result, *, jain):
+    """Assert flows that ran together shared fairly: Jain's index of their goodputs, each over its share where the
+    model gives one (Jain, Chiu & Hawe 1984: x_i = measured / fair allocation), at least `jain`. result: a
+    ConcurrentResult, or a list of the flows (a topology's observe(): `seen.flows`)."""
+    __tracebackhide__ = True
+    if isinstance(result, (list, tuple)) and all(isinstance(flow, TransferResult) for flow in result):
+        result = ConcurrentResult(flows=list(result))
+    if not isinstance(result, ConcurrentResult):
+        raise TypeError(
+            f"result: expected a ConcurrentResult (Pair.concurrent, a dumbbell's) or a list of its flows, got {result!r}"
+        )
+    if not (isinstance(jain, (int, float)) and not isinstance(jain, bool) and 0 < jain <= 1):
+        raise ValueError(f"jain: must be in (0, 1], got {jain!r}")
+    flows = list(result.flows)
+    if len(flows) < 2:
+        raise ValueError(f"result: fairness needs two flows or more, got {len(flows)}")
+    shares = [f.share.bps if f.share is not None else None for f in flows]
+    normalized = all(shares)
+    index = jain_index(f.throughput_bps / s for f, s in zip(flows, shares)) if normalized else result.jain_index
+    if index < jain:
+        basis = "each goodput over its share" if normalized else "the goodputs (no shares predicted)"
+        raise AssertionError(
+            f"Jain's index {index:.3f} < {jain:.3f} over {len(flows)} flows ({basis})\n{_table(flows)}\n"
+            + result.describe()
+        )

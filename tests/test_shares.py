@@ -1,0 +1,171 @@
+"""Shares of a bottleneck: max-min fairness with each flow's own bounds, unresponsive traffic first, no number where
+the literature gives none; then real flows sharing a shaped link, judged against their shares."""
+
+import pytest
+
+from pytest_tcpnet import Flow, Link, assert_fair, assert_share_within, model
+from pytest_tcpnet.model.shares import Contender, bottleneck_shares, water_fill
+
+
+def test_water_filling_gives_the_capped_flows_their_bound_and_splits_the_rest():
+    assert water_fill(30e6, [None, None, None]) == pytest.approx([10e6] * 3)
+    # A flow capped at 4 Mbit/s leaves 26 to the two others: 13 each.
+    assert water_fill(30e6, [None, 4e6, None]) == pytest.approx([13e6, 4e6, 13e6])
+    # Caps above the equal split change nothing; caps that sum below the capacity leave it unused.
+    assert water_fill(30e6, [20e6, None]) == pytest.approx([15e6, 15e6])
+    assert water_fill(30e6, [5e6, 6e6]) == pytest.approx([5e6, 6e6])
+
+
+def test_shares_of_one_cc_and_one_rtt_are_max_min_fair_after_unresponsive_traffic():
+    cubic = Contender(None, "cubic", 0.02)
+    shares = bottleneck_shares(28.69e6, [cubic] * 3, what="the link")
+    assert [s.bps for s in shares] == pytest.approx([28.69e6 / 3] * 3)
+    assert shares[0].why == "a max-min fair share of 28.69 Mbit/s on the link among 3 cubic flows"
+    # A UDP stream takes its rate first; a flow whose own window allows less keeps its bound and says so.
+    capped = Contender(3e6, "cubic", 0.02)
+    beside = bottleneck_shares(28.69e6, [cubic, capped], unresponsive=[8.69e6])
+    assert [s.bps for s in beside] == pytest.approx([17e6, 3e6])
+    assert "after 8.69 Mbit/s of unresponsive traffic" in beside[0].why and "its own bound" in beside[1].why
+    # An RTT within 10% is the same RTT (an access hop beside a long path).
+    assert bottleneck_shares(20e6, [cubic, Contender(None, "cubic", 0.021)])[0].established
+
+
+def test_no_number_is_claimed_where_the_literature_gives_none():
+    mixed = bottleneck_shares(20e6, [Contender(None, "bbr", 0.02), Contender(None, "cubic", 0.02)])
+    assert all(s.bps is None and not s.established for s in mixed)
+    assert "no established model for bbr beside cubic" in mixed[0].why and "Ware et al." in mixed[0].why
+    rtts = bottleneck_shares(20e6, [Contender(None, "reno", 0.01), Contender(None, "reno", 0.08)])
+    assert all(s.bps is None for s in rtts) and "different RTTs (10 ms, 80 ms)" in rtts[0].why
+
+
+def test_a_per_flow_fair_queue_shares_equally_whatever_the_mix_and_caps_a_stream_like_a_flow():
+    mixed = [Contender(None, "bbr", 0.01), Contender(None, "cubic", 0.08)]
+    fq = bottleneck_shares(20e6, mixed, fair_queue="fq_codel", what="the link")
+    assert [s.bps for s in fq] == pytest.approx([10e6, 10e6])
+    assert fq[0].why == "a max-min fair share of 20 Mbit/s on the link among 2 flows (fq_codel queues per flow)"
+    # A 6 Mbit/s stream through fq_codel on 9.56 Mbit/s is one more flow: it and the cubic flow get half each.
+    beside = bottleneck_shares(9.56e6, [Contender(None, "cubic", 0.02)], unresponsive=[6.2e6], fair_queue="fq_codel")
+    assert beside[0].bps == pytest.approx(4.78e6) and "and 1 UDP stream(s)" in beside[0].why
+    # Through a FIFO the same stream takes its rate first.
+    assert bottleneck_shares(9.56e6, [Contender(None, "cubic", 0.02)], unresponsive=[6.2e6])[0].bps == pytest.approx(
+        3.36e6
+    )
+
+
+def test_the_model_predicts_the_share_and_names_it_where_it_binds():
+    c = model.Conditions(kernel="6.1", rtt_s=0.02, rate_bps=30e6, cc="cubic", share_bps=9.56e6, share_why="fair")
+    p = model.expected_throughput(c)
+    assert (p.bound, p.bps) == ("share", 9.56e6) and p.why == "share-limited: fair"
+    # A share above the flow's own bound leaves that bound binding, by its own name.
+    small = model.Conditions(
+        kernel="6.1", rtt_s=0.02, rate_bps=30e6, so_rcvbuf=8192, share_bps=9.56e6, share_why="fair"
+    )
+    assert model.expected_throughput(small).bound == "rwnd"
+    # No established share: the flow is predicted as if alone, and the why says so.
+    unsettled = model.Conditions(kernel="6.1", rtt_s=0.02, rate_bps=30e6, share_why="no established model for x")
+    assert model.expected_throughput(unsettled).why.endswith("; as if alone: no established model for x")
+
+
+def test_share_verdicts_refuse_what_they_cannot_judge():
+    with pytest.raises(ValueError, match="rel"):
+        assert_share_within(object(), rel=1.5)
+    with pytest.raises(TypeError, match="ConcurrentResult"):
+        assert_share_within(object(), rel=0.1)
+    with pytest.raises(TypeError, match="ConcurrentResult"):
+        assert_fair(object(), jain=0.9)
+
+
+def test_three_cubic_flows_on_a_shaped_link_each_get_a_third(tcpnet):
+    """Three cubic flows for 4 s on one 30 Mbit/s link (0 RTT, drop-tail): each is owed a third of the link's
+    goodput (9.56 Mbit/s), which the table's expected column now shows instead of the whole link (28.69)."""
+    pair = tcpnet.pair(Link(rate="30mbit"))
+    both = pair.concurrent([Flow(duration=4, cc="cubic") for _ in range(3)])
+    for flow in both.flows:
+        prediction = model.expected_throughput(flow)
+        assert prediction.bound == "share", prediction.why
+        assert prediction.bps == pytest.approx(model.link_goodput(30e6) / 3, rel=0.02), prediction.why
+        assert "share: " in flow.describe()
+    assert_share_within(both, rel=0.25)
+    assert_fair(both, jain=0.9)
+
+
+def test_a_flow_alone_has_no_share_to_judge(tcpnet):
+    flow = tcpnet.pair(Link(rate="30mbit")).transfer(nbytes=500_000)
+    assert flow.share is None
+    with pytest.raises(ValueError, match="ran alone"):
+        assert_share_within(flow, rel=0.2)
+
+
+def test_a_udp_stream_takes_its_rate_first_and_the_flows_share_the_rest(tcpnet):
+    """10 Mbit/s of UDP (1200-byte datagrams: 10.35 Mbit/s on the wire) beside two cubic flows on 30 Mbit/s: the
+    flows are owed (28.69 - 9.90) / 2 = 9.40 Mbit/s each, for the time the stream ran beside them."""
+    from pytest_tcpnet import Cbr
+
+    pair = tcpnet.pair(Link(rate="30mbit"))
+    both = pair.concurrent([Flow(duration=4, cc="cubic"), Flow(duration=4, cc="cubic"), Cbr("10mbit", duration=4)])
+    for flow in both.flows:
+        assert "after 9.899 Mbit/s of unresponsive traffic" in flow.share.why, flow.share.why
+        assert flow.share.bps == pytest.approx(9.40e6, rel=0.03), flow.describe()
+    assert_share_within(both, rel=0.25)
+
+
+def test_a_dumbbell_s_flows_share_its_bottleneck_after_a_slower_access_link(tcpnet):
+    """Three cubic flows through a 30 Mbit/s dumbbell bottleneck, the first behind its own 5 Mbit/s access link:
+    that flow keeps its access link's 4.78 Mbit/s and the two others are owed the rest, 11.95 Mbit/s each."""
+    bell = tcpnet.dumbbell(3, bottleneck=Link(rate="30mbit"), access=[Link(rate="5mbit"), None, None])
+    both = bell.concurrent([Flow(duration=4, cc="cubic") for _ in range(3)])
+    slow, *others = both.flows
+    assert model.expected_throughput(slow).bound == "link", model.expected_throughput(slow).why
+    assert slow.share.bps == pytest.approx(model.link_goodput(5e6), rel=0.01), slow.share.why
+    for flow in others:
+        assert flow.share.bps == pytest.approx((model.link_goodput(30e6) - model.link_goodput(5e6)) / 2, rel=0.03)
+        assert model.expected_throughput(flow).bound == "share"
+    assert_share_within(both, rel=0.25)
+    assert_fair(both, jain=0.9)
+
+
+@pytest.mark.tcpnet_needs("bbr")
+def test_bbr_beside_cubic_gets_no_share_it_could_be_judged_against(tcpnet):
+    """bbr and cubic on one 30 Mbit/s link: no established model gives their split, so none is claimed: the flows
+    are predicted as if alone, the model's why and the description say so, and assert_share_within refuses."""
+    both = tcpnet.pair(Link(rate="30mbit")).concurrent([Flow(duration=2, cc="bbr"), Flow(duration=2, cc="cubic")])
+    for flow in both.flows:
+        assert flow.share is not None and not flow.share.established
+        assert "no established model for bbr beside cubic" in model.expected_throughput(flow).why
+        assert "share: not predicted: no established model" in flow.describe()
+    with pytest.raises(ValueError, match="no share to judge against"):
+        assert_share_within(both, rel=0.2)
+
+
+def test_observe_on_a_dumbbell_sees_every_pair_s_connection_once_with_its_share(tcpnet):
+    """Two users' downloads through a 20 Mbit/s dumbbell bottleneck at once, measured with the dumbbell's observe():
+    one flow per pair (each seen in its own pair only), each owed half the bottleneck, and both in the lab."""
+    import os
+    import subprocess
+    import sys
+
+    userapp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "userapp.py")
+    bell = tcpnet.dumbbell(2, bottleneck=Link(rate="20mbit"))
+    for pair in bell.pairs:
+        server = pair.server.popen(
+            [sys.executable, userapp, "serve", pair.server.address, "9000"], stdout=subprocess.PIPE, text=True
+        )
+        assert server.stdout.readline().strip() == "listening"
+    with bell.observe() as seen:
+        clients = [
+            pair.client.popen(
+                [sys.executable, userapp, "get", pair.server.address, "9000", "6000000"],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for pair in bell.pairs
+        ]
+        for client in clients:
+            out, _ = client.communicate(timeout=120)
+            assert int(out) == 6_000_000, out
+    assert len(seen.flows) == 2 and {f.nbytes for f in seen.flows} == {6_000_000}, [f.describe() for f in seen.flows]
+    assert {f.receiver["local"][0] for f in seen.flows} == {p.client.address for p in bell.pairs}
+    for flow in seen.flows:
+        assert flow.share.bps == pytest.approx(model.link_goodput(20e6) / 2, rel=0.1), flow.share.why
+        assert flow in tcpnet.results
+    assert_fair(seen.flows, jain=0.9)
