@@ -506,7 +506,7 @@ class TransferResult:
         """The round trip's floor the flow met (its sender's min_rtt) against the Link's delays (AppliedDelay), or
         None where it says nothing (no delay asked, a changing link, no sender TCP_INFO). Beside other traffic on its
         shapers only a floor too low is judged: their packets may hold the queue all along."""
-        from .analysis.impairments import applied_delay, others_packets
+        from .analysis.impairments import applied_delay
 
         try:
             floor = self.min_rtt_s
@@ -520,23 +520,51 @@ class TransferResult:
                 return None
             link = link.seen_by(*ports)
         slack = EMULATED_TIMER_SLACK_S if guest.software_emulated() else 0.0
-        download = self.direction == "download"
-        sent, acked = self.sender_tcp_info.get("segs_out"), self.receiver_tcp_info.get("segs_out")
-        own = (
-            {"toward_client": sent, "toward_server": acked}
-            if download
-            else {"toward_server": sent, "toward_client": acked}
+        return applied_delay(
+            link, floor, download=self.direction == "download", slack_s=slack, others_packets=self._others_packets
         )
-        crowd = others_packets(self.qdiscs, self.shaped_ways, {way: n for way, n in own.items() if n is not None})
-        return applied_delay(link, floor, download=download, slack_s=slack, others_packets=crowd)
+
+    @functools.cached_property
+    def _others_packets(self):
+        """Packets of other traffic the path's shapers carried beside this connection's own (0: the path was its
+        own; analysis.impairments.others_packets)."""
+        from .analysis.impairments import others_packets
+
+        sent, acked = self.sender_tcp_info.get("segs_out"), self.receiver_tcp_info.get("segs_out")
+        own = {"toward_client": sent, "toward_server": acked}
+        if self.direction != "download":
+            own = {"toward_server": sent, "toward_client": acked}
+        return others_packets(self.qdiscs, self.shaped_ways, {way: n for way, n in own.items() if n is not None})
+
+    @property
+    def applied_rate(self):
+        """The payload rate the flow's ACKs came back at while its queue stood, against the Link's (AppliedRate), or
+        None where that says nothing (no rate, an AQM or policer, loss, other traffic, too little standing queue)."""
+        from .analysis.impairments import applied_rate
+        from .model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6
+
+        if self.link is None or self.link.ports or self.samples is None:
+            return None
+        fields = ("bytes_acked", "unacked", "snd_mss", "min_rtt")
+        acked, unacked, mss, floor = (dict(self.series(name)) for name in fields)
+        times = sorted(acked.keys() & unacked.keys() & mss.keys() & floor.keys())
+        samples = [(t, acked[t], unacked[t] * mss[t], floor[t] / 1e6) for t in times]
+        local = (self.sender.get("local") or ("",))[0]
+        return applied_rate(
+            self.link,
+            samples,
+            download=self.direction == "download",
+            mss_bytes=PAYLOAD_PER_FRAME_IPV6 if ":" in str(local) else PAYLOAD_PER_FRAME,
+            others_packets=self._others_packets,
+        )
 
     @property
     def impairment_mismatches(self):
         """The applied impairments (loss per interface, the round trip's delay) that are not what the Link asked
         for, beyond chance ([] when all are)."""
         found = [applied for applied in self.applied_impairments if not applied.as_configured]
-        delay = self.applied_delay
-        return found + ([delay] if delay is not None and not delay.as_configured else [])
+        found += [one for one in (self.applied_delay, self.applied_rate) if one is not None and not one.as_configured]
+        return found
 
     @property
     def interface_drops(self):
@@ -632,8 +660,9 @@ class TransferResult:
                 + ("" if marks is None else f"; queue CE marks: {marks}, sender delivered_ce: {self.ce_marks}")
             )
         lines += [f"link applied: {applied.describe()}" for applied in self.applied_impairments]
-        if self.applied_delay is not None:
-            lines.append(f"link applied: {self.applied_delay.describe()}")
+        lines += [
+            f"link applied: {one.describe()}" for one in (self.applied_delay, self.applied_rate) if one is not None
+        ]
         if self.share is not None:
             owed = format_rate(self.share.bps) if self.share.bps is not None else "not predicted"
             lines.append(f"share: {owed}: {self.share.why}")
@@ -797,7 +826,8 @@ def _time_weighted_shares(flows, streams, way, capacity, what):
     contenders = [_contender(f, way) for f in flows]
     spans = [(f.first_byte_at, f.receiver.get("last_byte_at") or f.first_byte_at) for f in flows]
     cuts = sorted({t for span in spans for t in span} | {t for u in streams for t in (u.started_at, u.ended_at)})
-    owed, whys = [0.0] * len(flows), [None] * len(flows)
+    owed = [0.0] * len(flows)
+    spent: list[dict] = [{} for _ in flows]  # per flow: {(why, flows): seconds spent with that set}
     for start, end in zip(cuts, cuts[1:]):
         running = [i for i, (first, last) in enumerate(spans) if first <= start and end <= last]
         if not running:
@@ -819,14 +849,13 @@ def _time_weighted_shares(flows, streams, way, capacity, what):
             return [Share(None, found[0].why, len(flows))] * len(flows)
         for i, share in zip(running, found):
             owed[i] += share.bps * (end - start)
-            if whys[i] is None or share.flows > whys[i][1]:
-                whys[i] = (share.why, share.flows)  # the most crowded set it ran in names its share
+            spent[i][(share.why, share.flows)] = spent[i].get((share.why, share.flows), 0.0) + end - start
     shares = []
     for i, (first, last) in enumerate(spans):
-        if last <= first or whys[i] is None:
+        if last <= first or not spent[i]:
             shares.append(None)
             continue
-        why, n = whys[i]
+        why, n = max(spent[i], key=spent[i].get)  # the set it ran beside longest names its share
         if len(cuts) > 2:
             why += "; averaged over its time beside each set of flows"
         shares.append(Share(owed[i] / (last - first), why, n))

@@ -7,7 +7,13 @@ counters say what the traffic met.
 import pytest
 
 from pytest_tcpnet import GilbertElliott, Link, NetemCorrelationWarning, assert_throughput_within
-from pytest_tcpnet.analysis.impairments import AppliedLoss, applied_delay, applied_losses, others_packets
+from pytest_tcpnet.analysis.impairments import (
+    AppliedLoss,
+    applied_delay,
+    applied_losses,
+    applied_rate,
+    others_packets,
+)
 from pytest_tcpnet.model.netem import effective_rate
 
 pytest_plugins = ["pytester"]
@@ -215,6 +221,38 @@ def test_beside_other_traffic_only_a_floor_below_the_delays_is_judged():
     assert not applied_delay(link, 0.0004, download=True, others_packets=4012).as_configured
 
 
+def _standing(rate_bps, seconds, *, floor_s=0.02, queued=20, interval_s=0.01):
+    """Sender samples of a flow whose ACKs come back at rate_bps with `queued` segments in flight beyond what the
+    20 Mbit/s path holds over floor_s."""
+    steps = int(seconds / interval_s)
+    in_flight = 20e6 * 1448 / 1514 / 8 * floor_s + queued * 1448
+    return [(i * interval_s, int(rate_bps / 8 * i * interval_s), in_flight, floor_s) for i in range(steps + 1)]
+
+
+def test_the_rate_a_busy_shaper_delivered_is_judged_against_the_link_s_payload_rate():
+    link = Link(rate="20mbit", rtt="20ms")
+    payload = 20e6 * 1448 / 1514  # 19.13 Mbit/s
+    fine = applied_rate(link, _standing(payload * 0.97, 2), download=True, mss_bytes=1448)
+    assert (
+        fine.as_configured
+        and fine.standing_s == pytest.approx(2)
+        and fine.measured_bps == pytest.approx(payload * 0.97, rel=1e-3)
+    )
+    slow = applied_rate(link, _standing(payload / 2, 2), download=True, mss_bytes=1448)
+    assert not slow.as_configured and "the shaper sends slower than asked" in slow.describe()
+    assert slow.describe().startswith("impairment not as configured: rate 9.564 Mbit/s of payload")
+    assert (
+        "faster than asked" in applied_rate(link, _standing(payload * 1.2, 2), download=True, mss_bytes=1448).describe()
+    )
+    # No standing queue (an application-limited flow), or too little of it: nothing to judge.
+    assert applied_rate(link, _standing(payload / 2, 2, queued=2), download=True, mss_bytes=1448) is None
+    assert applied_rate(link, _standing(payload / 2, 0.3), download=True, mss_bytes=1448) is None
+    # Nothing judged where the rate is not the shaper's alone: an AQM, loss, other traffic, no rate.
+    for other in (Link(rate="20mbit", queue="fq_codel"), Link(rate="20mbit", loss="1%"), Link(rtt="20ms")):
+        assert applied_rate(other, _standing(payload / 2, 2), download=True, mss_bytes=1448) is None
+    assert applied_rate(link, _standing(payload / 2, 2), download=True, mss_bytes=1448, others_packets=500) is None
+
+
 @pytest.mark.tcpnet_needs("netem")
 def test_a_floor_raised_by_another_flow_s_standing_queue_is_not_named_a_wrong_path(tcpnet):
     """A cubic download keeps a standing queue in a 100-packet FIFO behind 10 Mbit/s and 20 ms (after its first
@@ -289,3 +327,27 @@ def test_netem_applies_what_its_own_arithmetic_says(tcpnet, loss, correlation):
     assert not applied.differs_from(applied.expected), (applied, applied.expected, both.describe())
     if applied.offered * applied.expected < 1:  # 2% at 25%: netem's arithmetic expects no loss at all
         assert applied.lost <= 2, (applied, both.describe())
+
+
+@pytest.mark.tcpnet_needs("htb")
+@pytest.mark.parametrize("change", [None, "halved"])
+def test_a_shaper_whose_rate_was_changed_behind_the_lab_s_back_is_named(tcpnet, change):
+    """A 20 Mbit/s link whose router class was set to 10 Mbit/s behind the lab's back: the ACKs of a download that
+    keeps the queue standing come back at ~9.6 Mbit/s of payload against the 19.13 asked, named in describe() and
+    among the mismatches; the untouched link's rate is within 5%."""
+    pair = tcpnet.pair(link=Link(rate="20mbit"))
+    if change:
+        pair.router.run(
+            ["tc", "class", "change", "dev", "veth-cli", "parent", "1:", "classid", "1:1", "htb", "rate", "10mbit"],
+            check=True,
+        )
+    result = pair.transfer(duration=2)
+    rate = result.applied_rate
+    text = result.describe()
+    assert rate is not None and rate.standing_s > 1.0, text
+    if change:
+        assert not rate.as_configured and rate in result.impairment_mismatches, text
+        assert rate.measured_bps == pytest.approx(10e6 * 1448 / 1514, rel=0.05), text
+        assert "impairment not as configured: rate" in text and "the shaper sends slower than asked" in text, text
+    else:
+        assert rate.as_configured and not result.impairment_mismatches, text

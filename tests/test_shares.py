@@ -73,20 +73,56 @@ def test_share_verdicts_refuse_what_they_cannot_judge():
         assert_share_within(object(), rel=0.1)
     with pytest.raises(TypeError, match="ConcurrentResult"):
         assert_fair(object(), jain=0.9)
+    with pytest.raises(TypeError, match="ConcurrentResult"):
+        assert_share_within([], rel=0.1)  # no flows: nothing to judge is not a pass
 
 
 def test_three_cubic_flows_on_a_shaped_link_each_get_a_third(tcpnet):
-    """Three cubic flows for 4 s on one 30 Mbit/s link (0 RTT, drop-tail): each is owed a third of the link's
-    goodput (9.56 Mbit/s), which the table's expected column now shows instead of the whole link (28.69)."""
+    """Three cubic flows for 4 s on one 30 Mbit/s link (0 RTT, its 1000-packet FIFO): each is owed a third of the
+    link's goodput (9.56 Mbit/s), which the table's expected column now shows instead of the whole link (28.69).
+
+    4 s is ~10 round trips of that queue, and cubic's epochs last seconds: the split has not converged. Measured
+    (26 runs on the host): each flow's goodput over its share 0.74-1.22 in 25 runs and 0.63/0.88/1.46 in one; Jain's
+    index over the shares 0.961-0.977, and 0.89 in that one; 0.847 in a one-CPU guest. So the split is not judged
+    here, only that the three together carried the link; per-flow verdicts belong where a share is set by a flow's
+    own bound (the paced test below), fairness where the queue enforces it (fq_codel, below)."""
     pair = tcpnet.pair(Link(rate="30mbit"))
     both = pair.concurrent([Flow(duration=4, cc="cubic") for _ in range(3)])
     for flow in both.flows:
         prediction = model.expected_throughput(flow)
         assert prediction.bound == "share", prediction.why
-        assert prediction.bps == pytest.approx(model.link_goodput(30e6) / 3, rel=0.02), prediction.why
+        # A third while all three ran, more while one ran alone at the start or end: measured 9.6-9.8 Mbit/s on the
+        # host, up to 12.1 in a one-CPU guest, whose flows start further apart.
+        third = model.link_goodput(30e6) / 3
+        assert third <= flow.share.bps <= model.link_goodput(30e6), prediction.why
+        assert "among 3 cubic flows" in flow.share.why
         assert "share: " in flow.describe()
-    assert_share_within(both, rel=0.25)
-    assert_fair(both, jain=0.9)
+    assert both.total_bps == pytest.approx(model.link_goodput(30e6), rel=0.1), both.describe()
+
+
+def test_flows_held_back_by_their_readers_keep_their_rate_and_the_other_gets_the_rest(tcpnet):
+    """Two flows whose readers take 4 Mbit/s each (Pace: 10 kB 50 times a second) beside one bulk cubic flow on
+    30 Mbit/s: water-filling owes the paced flows their own rate and the bulk flow the rest, 28.69 - 8.19 = 20.5
+    Mbit/s. Each share is set by a bound, not by the flows' dynamics, so each flow is judged on its own: measured
+    0.97-1.01 of its share in 7 runs, judged within ±10%."""
+    from pytest_tcpnet import Pace
+
+    paced = Pace(chunk=10_240, per_second=50)
+    pair = tcpnet.pair(Link(rate="30mbit"))
+    both = pair.concurrent(
+        [
+            Flow(duration=4, cc="cubic", reader=paced),
+            Flow(duration=4, cc="cubic", reader=paced),
+            Flow(duration=4, cc="cubic"),
+        ]
+    )
+    slow, _, bulk = both.flows
+    assert slow.share.bps == pytest.approx(paced.rate_bps) and "its own bound" in slow.share.why, slow.share.why
+    assert model.expected_throughput(slow).bound == "app"
+    rest = model.link_goodput(30e6) - 2 * paced.rate_bps
+    assert rest <= bulk.share.bps <= 1.1 * rest, bulk.share.why  # more while it ran alone at the start or end
+    assert model.expected_throughput(bulk).bound == "share"
+    assert_share_within(both, rel=0.1)
 
 
 def test_a_flow_alone_has_no_share_to_judge(tcpnet):
@@ -98,30 +134,42 @@ def test_a_flow_alone_has_no_share_to_judge(tcpnet):
 
 def test_a_udp_stream_takes_its_rate_first_and_the_flows_share_the_rest(tcpnet):
     """10 Mbit/s of UDP (1200-byte datagrams: 10.35 Mbit/s on the wire) beside two cubic flows on 30 Mbit/s: the
-    flows are owed (28.69 - 9.90) / 2 = 9.40 Mbit/s each, for the time the stream ran beside them."""
+    flows are owed (28.69 - 9.90) / 2 = 9.40 Mbit/s each while the stream runs, half the link after it (the FIFO
+    drains for ~0.4 s past the stream's 4 s): 9.89-10.04 Mbit/s in all, in 5 runs on the host. Measured against them: 0.79-0.81
+    and 1.19-1.21 (the first flow lowest, as with three flows alone: the split is not converged in 4 s), so the two
+    are judged together: their sum is what the stream left them (measured 19.9-20.1 Mbit/s against 19.8)."""
     from pytest_tcpnet import Cbr
 
     pair = tcpnet.pair(Link(rate="30mbit"))
     both = pair.concurrent([Flow(duration=4, cc="cubic"), Flow(duration=4, cc="cubic"), Cbr("10mbit", duration=4)])
     for flow in both.flows:
         assert "after 9.899 Mbit/s of unresponsive traffic" in flow.share.why, flow.share.why
-        assert flow.share.bps == pytest.approx(9.40e6, rel=0.03), flow.describe()
-    assert_share_within(both, rel=0.25)
+        # Half the link's goodput while the stream was off (before it, or as the FIFO drained): measured 9.89-10.04 on
+        # the host, up to 11.75 Mbit/s in a one-CPU guest, whose flows start further apart.
+        assert 9.3e6 <= flow.share.bps <= model.link_goodput(30e6) / 2, flow.describe()
+    together = sum(f.throughput_bps for f in both.flows)
+    owed = sum(f.share.bps for f in both.flows)
+    assert together == pytest.approx(owed, rel=0.1), both.describe()
 
 
 def test_a_dumbbell_s_flows_share_its_bottleneck_after_a_slower_access_link(tcpnet):
     """Three cubic flows through a 30 Mbit/s dumbbell bottleneck, the first behind its own 5 Mbit/s access link:
-    that flow keeps its access link's 4.78 Mbit/s and the two others are owed the rest, 11.95 Mbit/s each."""
+    that flow keeps its access link's 4.78 Mbit/s and the two others are owed the rest, 11.95 Mbit/s each.
+
+    Measured (5 runs): the access-bound flow 1.00 of its share; the two others split the rest 0.75-1.26 (4 s in a
+    1000-packet FIFO: not converged), Jain's index over the shares 0.96 at the least. So the bound flow is judged
+    within ±10% and the split as a group (Jain >= 0.85, as three cubic flows on one link)."""
     bell = tcpnet.dumbbell(3, bottleneck=Link(rate="30mbit"), access=[Link(rate="5mbit"), None, None])
     both = bell.concurrent([Flow(duration=4, cc="cubic") for _ in range(3)])
     slow, *others = both.flows
     assert model.expected_throughput(slow).bound == "link", model.expected_throughput(slow).why
     assert slow.share.bps == pytest.approx(model.link_goodput(5e6), rel=0.01), slow.share.why
     for flow in others:
-        assert flow.share.bps == pytest.approx((model.link_goodput(30e6) - model.link_goodput(5e6)) / 2, rel=0.03)
+        rest = (model.link_goodput(30e6) - model.link_goodput(5e6)) / 2  # more while one ran alone: 11.96-12.51
+        assert rest <= flow.share.bps <= model.link_goodput(30e6), flow.share.why
         assert model.expected_throughput(flow).bound == "share"
-    assert_share_within(both, rel=0.25)
-    assert_fair(both, jain=0.9)
+    assert_share_within(slow, rel=0.1)
+    assert_fair(both, jain=0.85)
 
 
 @pytest.mark.tcpnet_needs("bbr")
@@ -166,6 +214,22 @@ def test_observe_on_a_dumbbell_sees_every_pair_s_connection_once_with_its_share(
     assert len(seen.flows) == 2 and {f.nbytes for f in seen.flows} == {6_000_000}, [f.describe() for f in seen.flows]
     assert {f.receiver["local"][0] for f in seen.flows} == {p.client.address for p in bell.pairs}
     for flow in seen.flows:
-        assert flow.share.bps == pytest.approx(model.link_goodput(20e6) / 2, rel=0.1), flow.share.why
-        assert flow in tcpnet.results
-    assert_fair(seen.flows, jain=0.9)
+        # Half the bottleneck while both ran, the whole of it while one ran alone (they start apart): in between.
+        assert model.link_goodput(20e6) / 2 <= flow.share.bps <= model.link_goodput(20e6), flow.share.why
+        assert "on the bottleneck among 2" in flow.share.why and flow in tcpnet.results
+
+
+@pytest.mark.tcpnet_needs("netem", "fq_codel", "bbr")
+def test_bbr_and_cubic_through_fq_codel_each_get_half(tcpnet):
+    """Through fq_codel (a queue per flow, served in turn) bbr and cubic share 20 Mbit/s equally, whatever their
+    algorithms: the model owes each half (more while one ran alone) and says why. Measured under UML 6.1 and 6.12
+    (10 runs): each flow 0.93-1.02 of its share, Jain's index over the shares >= 0.999; judged within ±15%. (Through
+    a FIFO the same pair gets no number: test_bbr_beside_cubic_gets_no_share_it_could_be_judged_against.)"""
+    pair = tcpnet.pair(Link(rate="20mbit", rtt="20ms", queue="fq_codel"))
+    both = pair.concurrent([Flow(duration=4, cc="bbr"), Flow(duration=4, cc="cubic")])
+    for flow in both.flows:
+        half = model.link_goodput(20e6) / 2  # more while one ran alone: 9.6-10.3 Mbit/s
+        assert half <= flow.share.bps <= 2 * half, flow.share.why
+        assert "(fq_codel queues per flow)" in flow.share.why
+    assert_share_within(both, rel=0.15)
+    assert_fair(both, jain=0.95)

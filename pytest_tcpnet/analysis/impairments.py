@@ -13,6 +13,13 @@ lag-one correlation: 1 - p - r for Gilbert-Elliott, rho for netem's correlated d
 more than Z_LIMIT of those standard deviations away, and more than MIN_RELATIVE off in rate,
 is not chance; with fewer than MIN_EXPECTED losses expected nothing is judged.
 
+The rate is what the flow's ACKs came back at while its packets stood in the bottleneck's queue: a
+busy shaper sends at its rate, so the payload acknowledged per second then is the link's payload
+rate. A queue stands when more is in flight than the path holds (the rate times the round trip's
+floor) by a few segments: the sender's unacked segments say so at each sample, without the lag of
+the smoothed RTT. Judged only where that says something: a FIFO (an AQM empties its queue on purpose), no
+loss asked, no other traffic, no changes, and at least half a second of standing queue.
+
 The round trip's floor is the least RTT the sender measured: the Link's delays both ways, plus
 sending one full frame and its ACK at the links' rates. Below the delays, or above them by more
 than max(1 ms, 5%) (plus a software-emulated guest's timer slack), the path is not the one asked
@@ -27,12 +34,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..model import format_rate, link_goodput
+
 __all__ = [
     "AppliedLoss",
     "applied_losses",
     "AppliedDelay",
     "applied_delay",
     "others_packets",
+    "AppliedRate",
+    "applied_rate",
+    "RATE_TOLERANCE",
     "Z_LIMIT",
     "DELAY_TOLERANCE",
 ]
@@ -51,6 +63,13 @@ _FRAME_BYTES, _ACK_BYTES = 1514, 66  # a full Ethernet frame and a bare ACK with
 #: Packets beyond a connection's own segments that make its path shared: a tenth of its own and at least 20 (a
 #: workload's control connection or neighbour discovery stay below it; a flow or stream beside it does not).
 SHARED_SHARE, SHARED_MIN = 0.10, 20
+#: How far the rate a busy shaper delivered may sit from the Link's (in payload terms) before it is not chance: 5%.
+RATE_TOLERANCE = 0.05
+#: A queue stands at a sample when this many segments are in flight beyond what the path holds (delayed ACKs and
+#: a segment on the wire each way stay below it).
+_STANDING_SEGMENTS = 4
+#: Standing-queue time a rate needs before it is judged.
+MIN_STANDING_S = 0.5
 _TC_H_ROOT = 0xFFFFFFFF
 
 
@@ -259,4 +278,74 @@ def applied_delay(link, min_rtt_s, *, download, slack_s=0.0, others_packets=0):
         slack_s=slack_s,
         floor_s=min_rtt_s,
         others_packets=others_packets,
+    )
+
+
+@dataclass(frozen=True)
+class AppliedRate:
+    """The payload rate the flow's ACKs came back at while its queue stood, against the Link's payload rate."""
+
+    asked_bps: float  # the Link's rate, in payload terms (1448 of every 1514 bytes)
+    measured_bps: float
+    standing_s: float  # the time the queue stood, over which it was measured
+    slack: float = 0.0  # a software-emulated guest's shaper falls behind: its known shortfall allowed on top
+
+    @property
+    def as_configured(self) -> bool:
+        return abs(self.measured_bps / self.asked_bps - 1) <= RATE_TOLERANCE + self.slack
+
+    @property
+    def key(self) -> tuple:
+        return ("rate", round(self.asked_bps), round(self.measured_bps))
+
+    @property
+    def likely_cause(self) -> str:
+        if self.measured_bps < self.asked_bps:
+            return (
+                "the shaper sends slower than asked: a rate changed behind the lab's back, a second shaper on the "
+                "path, or a CPU too slow or too busy for this rate (a one-CPU guest at 1 Gbit/s delivered 76%)"
+            )
+        return "the shaper sends faster than asked: it is not the one the Link built, or its rate was changed"
+
+    def describe(self) -> str:
+        line = (
+            f"rate {format_rate(self.measured_bps)} of payload while the queue stood ({self.standing_s:.2f} s), "
+            f"asked {format_rate(self.asked_bps)} (allowed ±{(RATE_TOLERANCE + self.slack):.0%})"
+        )
+        if not self.as_configured:
+            line = f"impairment not as configured: {line}; {self.likely_cause}"
+        return line
+
+
+def applied_rate(link, samples, *, download, mss_bytes, others_packets=0, slack=0.0):
+    """The AppliedRate of a flow on link from its sender's samples [(t_s, bytes_acked, in_flight_bytes, min_rtt_s)],
+    or None where the rate says nothing: no rate asked, a policer, an AQM, loss asked, a changing link, other
+    traffic, or under MIN_STANDING_S of standing queue."""
+    if link is None:
+        return None
+    way = link.toward_client if download else link.toward_server
+    queue = way.queue.kind if way.queue is not None else "pfifo"
+    if not way.rate_bps or way.police_bps or queue not in ("pfifo", "bfifo") or way.changes or others_packets:
+        return None
+    if way.loss or way.loss_model is not None or link.toward_server.changes or link.toward_client.changes:
+        return None
+    asked = link_goodput(way.rate_bps, mss_bytes)
+
+    def standing_at(in_flight, floor_s):
+        return in_flight >= asked / 8 * floor_s + _STANDING_SEGMENTS * mss_bytes
+
+    acked = standing = 0.0
+    for (t0, b0, flight0, low0), (t1, b1, flight1, low1) in zip(samples, samples[1:]):
+        if None in (b0, b1, flight0, flight1, low0, low1) or t1 <= t0:
+            continue
+        if standing_at(flight0, low0) and standing_at(flight1, low1):
+            acked += b1 - b0
+            standing += t1 - t0
+    if standing < MIN_STANDING_S or acked <= 0:
+        return None
+    return AppliedRate(
+        asked_bps=asked,
+        measured_bps=acked * 8 / standing,
+        standing_s=standing,
+        slack=slack,
     )

@@ -1,13 +1,16 @@
 """Verdicts on flows that shared a bottleneck: each flow against its share, and the group's fairness."""
 
 from ..model import format_rate
-from ..results import ConcurrentResult, TransferResult, jain_index
 from .throughput import assert_throughput_within
 
 __all__ = ["assert_share_within", "assert_fair"]
 
 
 def _flows(result, name):
+    from ..results import ConcurrentResult, TransferResult  # only when judging: importing the plugin stays light
+
+    if isinstance(result, (list, tuple)) and result and all(isinstance(flow, TransferResult) for flow in result):
+        return list(result)
     if isinstance(result, ConcurrentResult):
         return list(result.flows)
     if isinstance(result, TransferResult):
@@ -27,7 +30,7 @@ def _table(flows):
 
 def assert_share_within(result, *, rel):
     """Assert each flow's goodput is within ±rel of its share of the bottleneck it shared (the model's, with each
-    flow's own bounds). result: a ConcurrentResult (every flow is judged) or one of its flows."""
+    flow's own bounds). result: a ConcurrentResult (every flow is judged), a list of its flows, or one flow."""
     __tracebackhide__ = True
     if not (isinstance(rel, (int, float)) and not isinstance(rel, bool) and 0 < rel < 1):
         raise ValueError(f"rel: must be in (0, 1), got {rel!r}")
@@ -61,7 +64,9 @@ def assert_fair(result, *, jain):
     model gives one (Jain, Chiu & Hawe 1984: x_i = measured / fair allocation), at least `jain`. result: a
     ConcurrentResult, or a list of the flows (a topology's observe(): `seen.flows`)."""
     __tracebackhide__ = True
-    if isinstance(result, (list, tuple)) and all(isinstance(flow, TransferResult) for flow in result):
+    from ..results import ConcurrentResult, TransferResult, jain_index
+
+    if isinstance(result, (list, tuple)) and result and all(isinstance(flow, TransferResult) for flow in result):
         result = ConcurrentResult(flows=list(result))
     if not isinstance(result, ConcurrentResult):
         raise TypeError(

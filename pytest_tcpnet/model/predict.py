@@ -284,8 +284,9 @@ def expected_throughput(conditions_or_result, *, observed=False):
         )
     if app:
         bounds["app"], reasons["app"] = min(app)
-    if c.share_bps is not None and c.share_bps < min(bounds.values(), default=math.inf):
-        bounds["share"], reasons["share"] = c.share_bps, c.share_why  # else the flow's own bound binds by its name
+    # A share at the flow's own bound (to rounding: a time-weighted mean of it) leaves that bound binding, by its name.
+    if c.share_bps is not None and c.share_bps < min(bounds.values(), default=math.inf) * (1 - 1e-9):
+        bounds["share"], reasons["share"] = c.share_bps, c.share_why
     if not bounds:
         raise ValueError(f"no bound applies to these conditions ({c.describe()}): give the link a rate or an RTT")
     bound = min(bounds, key=bounds.get)

@@ -153,6 +153,7 @@ def _skeleton(kind, result, *, test, flow, outcome):
         "applied": [],
         "applied_delay": None,
         "share": None,
+        "applied_rate": None,
         "artifacts": [],
         "notes": "",
     }
@@ -342,6 +343,7 @@ def flow_row(result, *, test="", flow=0, outcome=None):
         ],
         "applied_delay": _delay_record(_attr(transfer, "applied_delay")),
         "share": _share_record(_attr(transfer, "share")),
+        "applied_rate": _rate_record(_attr(transfer, "applied_rate")),
         "artifacts": [str(p) for p in (_attr(transfer, "artifacts") or [])],
         "measured_s": None,
         "expected_s": None,
@@ -358,6 +360,18 @@ def flow_row(result, *, test="", flow=0, outcome=None):
 
 #: Payload a fresh connection sends in its first round trip (the initial window: 10 segments of 1448 B).
 INITIAL_WINDOW_BYTES = 10 * 1448
+
+
+def _rate_record(rate):
+    """The rate a busy shaper delivered against the asked one, as data (None where not judged)."""
+    if rate is None or not hasattr(rate, "measured_bps"):
+        return None
+    return {
+        "asked_bps": rate.asked_bps,
+        "measured_bps": rate.measured_bps,
+        "standing_s": rate.standing_s,
+        "as_configured": rate.as_configured,
+    }
 
 
 def _share_record(share):

@@ -54,6 +54,12 @@ def notes_cell(row):
         notes.append(
             f"NOT AS CONFIGURED: round trip floor {delay['floor_s'] * 1e3:.4g} ms, {delay['asked_s'] * 1e3:.4g} ms asked"
         )
+    rate = row.get("applied_rate") or {}
+    if not rate.get("as_configured", True):
+        notes.append(
+            f"NOT AS CONFIGURED: rate {rate['measured_bps'] / 1e6:.4g} Mbit/s of payload, "
+            f"{rate['asked_bps'] / 1e6:.4g} Mbit/s asked"
+        )
     return "; ".join(notes)
 
 
