@@ -21,7 +21,8 @@ directory, which it had no chance to remove). Exits with the command's status. S
 A command that makes a session of its own (User-Mode Linux calls setsid(): its kernel and every process
 of its guest are in a group of their own) is followed there: a SIGTERM this process gets is passed to
 that group, which is SIGKILLed if it is not gone within a few seconds; the launcher's death stops it too,
-and it gets the nice value's autogroup as well.
+and it gets the nice value's autogroup as well. This process exits only once that group is gone (SIGKILLed
+if it outlives the command by a moment), so a launcher that saw it exit may say the VM is stopped.
 """
 
 import ctypes
@@ -39,6 +40,10 @@ _child: "dict[str, int | None]" = {"pid": None}
 # After a SIGTERM, how long the command's own group may take to go before it is SIGKILLed: less than the
 # launcher's grace (launch.py's 5 s), so the launcher never has to kill this process first.
 _CHILD_GRACE_S = 3.5
+# After the command exits, how long what is left of its own group (User-Mode Linux's guest processes, killed by the
+# kernel as their tracer dies) may take to go before this process SIGKILLs it and exits: the launcher reads this
+# process's exit as "the VM is stopped".
+_LEFTOVER_GRACE_S = 0.7
 _PR_SET_PDEATHSIG = 1
 
 _CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
@@ -150,6 +155,34 @@ def _signal_child_group(sig: int) -> None:
             pass
 
 
+def _group_gone(group: int, seconds: float) -> bool:
+    """Wait up to ``seconds`` for process group ``group`` to have no process left; whether it has none."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False  # someone else's group: not ours to wait for
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
+def _reap_leftovers(pid: int) -> None:
+    """After the command (``pid``) exited: wait for the group it made of its own, if any, to go; SIGKILL what stays."""
+    # A group whose id is the command's pid is the one it made with setsid(): the kernel does not hand a pid out
+    # again while a group still bears it. A command that made none left no such group (ESRCH at once).
+    if _group_gone(pid, _LEFTOVER_GRACE_S):
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        return
+    _group_gone(pid, _LEFTOVER_GRACE_S)
+
+
 def _on_sigterm(signum, frame) -> None:
     """Outlive the launcher's SIGTERM to our group; pass it on to a command in a group of its own, then make sure."""
     if _child_group() is None:
@@ -212,6 +245,7 @@ def main() -> int:
     lifeline = threading.Thread(target=_lifeline, args=(fd, cleanup), daemon=True)
     lifeline.start()
     code = proc.wait()
+    _reap_leftovers(proc.pid)
     if _orphaned.is_set():
         lifeline.join()  # finish the SIGKILL sweep for qemu, which may outlive vng
     return code
