@@ -540,15 +540,29 @@ class TransferResult:
     def applied_rate(self):
         """The payload rate the flow's ACKs came back at while its queue stood, against the Link's (AppliedRate), or
         None where that says nothing (no rate, an AQM or policer, loss, other traffic, too little standing queue)."""
-        from .analysis.impairments import applied_rate
+        from .analysis.impairments import RateSample, applied_rate
         from .model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6
 
         if self.link is None or self.link.ports or self.samples is None:
             return None
-        fields = ("bytes_acked", "unacked", "snd_mss", "min_rtt")
-        acked, unacked, mss, floor = (dict(self.series(name)) for name in fields)
-        times = sorted(acked.keys() & unacked.keys() & mss.keys() & floor.keys())
-        samples = [(t, acked[t], unacked[t] * mss[t], floor[t] / 1e6) for t in times]
+        names = ("bytes_acked", "unacked", "snd_mss", "min_rtt", "busy_time", "rwnd_limited", "total_retrans")
+        columns = [dict(self.series(name)) for name in (*names, "ca_state", "snd_wnd")]
+        acked, unacked, mss, floor, busy, held, retrans, ca_state, window = columns
+        times = sorted(set.intersection(*(set(column) for column in columns)))
+        samples = [
+            RateSample(
+                t,
+                acked[t],
+                unacked[t] * mss[t],
+                floor[t] / 1e6,
+                # busy_time counts the time the receiver's window held the sender too (rwnd_limited): not sending.
+                (busy[t] - held[t]) / 1e6,
+                retrans[t],
+                ca_state[t],
+                window[t],
+            )
+            for t in times
+        ]
         local = (self.sender.get("local") or ("",))[0]
         return applied_rate(
             self.link,

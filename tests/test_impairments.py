@@ -9,6 +9,7 @@ import pytest
 from pytest_tcpnet import GilbertElliott, Link, NetemCorrelationWarning, assert_throughput_within
 from pytest_tcpnet.analysis.impairments import (
     AppliedLoss,
+    RateSample,
     applied_delay,
     applied_losses,
     applied_rate,
@@ -221,12 +222,24 @@ def test_beside_other_traffic_only_a_floor_below_the_delays_is_judged():
     assert not applied_delay(link, 0.0004, download=True, others_packets=4012).as_configured
 
 
-def _standing(rate_bps, seconds, *, floor_s=0.02, queued=20, interval_s=0.01):
+def _standing(
+    rate_bps, seconds, *, floor_s=0.02, queued=20, interval_s=0.01, busy=1.0, retransmitting_after=None, shrinking=0
+):
     """Sender samples of a flow whose ACKs come back at rate_bps with `queued` segments in flight beyond what the
-    20 Mbit/s path holds over floor_s."""
+    20 Mbit/s path holds over floor_s; sending `busy` of the time; a segment retransmitted at each sample after
+    `retransmitting_after` seconds; the receive window shrinking by `shrinking` bytes at each."""
     steps = int(seconds / interval_s)
     in_flight = 20e6 * 1448 / 1514 / 8 * floor_s + queued * 1448
-    return [(i * interval_s, int(rate_bps / 8 * i * interval_s), in_flight, floor_s) for i in range(steps + 1)]
+    samples = []
+    for i in range(steps + 1):
+        t = i * interval_s
+        recovering = retransmitting_after is not None and t > retransmitting_after
+        retrans = i if recovering else 0
+        window = 1_000_000 - shrinking * i
+        samples.append(
+            RateSample(t, int(rate_bps / 8 * t), in_flight, floor_s, busy * t, retrans, 3 * recovering, window)
+        )
+    return samples
 
 
 def test_the_rate_a_busy_shaper_delivered_is_judged_against_the_link_s_payload_rate():
@@ -247,6 +260,16 @@ def test_the_rate_a_busy_shaper_delivered_is_judged_against_the_link_s_payload_r
     # No standing queue (an application-limited flow), or too little of it: nothing to judge.
     assert applied_rate(link, _standing(payload / 2, 2, queued=2), download=True, mss_bytes=1448) is None
     assert applied_rate(link, _standing(payload / 2, 0.3), download=True, mss_bytes=1448) is None
+    # A queue at each sample of a sender that was mostly idle or held between them (curl --limit-rate's bursts).
+    assert applied_rate(link, _standing(payload / 8, 2, busy=0.3), download=True, mss_bytes=1448) is None
+    # A receiver falling behind (its window closing): its own stack may be where the queue stands.
+    assert applied_rate(link, _standing(payload / 5, 2, shrinking=5000), download=True, mss_bytes=1448) is None
+    # In loss recovery the cumulative ACK waits behind a hole and then jumps: those intervals are not counted.
+    assert (
+        applied_rate(link, _standing(payload * 1.4, 2, retransmitting_after=0.2), download=True, mss_bytes=1448) is None
+    )
+    recovered = applied_rate(link, _standing(payload, 2, retransmitting_after=1.2), download=True, mss_bytes=1448)
+    assert recovered.as_configured and recovered.standing_s == pytest.approx(1.2, abs=0.02)
     # Nothing judged where the rate is not the shaper's alone: an AQM, loss, other traffic, no rate.
     for other in (Link(rate="20mbit", queue="fq_codel"), Link(rate="20mbit", loss="1%"), Link(rtt="20ms")):
         assert applied_rate(other, _standing(payload / 2, 2), download=True, mss_bytes=1448) is None

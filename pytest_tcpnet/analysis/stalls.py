@@ -93,8 +93,9 @@ def find_stalls(packets, counters: dict | None = None, sender_info: dict | None 
 
 def _receiver_limited(info):
     """The sender's time held by the receiver's window (TCP_INFO's rwnd_limited chrono), when it is a real share."""
-    limited, busy = info.get("rwnd_limited") or 0, info.get("busy_time") or 0
-    total = busy + limited + (info.get("sndbuf_limited") or 0)
+    limited = info.get("rwnd_limited") or 0
+    # The kernel's busy_time is the sum of all three chronos: busy, rwnd_limited and sndbuf_limited.
+    total = max(info.get("busy_time") or 0, limited + (info.get("sndbuf_limited") or 0))
     if not total or limited < RECEIVER_LIMITED_MIN_S * 1e6 or limited < RECEIVER_LIMITED_SHARE * total:
         return []
     return [
