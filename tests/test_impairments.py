@@ -374,3 +374,22 @@ def test_a_shaper_whose_rate_was_changed_behind_the_lab_s_back_is_named(tcpnet, 
         assert "impairment not as configured: rate" in text and "the shaper sends slower than asked" in text, text
     else:
         assert rate.as_configured and not result.impairment_mismatches, text
+
+
+@pytest.mark.tcpnet_needs("htb", "curl")
+@pytest.mark.parametrize(
+    "rtt", [None, pytest.param("2ms", marks=pytest.mark.tcpnet_needs("netem"))], ids=["0rtt", "2ms-netem"]
+)
+def test_a_flow_its_receiver_held_is_not_judged_and_a_lossy_one_only_between_its_losses(tcpnet, rtt):
+    """curl --limit-rate reads in bursts: a queue stands at many samples although the shaper idles between them
+    (ci24 read 11-20 Mbit/s of 95.6 and named it; a one-CPU UML receiver falling behind acknowledged 16 Mbit/s
+    with its window open), so nothing is judged. A reno download overflowing the 1000-packet FIFO is judged between
+    its recoveries only, where the cumulative ACK follows the shaper, and passes (host 0.997-1.000, UML 0.976-0.993
+    at 0 RTT)."""
+    pair = tcpnet.pair(link=Link(rate="50mbit", rtt=rtt))
+    held = pair.http_download(1_000_000, limit_rate="250k")
+    assert held.applied_rate is None and not held.impairment_mismatches, held.describe()
+    lossy = pair.transfer(duration=2, cc="reno")
+    assert lossy.sender_tcp_info["total_retrans"] > 0, lossy.describe()
+    rate = lossy.applied_rate
+    assert rate is not None and rate.as_configured and not lossy.impairment_mismatches, lossy.describe()
