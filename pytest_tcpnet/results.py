@@ -808,23 +808,24 @@ def with_shares(flows, streams, bottleneck, *, what="the bottleneck"):
         beside = [u for u in streams if getattr(u.spec, "direction", "download") == direction]
         if not group or len(group) + len(beside) < 2 or not way.rate_bps or way.changes:
             continue
-        capacity = link_goodput(way.rate_bps, Conditions.from_result(flows[group[0]]).mss_bytes)
-        shares = _time_weighted_shares([flows[i] for i in group], beside, way, capacity, what)
+        conditions = [Conditions.from_result(flows[i]) for i in group]
+        capacity = link_goodput(way.rate_bps, conditions[0].mss_bytes)
+        contenders = [_contender(flows[i], c, way) for i, c in zip(group, conditions)]
+        shares = _time_weighted_shares([flows[i] for i in group], contenders, beside, way, capacity, what)
         for i, share in zip(group, shares):
             if share is not None:
                 shared[i] = dataclasses.replace(flows[i], share=share)
     return shared
 
 
-def _contender(flow, way):
-    """A flow as its share needs it: its own bound alone (the model's, the shared link left out), cc and RTT."""
+def _contender(flow, conditions, way):
+    """A flow (with its model Conditions) as its share needs it: its own bound alone (the model's, the shared link
+    left out), cc and RTT."""
     import dataclasses
 
     from .model import expected_throughput
-    from .model.predict import Conditions
     from .model.shares import Contender
 
-    conditions = Conditions.from_result(flow)
     alone = expected_throughput(dataclasses.replace(conditions, nbytes=None))
     own = [bps for name, bps in alone.bounds.items() if name != "link"]
     if conditions.rate_bps and conditions.rate_bps < way.rate_bps:
@@ -832,12 +833,11 @@ def _contender(flow, way):
     return Contender(min(own) if own else None, conditions.cc or "cubic", flow.link.rtt_s)
 
 
-def _time_weighted_shares(flows, streams, way, capacity, what):
+def _time_weighted_shares(flows, contenders, streams, way, capacity, what):
     """Each flow's Share averaged over its measured span, cut where a flow or stream starts or ends (None: a flow
     with no span); every share unestablished where any set of flows has no established model."""
     from .model.shares import FLOW_QUEUEING_KINDS, Share, bottleneck_shares
 
-    contenders = [_contender(f, way) for f in flows]
     spans = [(f.first_byte_at, f.receiver.get("last_byte_at") or f.first_byte_at) for f in flows]
     cuts = sorted({t for span in spans for t in span} | {t for u in streams for t in (u.started_at, u.ended_at)})
     owed = [0.0] * len(flows)

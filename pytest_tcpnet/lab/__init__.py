@@ -14,6 +14,7 @@ from ..errors import LabError
 from ..measure.run import TCP_SYSCTLS
 from ..model import Host, Link
 from ..requirements import check_need
+from ..results import with_shares
 from ..workload import nsenter_path
 from .node import Node
 from .pair import Pair
@@ -100,14 +101,15 @@ class Lab:
         self.results.extend(results)
         return list(results)
 
-    def replace(self, kept, now):
-        """Put each result of `now` where the same position of `kept` was registered (a result completed after its
-        measurement, e.g. with its share of a bottleneck); returns now."""
-        for old, new in zip(kept, now):
+    def share(self, flows, streams, bottleneck, *, what="the bottleneck"):
+        """The flows (registered TransferResults that crossed `bottleneck` at once, beside UdpResult `streams`) each
+        with its share of it (results.with_shares), registered in their place; returns them."""
+        shared = with_shares(flows, streams, bottleneck, what=what)
+        for old, new in zip(flows, shared):
             for i, registered in enumerate(self.results):
                 if registered is old:
                     self.results[i] = new
-        return list(now)
+        return shared
 
     def pair(self, link=None, client=None, server=None, *, family="ipv4"):
         """Build a client – router – server path: validated first, nothing is left behind on error.

@@ -8,7 +8,7 @@ from ..model import format_rate, format_size, format_time, transfer_time
 from ..model.app import Cbr, Flow
 from ..model.validation import check_integer
 from ..requirements import check_need
-from ..results import ConcurrentResult, LatencyResult, RequestsResult, UdpResult, WindowProbe, with_shares
+from ..results import ConcurrentResult, LatencyResult, RequestsResult, UdpResult, WindowProbe
 from ..workload import Bulk
 from .world import WorldView
 
@@ -154,7 +154,7 @@ class Pair(WorldView):
             flows, starve_receiver=False, capture=capture, sample_interval=sample_interval, timeout=timeout
         )
         # Flows beside each other share the link: the model then predicts each one's share, not the whole link.
-        shared = self.lab.replace(results, with_shares(results, udp, self.link, what="the link"))
+        shared = self.lab.share(results, udp, self.link, what="the link")
         return ConcurrentResult(flows=shared, udp=udp)
 
     def latency_under_load(
@@ -217,9 +217,7 @@ class Pair(WorldView):
             interval=interval,
             link=self.link,
             kernel=kernel,
-            flows=ConcurrentResult(
-                flows=self.lab.replace(results, with_shares(results, udp, self.link, what="the link")), udp=udp
-            )
+            flows=ConcurrentResult(flows=self.lab.share(results, udp, self.link, what="the link"), udp=udp)
             if results
             else None,
             udp=udp,

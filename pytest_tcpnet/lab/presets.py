@@ -7,7 +7,7 @@ world with World.host/router/connect/shape, and hands back Pairs over it.
 from ..model import Link
 from ..model.app import Flow
 from ..model.validation import check_integer
-from ..results import ConcurrentResult, with_shares
+from ..results import ConcurrentResult
 from ..workload import Bulk
 from .pair import Pair, check_observe_options, default_timeout
 from .world import WorldView
@@ -147,7 +147,7 @@ class Topology(WorldView):
         )
         flows = [flow_results[0] for flow_results in results]
         if self.bottleneck is not None:
-            flows = self.world.lab.replace(flows, with_shares(flows, [], self.bottleneck))
+            flows = self.world.lab.share(flows, [], self.bottleneck)
         return ConcurrentResult(flows=flows)
 
     def observe(self, *, capture=False, sample_interval=None, app_window=None):

@@ -328,9 +328,7 @@ class TopologyObservation:
             return False
         flows = [flow for observation in self.observations for flow in observation.flows]
         if self.bottleneck is not None:
-            from ..results import with_shares
-
-            flows = self.observations[0].pair.lab.replace(flows, with_shares(flows, [], self.bottleneck))
+            flows = self.observations[0].pair.lab.share(flows, [], self.bottleneck)
         self.flows = sorted(flows, key=lambda flow: flow.nbytes, reverse=True)
         return False
 

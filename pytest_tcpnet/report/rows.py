@@ -341,9 +341,20 @@ def flow_row(result, *, test="", flow=0, outcome=None):
             }
             for a in (_attr(transfer, "applied_impairments") or [])
         ],
-        "applied_delay": _delay_record(_attr(transfer, "applied_delay")),
-        "share": _share_record(_attr(transfer, "share")),
-        "applied_rate": _rate_record(_attr(transfer, "applied_rate")),
+        "applied_delay": _record(
+            _attr(transfer, "applied_delay"),
+            "asked_s",
+            "floor_s",
+            "sending_s",
+            "tolerance_s",
+            "below_s",
+            "others_packets",
+            "as_configured",
+        ),
+        "share": _record(_attr(transfer, "share"), "bps", "flows", "established", "why"),
+        "applied_rate": _record(
+            _attr(transfer, "applied_rate"), "asked_bps", "measured_bps", "standing_s", "as_configured"
+        ),
         "artifacts": [str(p) for p in (_attr(transfer, "artifacts") or [])],
         "measured_s": None,
         "expected_s": None,
@@ -362,38 +373,12 @@ def flow_row(result, *, test="", flow=0, outcome=None):
 INITIAL_WINDOW_BYTES = 10 * 1448
 
 
-def _rate_record(rate):
-    """The rate a busy shaper delivered against the asked one, as data (None where not judged)."""
-    if rate is None or not hasattr(rate, "measured_bps"):
+def _record(found, *names):
+    """An analysis' finding (an AppliedRate, a Share, an AppliedDelay) as data: the named attributes, or None where
+    there is none (not judged, ran alone)."""
+    if found is None or not all(hasattr(found, name) for name in names):
         return None
-    return {
-        "asked_bps": rate.asked_bps,
-        "measured_bps": rate.measured_bps,
-        "standing_s": rate.standing_s,
-        "as_configured": rate.as_configured,
-    }
-
-
-def _share_record(share):
-    """A flow's share of a bottleneck it shared, as data (None: it ran alone)."""
-    if share is None or not hasattr(share, "why"):
-        return None
-    return {"bps": share.bps, "flows": share.flows, "established": share.established, "why": share.why}
-
-
-def _delay_record(delay):
-    """The round trip's floor against the asked delays, as data (None where not judged)."""
-    if delay is None or not hasattr(delay, "floor_s"):
-        return None
-    return {
-        "asked_s": delay.asked_s,
-        "floor_s": delay.floor_s,
-        "sending_s": delay.sending_s,
-        "tolerance_s": delay.tolerance_s,
-        "below_s": delay.below_s,
-        "others_packets": delay.others_packets,
-        "as_configured": delay.as_configured,
-    }
+    return {name: getattr(found, name) for name in names}
 
 
 def _stall_note(stall):
