@@ -24,7 +24,7 @@ def test_an_idle_gap_lowers_the_wall_clock_rate_not_the_active_rate(tcpnet):
     paused = pair.transfer(5_000_000, writer=Pause(after=2_000_000, seconds=2.0))
     assert paused.active_throughput_bps == pytest.approx(steady.active_throughput_bps, rel=0.15)
     assert paused.throughput_bps < 0.75 * steady.throughput_bps
-    ((start, end),) = paused.sender["pauses"]
+    ((start, end),) = paused.sender.pauses
     assert end - start == pytest.approx(2.0, abs=0.1)
 
 

@@ -49,7 +49,7 @@ def test_large_writes_overshoot_the_send_buffer(tcpnet, link):
     buffer but stayed within the model's allowance (buffer + the whole write), and at 20 ms exceeded the
     buffer at least four times: a delayed path leaves room for the overshoot, an undelayed one does not."""
     result = tcpnet.pair(link=link).transfer(3_000_000, sndbuf=16384, sample_interval=0.005)
-    assert result.sender["buffers"]["sndbuf"] == 32768
+    assert result.sender.buffers["sndbuf"] == 32768
     in_flight = max(u for u in result.tcp_info_series("unacked") if u is not None) * 1448
     allowed = model.send_window(16384, kernel=result.kernel, sysctls=result.sysctls["server"], chunk_bytes=1 << 20)
     # Measured max in flight: rate-only 55-126 KB on 6.18 (12 runs), 85-130 KB on 6.1 and 6.12 (2 runs each);

@@ -28,5 +28,5 @@ def test_a_pausing_reader_closes_the_window_and_the_flow_resumes(tcpnet):
     assert result.zero_windows_advertised >= 1
     assert result.counter("TcpExt.TCPWinProbe", side="sender") >= 1
     assert any(wnd == 0 for _, wnd in result.series("snd_wnd"))
-    ((paused_at, resumed_at),) = result.receiver["pauses"]
-    assert result.receiver["last_byte_at"] > resumed_at  # the window reopened and data kept coming
+    ((paused_at, resumed_at),) = result.receiver.pauses
+    assert result.receiver.last_byte_at > resumed_at  # the window reopened and data kept coming

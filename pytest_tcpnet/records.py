@@ -6,7 +6,12 @@ so no layer has to import another sideways to learn a record's shape.
 
 from __future__ import annotations
 
-__all__ = ["TCP_INFO_SERIES", "SKMEM_FIELDS", "SERIES_FIELDS"]
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["TCP_INFO_SERIES", "SKMEM_FIELDS", "SERIES_FIELDS", "ConnectionEnd"]
 
 #: TCP_INFO fields kept per sample (the rest of the struct is in each end's final record).
 TCP_INFO_SERIES = (
@@ -56,3 +61,86 @@ SKMEM_FIELDS = (
 )
 #: One socket sample's values, in this order.
 SERIES_FIELDS = TCP_INFO_SERIES + SKMEM_FIELDS
+
+
+#: The fields of a ConnectionEnd that hold a dict (present, maybe empty, in every end).
+_DICT_FIELDS = ("tcp_info", "buffers", "buffers_at_connect", "extra")
+
+
+@dataclass(frozen=True)
+class ConnectionEnd(Mapping):
+    """One end of a connection as its workload or the sampler recorded it (None: not known there).
+
+    Times are monotonic seconds. Read it by attribute; reading it as a mapping (``end["pauses"]``,
+    ``end.get("last_byte_at")``) still works, a field that is None reading as absent.
+    """
+
+    #: "sender" or "receiver", where the workload says.
+    role: str | None = None
+    #: Payload bytes this end received (the receiver) or wrote (the sender).
+    nbytes: int | None = None
+    #: (address, port) of this end and of its peer.
+    local: tuple | None = None
+    remote: tuple | None = None
+    connected_at: float | None = None
+    #: The receiver's first data byte and the size of that first read (not timed), its last byte, and
+    #: (time, bytes so far) along the way.
+    first_byte_at: float | None = None
+    first_read: int | None = None
+    last_byte_at: float | None = None
+    checkpoints: list | None = None
+    #: The sender's first write, its last, and when the last byte was acknowledged.
+    first_write_at: float | None = None
+    written_at: float | None = None
+    acked_at: float | None = None
+    #: Where the application paused reading or writing: [(at, seconds)].
+    pauses: list | None = None
+    #: The kernel's stamps of the connection's SYN and last FIN or RST, and when its socket was destroyed.
+    syn_at: float | None = None
+    fin_at: float | None = None
+    closed_at: float | None = None
+    #: An observed connection that opened and closed between two samples (bytes exact, times bounded).
+    between_samples: bool = False
+    #: The end's last TCP_INFO, by the kernel's field names.
+    tcp_info: dict = field(default_factory=dict)
+    #: Socket buffers (and congestion control) at the end, and at connect.
+    buffers: dict = field(default_factory=dict)
+    buffers_at_connect: dict = field(default_factory=dict)
+    #: What a workload reported beyond these fields, by its own names.
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any] | None) -> ConnectionEnd:
+        """An end from a workload's record (a dict from its process): known keys to fields, the rest to ``extra``."""
+        if isinstance(record, cls):
+            return record
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        record = dict(record or {})
+        record.pop("event", None)  # the message's kind, from the workload's process
+        values = {k: v for k, v in record.items() if k in known}
+        for name in ("local", "remote"):
+            if values.get(name) is not None:
+                values[name] = tuple(values[name])
+        return cls(**values, extra={k: v for k, v in record.items() if k not in known})
+
+    def replace(self, **changes: Any) -> ConnectionEnd:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self.extra:
+            return self.extra[key]
+        value = getattr(self, key, None) if key in _FIELD_NAMES else None
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        yield from (name for name in _FIELD_NAMES if getattr(self, name) is not None)
+        yield from self.extra
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(ConnectionEnd) if f.name != "extra")

@@ -8,7 +8,7 @@ from .hostload import CONTENTION_WARNING_CORES
 from .model import Host, Link, format_rate, format_size, format_time
 from .model.stats import percentile
 from .model.validation import check_number
-from .records import SERIES_FIELDS
+from .records import SERIES_FIELDS, ConnectionEnd
 
 #: How late a software-emulated guest's (TCG's) timers may fire a netem delay: +1.61 ms at 10 ms and +0.92 ms at
 #: 50 ms on a quiet 2-core host (docs/vm.md, fidelity table); UML and the host: within 0.33 ms.
@@ -71,8 +71,9 @@ class TransferResult:
     sysctls: dict
     sndbuf_requested: "int | None" = None
     rcvbuf_requested: "int | None" = None
-    sender: dict = field(default_factory=dict, repr=False)
-    receiver: dict = field(default_factory=dict, repr=False)
+    #: Each end as recorded (records.ConnectionEnd; a workload's dict record is turned into one).
+    sender: ConnectionEnd = field(default_factory=ConnectionEnd, repr=False)
+    receiver: ConnectionEnd = field(default_factory=ConnectionEnd, repr=False)
     sender_role: str = "server"
     workload: str = "bulk"
     reader: object = None
@@ -112,6 +113,11 @@ class TransferResult:
     captures: dict = field(default_factory=dict, repr=False)
     _artifacts: list = field(default_factory=list, repr=False)
 
+    def __post_init__(self):
+        # The one place a workload's record (a dict from its process) becomes a typed end.
+        object.__setattr__(self, "sender", ConnectionEnd.from_record(self.sender))
+        object.__setattr__(self, "receiver", ConnectionEnd.from_record(self.receiver))
+
     # -- bytes each way ---------------------------------------------------------------------------
 
     @property
@@ -134,13 +140,13 @@ class TransferResult:
     def opened_at(self):
         """Monotonic time the client sent the connection's first SYN, as its kernel stamped it; None where it was not
         watched (a built-in workload's flow, or a connection opened before observe())."""
-        return self._client_end().get("syn_at")
+        return self._client_end().syn_at
 
     @property
     def closed_at(self):
         """Monotonic time of the connection's last FIN or RST at the client, as its kernel stamped it; None where
         not watched (as opened_at), or still open when the observation ended."""
-        return self._client_end().get("fin_at")
+        return self._client_end().fin_at
 
     @property
     def lifetime_s(self):
@@ -151,8 +157,7 @@ class TransferResult:
         return self.closed_at - self.opened_at
 
     def _client_end(self):
-        end = self.sender if self.sender_role == "client" else self.receiver
-        return end if isinstance(end, dict) else {}
+        return self.sender if self.sender_role == "client" else self.receiver
 
     @functools.cached_property
     def stalls(self):
@@ -181,9 +186,9 @@ class TransferResult:
                 "exchanges come from the connection's packets: measure it with a capture (observe(capture=True))"
             )
         end = self.sender if self.sender_role == "client" else self.receiver
-        if not end.get("local"):
+        if not end.local:
             raise ValueError("exchanges need the connection's addresses: an observed connection has them")
-        return find_exchanges(capture.packets, endpoint_text(*end["local"]))
+        return find_exchanges(capture.packets, endpoint_text(*end.local))
 
     def exchange_expected_s(self, exchange):
         """The model's time for one exchange on this path: a round trip, then the response in slow-start rounds from
@@ -205,19 +210,19 @@ class TransferResult:
     def between_samples(self):
         """True for an observed connection that opened and closed between two samples: seen from its close (its
         final TCP_INFO), so its bytes are exact but its duration is bounded by the sampling interval."""
-        return bool(self.receiver.get("between_samples"))
+        return self.receiver.between_samples
 
     # -- goodput ---------------------------------------------------------------------------------
 
     @property
     def first_byte_at(self):
         """Monotonic time of the receiver's first data byte (or of the connection, if none came)."""
-        return self.receiver.get("first_byte_at") or self.receiver.get("connected_at")
+        return self.receiver.first_byte_at or self.receiver.connected_at
 
     @property
     def duration_s(self):
         """Seconds from the receiver's first data byte to its last (handshake excluded)."""
-        return self.receiver.get("last_byte_at", 0.0) - self.first_byte_at
+        return (self.receiver.last_byte_at or 0.0) - self.first_byte_at
 
     @property
     def throughput_bps(self):
@@ -229,10 +234,10 @@ class TransferResult:
         """
         if self.reported_bps is not None:
             return self.reported_bps
-        after_first = self.nbytes - self.receiver.get("first_read", 0)
+        after_first = self.nbytes - (self.receiver.first_read or 0)
         if self.duration_s > 1e-6 and after_first > 0:
             return after_first * 8 / self.duration_s
-        return self.nbytes * 8 / max(1e-6, self.receiver.get("last_byte_at", 0.0) - self.receiver["connected_at"])
+        return self.nbytes * 8 / max(1e-6, (self.receiver.last_byte_at or 0.0) - self.receiver.connected_at)
 
     @property
     def active_throughput_bps(self):
@@ -276,7 +281,7 @@ class TransferResult:
 
     def _cumulative_bytes(self):
         """[(monotonic t, bytes received so far)], from the receiver's own checkpoints or the sampled socket."""
-        checkpoints = self.receiver.get("checkpoints")
+        checkpoints = self.receiver.checkpoints
         if checkpoints:
             return [tuple(p) for p in checkpoints]
         return self._socket_bytes()
@@ -284,7 +289,7 @@ class TransferResult:
     def _socket_bytes(self):
         """[(monotonic t, bytes the receiver's socket took in)], sampled from outside, from 0 at the connection."""
         sampled = [(self.first_byte_at + t, v) for t, v in self.series("bytes_received", side="receiver")]
-        origin = self.receiver.get("connected_at")
+        origin = self.receiver.connected_at
         if sampled and origin is not None and origin < sampled[0][0]:
             # A burst that fills the buffer before the first sample belongs to the first interval.
             sampled.insert(0, (origin, 0))
@@ -299,17 +304,17 @@ class TransferResult:
     @property
     def cc(self):
         """The congestion control the sending socket really used."""
-        return self.sender.get("buffers", {}).get("cc")
+        return self.sender.buffers.get("cc")
 
     @property
     def sender_tcp_info(self):
         """The sender's final TCP_INFO (after the last byte was acknowledged)."""
-        return self.sender.get("tcp_info", {})
+        return self.sender.tcp_info
 
     @property
     def receiver_tcp_info(self):
         """The receiver's final TCP_INFO (after the sender's FIN)."""
-        return self.receiver.get("tcp_info", {})
+        return self.receiver.tcp_info
 
     @property
     def rtt_s(self):
@@ -349,12 +354,12 @@ class TransferResult:
     @property
     def effective_sndbuf(self):
         """SO_SNDBUF as the kernel made it when the connection started (C12: twice the request, capped)."""
-        return (self.sender.get("buffers_at_connect") or self.sender.get("buffers", {})).get("sndbuf")
+        return (self.sender.buffers_at_connect or self.sender.buffers).get("sndbuf")
 
     @property
     def effective_rcvbuf(self):
         """SO_RCVBUF as the kernel made it when the connection started (C12: twice the request, capped)."""
-        return (self.receiver.get("buffers_at_connect") or self.receiver.get("buffers", {})).get("rcvbuf")
+        return (self.receiver.buffers_at_connect or self.receiver.buffers).get("rcvbuf")
 
     def series(self, field, side="sender"):
         """[(t_s, value)] of one sampled TCP_INFO or socket-memory field of one end (see records.SERIES_FIELDS)."""
@@ -366,10 +371,10 @@ class TransferResult:
             return []
         record = self.sender if side == "sender" else self.receiver
         role = self.sender_role if side == "sender" else self.receiver_role
-        if "local" not in record:
+        if record.local is None:
             return []
         origin = self.first_byte_at
-        return [(t - origin, v) for t, v in self.samples.series(role, record["local"], record["remote"], field)]
+        return [(t - origin, v) for t, v in self.samples.series(role, record.local, record.remote, field)]
 
     def tcp_info_series(self, field, side="sender"):
         """Values of one sampled field over the transfer, without times (see series())."""
@@ -400,7 +405,7 @@ class TransferResult:
         from .analysis.limits import SAMPLE_FIELDS
 
         columns = {field: dict(self.series(field)) for field in SAMPLE_FIELDS + _WRITTEN_FIELDS}
-        start, end = self.sender.get("first_write_at"), self.sender.get("acked_at")
+        start, end = self.sender.first_write_at, self.sender.acked_at
         origin = self.first_byte_at
         times = sorted(columns["unacked"])
         if start is not None and end is not None and origin is not None:
@@ -431,7 +436,7 @@ class TransferResult:
     @property
     def sender_active_s(self):
         """Seconds from the sender's first write to its last byte acknowledged (None if it did not say)."""
-        start, end = self.sender.get("first_write_at"), self.sender.get("acked_at")
+        start, end = self.sender.first_write_at, self.sender.acked_at
         return None if start is None or end is None else end - start
 
     @property
@@ -514,8 +519,7 @@ class TransferResult:
             return None
         link = self.link
         if link is not None and link.ports:  # a link scoped to some ports: as this connection's ports meet it
-            sender = self.sender if isinstance(self.sender, dict) else {}
-            ports = [end[1] for end in (sender.get("local"), sender.get("remote")) if end]
+            ports = [end[1] for end in (self.sender.local, self.sender.remote) if end]
             if not ports:
                 return None
             link = link.seen_by(*ports)
@@ -563,7 +567,7 @@ class TransferResult:
             )
             for t in times
         ]
-        local = (self.sender.get("local") or ("",))[0]
+        local = (self.sender.local or ("",))[0]
         return applied_rate(
             self.link,
             samples,
@@ -606,7 +610,7 @@ class TransferResult:
         if not self.link.changing or self.schedule_origin is None:
             return []
         origin = self.schedule_origin
-        first, last = self.first_byte_at - origin, self.receiver.get("last_byte_at", self.first_byte_at) - origin
+        first, last = self.first_byte_at - origin, (self.receiver.last_byte_at or self.first_byte_at) - origin
         applied = {}
         for step in self.link_changes:
             applied[step["at"]] = max(applied.get(step["at"], 0.0), step["applied_at"])
@@ -838,7 +842,7 @@ def _time_weighted_shares(flows, contenders, streams, way, capacity, what):
     with no span); every share unestablished where any set of flows has no established model."""
     from .model.shares import FLOW_QUEUEING_KINDS, Share, bottleneck_shares
 
-    spans = [(f.first_byte_at, f.receiver.get("last_byte_at") or f.first_byte_at) for f in flows]
+    spans = [(f.first_byte_at, f.receiver.last_byte_at or f.first_byte_at) for f in flows]
     cuts = sorted({t for span in spans for t in span} | {t for u in streams for t in (u.started_at, u.ended_at)})
     owed = [0.0] * len(flows)
     spent: list[dict] = [{} for _ in flows]  # per flow: {(why, flows): seconds spent with that set}
@@ -890,7 +894,7 @@ class ConcurrentResult:
     def total_bps(self):
         """Bytes of every flow over the span from the first flow's first byte to the last flow's last byte."""
         start = min(f.first_byte_at for f in self.flows)
-        end = max(f.receiver["last_byte_at"] for f in self.flows)
+        end = max(f.receiver.last_byte_at for f in self.flows)
         return sum(f.nbytes for f in self.flows) * 8 / max(1e-6, end - start)
 
     @property

@@ -51,7 +51,7 @@ def test_an_ipv6_pair_carries_its_payload_rate_and_the_model_knows_the_longer_he
     # from the flow's addresses. Measured: 18.86 Mbit/s (1.000x), the same session's IPv4 19.08.
     pair = tcpnet.pair(link=Link(rate="20mbit"), family="ipv6")
     result = pair.transfer(duration=3.0)
-    assert ":" in result.sender["local"][0]
+    assert ":" in result.sender.local[0]
     expected = model.link_goodput(20e6, model.PAYLOAD_PER_FRAME_IPV6)
     assert abs(result.throughput_bps - expected) <= 0.06 * expected, result.describe()
     prediction = model.expected_throughput(result)
@@ -69,7 +69,7 @@ def test_every_workload_and_observe_run_over_ipv6(tcpnet):
     iperf = pair.iperf3(duration=1)
     curl = pair.http_download(2_000_000)
     both = pair.concurrent([Flow(nbytes=1_000_000), Flow(nbytes=1_000_000, direction="upload")])
-    assert all(r.throughput_bps > 0 and ":" in r.sender["local"][0] for r in (iperf, curl, *both.flows))
+    assert all(r.throughput_bps > 0 and ":" in r.sender.local[0] for r in (iperf, curl, *both.flows))
     captured = pair.transfer(1_000_000, capture=True)
     assert captured.capture.data_segments > 0 and captured.capture.point == "server/veth-rtr"
     pair.server.popen([sys.executable, USERAPP, "serve", pair.server.address, "9000"])
@@ -87,7 +87,7 @@ def test_a_dual_stack_pair_speaks_both_families(tcpnet):
             [sys.executable, "-c", f"import socket; socket.create_connection(('{address}', 9), 2)"], timeout=10
         )
         assert "ConnectionRefusedError" in out.stderr, (address, out.stderr)
-    assert "." in pair.transfer(200_000).sender["local"][0]  # IPv4 is the primary family
+    assert "." in pair.transfer(200_000).sender.local[0]  # IPv4 is the primary family
 
 
 def test_an_ipv6_star_shapes_each_server_and_an_ipv6_dumbbell_routes_every_pair(tcpnet):

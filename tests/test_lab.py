@@ -141,8 +141,8 @@ def test_result_records_conditions(tcpnet):
     assert result.link is link and result.nbytes == 1_000_000 and result.duration_s > 0
     assert result.cc == "reno"
     # C12: the kernel doubles SO_SNDBUF/SO_RCVBUF requests (below net.core.*mem_max).
-    assert result.sender["buffers"]["sndbuf"] == model.effective_socket_buffer(65536, _core_max("wmem_max"))
-    assert result.receiver["buffers"]["rcvbuf"] == model.effective_socket_buffer(65536, _core_max("rmem_max"))
+    assert result.sender.buffers["sndbuf"] == model.effective_socket_buffer(65536, _core_max("wmem_max"))
+    assert result.receiver.buffers["rcvbuf"] == model.effective_socket_buffer(65536, _core_max("rmem_max"))
     assert {"net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.ipv4.tcp_congestion_control"} <= set(
         result.sysctls["client"]
     )

@@ -6,6 +6,7 @@ import pytest
 
 from pytest_tcpnet import Link, model
 from pytest_tcpnet.analysis.limits import chrono_shares, classify_sample, limited_by, sample_shares
+from pytest_tcpnet.records import ConnectionEnd
 
 BIG_CAPS = {"net.core.rmem_max": "4194304", "net.core.wmem_max": "4194304"}
 
@@ -116,6 +117,7 @@ class _Result:
     min_rtt_s = 0.0203
     rtt_s = 0.0251
     sender_tcp_info = {"snd_wnd": 64240}
+    sender = ConnectionEnd(local=("198.19.0.2", 5001), remote=("198.18.0.2", 40000))
     sysctls = {"client": {"net.ipv4.tcp_rmem": "4096 131072 6291456"}, "server": {"net.core.wmem_max": "212992"}}
 
 

@@ -233,8 +233,8 @@ def test_every_short_connection_is_seen_with_its_bytes_each_way(tcpnet):
     unsampled = [f for f in seen.flows if f.between_samples]
     assert unsampled, "every connection lasted past a sample: the test no longer tests what it says"
     for flow in seen.flows:
-        closed, opened = flow.receiver["closed_at"], flow.receiver["connected_at"]
-        assert opened <= flow.receiver["last_byte_at"] <= closed, flow.receiver
+        closed, opened = flow.receiver.closed_at, flow.receiver.connected_at
+        assert opened <= flow.receiver.last_byte_at <= closed, flow.receiver
         assert flow.sender_tcp_info["bytes_acked"] >= 30000 and flow.receiver_tcp_info["bytes_received"] >= 30000
     from pytest_tcpnet.report.rows import too_short_for_a_rate
 
@@ -344,7 +344,7 @@ def test_curls_connections_each_live_as_long_as_curl_says(tcpnet, tmp_path):
             [sys.executable, "-c", CURL_EACH, f"http://{pair.server.address}:8000/file", "20"], timeout=60, check=True
         )
     timed = {int(port): tuple(map(float, rest)) for port, *rest in (line.split() for line in out.stdout.splitlines())}
-    flows = {flow.receiver["local"][1]: flow for flow in seen.flows}
+    flows = {flow.receiver.local[1]: flow for flow in seen.flows}
     assert sorted(flows) == sorted(timed), f"{len(flows)} of {len(timed)} curl connections seen"
     for port, (connect_s, total_s, started, ended) in timed.items():
         flow = flows[port]

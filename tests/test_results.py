@@ -13,7 +13,7 @@ def test_goodput_excludes_the_first_read():
     result = fake_result(nbytes=1_000_000, duration_s=1.0)
     assert result.throughput_bps == 8e6
     first_read = fake_result(nbytes=1_000_000, duration_s=1.0)
-    first_read.receiver["first_read"] = 100_000
+    first_read = dataclasses.replace(first_read, receiver=first_read.receiver.replace(first_read=100_000))
     assert first_read.throughput_bps == pytest.approx(0.9 * 8e6)
 
 
@@ -24,8 +24,8 @@ def test_active_rate_uses_busy_time():
 
 
 def test_rate_series_interpolates_checkpoints():
-    result = fake_result(nbytes=1_000_000, duration_s=1.0)
-    result.receiver["checkpoints"] = [(100.0, 0), (100.5, 1_000_000), (101.0, 1_000_000)]
+    checkpoints = [(100.0, 0), (100.5, 1_000_000), (101.0, 1_000_000)]
+    result = fake_result(nbytes=1_000_000, duration_s=1.0, checkpoints=checkpoints)
     series = result.rate_series(0.25)
     assert [t for t, _ in series] == [0.25, 0.5, 0.75, 1.0]
     assert [bps for _, bps in series] == [16e6, 16e6, 0.0, 0.0]
@@ -43,16 +43,19 @@ def _sampled(result, receiver_rows, interval=0.01):
     from pytest_tcpnet.records import SERIES_FIELDS
 
     local, remote = ("198.18.0.2", 40000), ("198.19.0.2", 5001)
-    result.receiver.update(local=local, remote=remote)
     rows = [(t, tuple(values.get(f) for f in SERIES_FIELDS)) for t, values in receiver_rows]
-    return dataclasses.replace(result, samples=SocketSamples({("client", local, remote): rows}, interval))
+    return dataclasses.replace(
+        result,
+        receiver=result.receiver.replace(local=local, remote=remote),
+        samples=SocketSamples({("client", local, remote): rows}, interval),
+    )
 
 
 def test_a_burst_before_the_first_sample_counts_in_the_socket_rate():
     # All 60 KB reached the kernel before the first sample, and the application's connect() returned
     # (connected_at) only after that sample: the burst still shows, in the first interval.
     result = fake_result(nbytes=60_000, duration_s=3.0)
-    result.receiver.update(connected_at=100.02, first_byte_at=100.02)
+    result = dataclasses.replace(result, receiver=result.receiver.replace(connected_at=100.02, first_byte_at=100.02))
     result = _sampled(
         result,
         [
@@ -97,3 +100,25 @@ def test_the_counters_that_explain_a_stall_are_in_the_description():
     assert result.key_counters() == "client DelayedACKs 200; server TCPTimeouts 1"
     assert "kernel counters during the measurement: client DelayedACKs 200; server TCPTimeouts 1" in result.describe()
     assert "kernel counters" not in fake_result().describe()
+
+
+def test_a_workload_s_record_becomes_a_typed_end_that_still_reads_as_a_mapping():
+    from pytest_tcpnet.records import ConnectionEnd
+
+    record = {"event": "result", "role": "receiver", "nbytes": 5, "local": ["198.18.0.2", 40000], "timing": {"x": 1}}
+    result = fake_result(nbytes=5)
+    result = dataclasses.replace(result, receiver=record)
+    end = result.receiver
+    assert isinstance(end, ConnectionEnd) and end.local == ("198.18.0.2", 40000) and end.role == "receiver"
+    assert end.extra == {"timing": {"x": 1}} and "event" not in end  # the message's kind is not part of the end
+    # Read as a mapping, as tests written against the dict records do: a None field is absent.
+    assert end["nbytes"] == 5 and end["timing"] == {"x": 1} and end.get("last_byte_at", 0.0) == 0.0
+    assert "last_byte_at" not in end and end["tcp_info"] == {}
+    with pytest.raises(KeyError):
+        end["last_byte_at"]
+    assert ConnectionEnd.from_record(end) is end and dict(ConnectionEnd()) == {
+        "between_samples": False,
+        "tcp_info": {},
+        "buffers": {},
+        "buffers_at_connect": {},
+    }

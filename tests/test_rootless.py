@@ -48,7 +48,7 @@ PROJECT = textwrap.dedent("""
             return  # every loaded algorithm is allowed as a namespace default here
         pair = tcpnet.pair(server=Host(cc=cc))
         assert pair.socket_cc == {"server": cc}
-        assert pair.transfer(nbytes=200_000).sender["buffers"]["cc"] == cc
+        assert pair.transfer(nbytes=200_000).sender.buffers["cc"] == cc
 """)
 
 

@@ -212,7 +212,7 @@ def test_observe_on_a_dumbbell_sees_every_pair_s_connection_once_with_its_share(
             out, _ = client.communicate(timeout=120)
             assert int(out) == 6_000_000, out
     assert len(seen.flows) == 2 and {f.nbytes for f in seen.flows} == {6_000_000}, [f.describe() for f in seen.flows]
-    assert {f.receiver["local"][0] for f in seen.flows} == {p.client.address for p in bell.pairs}
+    assert {f.receiver.local[0] for f in seen.flows} == {p.client.address for p in bell.pairs}
     for flow in seen.flows:
         # Half the bottleneck while both ran, the whole of it while one ran alone (they start apart): in between.
         assert model.link_goodput(20e6) / 2 <= flow.share.bps <= model.link_goodput(20e6), flow.share.why

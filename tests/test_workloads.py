@@ -44,8 +44,8 @@ def test_bulk_flow_measures_goodput_series_and_conditions(tcpnet):
 def test_duration_mode_sends_for_the_time_asked(tcpnet):
     result = tcpnet.pair(link=Link(rate="20mbit")).transfer(duration=1.0)
     # The sender writes for 1 s (as iperf3 -t); what its buffer and the htb queue hold arrives after.
-    assert result.sender["written_at"] - result.sender["first_write_at"] == pytest.approx(1.0, abs=0.1)
-    assert result.nbytes == result.sender["nbytes"]
+    assert result.sender.written_at - result.sender.first_write_at == pytest.approx(1.0, abs=0.1)
+    assert result.nbytes == result.sender.nbytes
     assert result.throughput_bps == pytest.approx(20e6 * 1448 / 1514, rel=0.05)
 
 
@@ -60,7 +60,7 @@ def test_a_paced_reader_reads_at_its_own_rate(tcpnet):
 def test_concurrent_flows_fill_a_rate_limited_link_together(tcpnet):
     pair = tcpnet.pair(link=Link(rate="50mbit"))
     both = pair.concurrent([Flow(duration=2.0, cc="reno"), Flow(duration=2.0, cc="reno")])
-    assert len(both.flows) == 2 and len({f.sender["local"] for f in both.flows}) == 2
+    assert len(both.flows) == 2 and len({f.sender.local for f in both.flows}) == 2
     assert all(f.cc == "reno" and f.nbytes > 0 for f in both.flows)
     assert 0.85 * 50e6 <= both.total_bps <= 50e6, both.describe()
     # No fairness claim here: with no base RTT the 1000-packet htb queue is the whole RTT and one

@@ -199,7 +199,7 @@ class Pair(WorldView):
         origin = record["started_at"]
         samples = [(t - origin, rtt) for t, rtt, _ in record["samples"]]
         app_samples = [(t - origin, app_rtt) for t, _, app_rtt in record["samples"]]
-        spans = [(r.first_byte_at, r.receiver["last_byte_at"]) for r in results]
+        spans = [(r.first_byte_at, r.receiver.last_byte_at) for r in results]
         spans += [(u.started_at, u.ended_at) for u in udp]
         if spans:
             loaded_from = min(start for start, _ in spans) - origin

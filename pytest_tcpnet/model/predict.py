@@ -113,8 +113,8 @@ class Conditions:
         TCP_INFO snd_wnd and srtt) instead of predicting them, to test the window / RTT law alone (C1).
         """
         download = result.direction == "download"
-        sender = getattr(result, "sender", None) or {}
-        ports = [end[1] for end in (sender.get("local"), sender.get("remote")) if end]
+        ends = (result.sender.local, result.sender.remote)  # records.ConnectionEnd
+        ports = [end[1] for end in ends if end]
         link = result.link.seen_by(*ports) if ports else result.link  # a link scoped to other ports: unimpaired
         way = link.toward_client if download else link.toward_server
         sysctls = getattr(result, "sysctls", None) or {}
@@ -132,7 +132,7 @@ class Conditions:
             if hasattr(p, "rate_bps")
         ]
         share = getattr(result, "share", None)
-        local = (getattr(result, "sender", None) or {}).get("local") or ("",)
+        local = ends[0] or ("",)
         mss = PAYLOAD_PER_FRAME_IPV6 if ":" in str(local[0]) else PAYLOAD_PER_FRAME
         return cls(
             kernel=result.kernel,

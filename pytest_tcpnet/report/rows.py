@@ -261,8 +261,7 @@ def flow_row(result, *, test="", flow=0, outcome=None):
     """The row of one TransferResult (or WindowProbe): full conditions plus key figures."""
     probe = result if _is_probe(result) else None
     transfer = probe.transfer if probe else result
-    buffers = (getattr(transfer, "sender", None) or {}).get("buffers", {})
-    rbuffers = (getattr(transfer, "receiver", None) or {}).get("buffers", {})
+    buffers, rbuffers = transfer.sender.buffers, transfer.receiver.buffers
     too_short = too_short_for_a_rate(transfer)
     measured = None if too_short else _number(_attr(transfer, "throughput_bps"))
     prediction = predict(transfer)

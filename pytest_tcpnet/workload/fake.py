@@ -60,6 +60,7 @@ def fake_result(
     sender_tcp_info=None,
     sender_buffers=None,
     receiver_buffers=None,
+    checkpoints=None,
     **fields,
 ):
     """A TransferResult for unit tests of what consumes results (no lab, no privileges)."""
@@ -69,6 +70,7 @@ def fake_result(
         sender_tcp_info=sender_tcp_info,
         sender_buffers=sender_buffers,
         receiver_buffers=receiver_buffers,
+        checkpoints=checkpoints,
     )
     return TransferResult(
         nbytes=nbytes,
