@@ -4,11 +4,11 @@ import math
 
 from ..errors import LabError, MissingCapability
 from ..measure.run import run_workload
-from ..model import format_rate, format_size, format_time, transfer_time
+from ..model import transfer_time
 from ..model.app import Cbr, Flow
 from ..model.validation import check_integer
 from ..requirements import check_need
-from ..results import ConcurrentResult, LatencyResult, RequestsResult, UdpResult, WindowProbe
+from ..results import ConcurrentResult, LatencyResult, UdpResult, WindowProbe
 from ..workload import Bulk
 from .world import WorldView
 
@@ -247,13 +247,9 @@ class Pair(WorldView):
         SO_RCVBUF; cc: the server's congestion control. Returns a RequestsResult: fct_s per
         request, fct_percentile(p), the model's expected_s beside them, describe().
         """
-        from .. import netlink
-        from ..measure.run import TCP_SYSCTLS
-        from ..model import Conditions, check_congestion_control, request_response_times
+        from ..model import check_congestion_control
         from ..model.app import check_buffer_bytes
-        from ..model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6, link_goodput, sustained_window
         from ..model.units import parse_time
-        from ..model.window import send_window
         from ..workload.requests import RequestResponse
 
         check_integer("count", count, 1, 100_000, must="a whole number of requests in 1..100000")
@@ -283,73 +279,7 @@ class Pair(WorldView):
             cc=cc,
         )
         self._measure(workload, [], capture=False, sample_interval=0, timeout=timeout)
-        kernel = netlink.kernel_release()
-        sysctls = {"client": self.client.sysctls(TCP_SYSCTLS), "server": self.server.sysctls(TCP_SYSCTLS)}
-        way = self.link.toward_client
-        mss = PAYLOAD_PER_FRAME_IPV6 if ":" in str(self.server.address) else PAYLOAD_PER_FRAME
-        conditions = Conditions(
-            kernel=kernel,
-            rtt_s=self.link.rtt_s,
-            rate_bps=way.rate_bps,
-            so_rcvbuf=rcvbuf,
-            receiver_sysctls=sysctls["client"],
-            mss_bytes=mss,
-        )
-        receive = sustained_window(conditions)
-        in_flight = send_window(
-            sndbuf, kernel=kernel, sysctls=sysctls["server"], chunk_bytes=min(1 << 20, sndbuf) if sndbuf else 1 << 20
-        )
-        window = min(receive, in_flight)
-        rate = link_goodput(way.rate_bps, mss) if way.rate_bps else None
-        after_idle = sysctls["server"].get("net.ipv4.tcp_slow_start_after_idle", "1") != "0"
-
-        def times(rtt_s):
-            return request_response_times(
-                count,
-                response_size,
-                rtt_s=rtt_s,
-                window_bytes=window,
-                rate_bps=rate,
-                new_connection=new_connection,
-                interval_s=interval,
-                slow_start_after_idle=after_idle,
-                mss_bytes=mss,
-            )
-
-        expected = times(self.link.rtt_s)
-        # The RTT the server's connections saw (their final srtt): the path's plus the endpoints' own time (in the
-        # emulated VM ~1-1.5 ms per round trip), what a window-bound response really pays per round.
-        srtts = [info["rtt"] / 1e6 for info in workload.server_record["tcp_info"] if info.get("rtt")]
-        observed_rtt = max(self.link.rtt_s, sum(srtts) / len(srtts)) if srtts else None
-        why = (
-            f"window {format_size(window)} (receive {format_size(receive)}, in flight under the send buffer "
-            f"{format_size(in_flight)}) per {format_time(self.link.rtt_s)} RTT"
-            + (f", {format_rate(rate)} of payload on the link" if rate else "")
-            + (
-                "; a handshake and slow start from 10 segments each"
-                if new_connection
-                else "; slow start from 10 segments on the first"
-                + (" and after idling past the RTO" if after_idle else "")
-            )
-        )
-        exchanges = RequestsResult(
-            records=workload.records,
-            request_size=request_size,
-            response_size=response_size,
-            new_connection=new_connection,
-            interval=interval,
-            link=self.link,
-            kernel=kernel,
-            sysctls=sysctls,
-            sndbuf_requested=sndbuf,
-            rcvbuf_requested=rcvbuf,
-            expected_s=expected,
-            why=why,
-            server_tcp_info=workload.server_record["tcp_info"],
-            observed_rtt_s=observed_rtt,
-            observed_expected_s=times(observed_rtt) if observed_rtt else None,
-        )
-        self.lab.register(exchanges)
+        (exchanges,) = self.lab.register(workload.result(self))
         return exchanges
 
     def iperf3(

@@ -26,7 +26,8 @@ class Workload:
     """One kind of traffic on a pair: start it inside the pair's nodes, wait for it, stop it by pid.
 
     Subclasses implement `start(pair, deadline)` (processes launched, servers listening),
-    `wait(deadline) -> [FlowOutcome]` and `stop()` (idempotent; also called on errors).
+    `wait(deadline) -> [FlowOutcome]` and `stop()` (idempotent; also called on errors); a workload
+    whose flows are not the whole story (request/response times) also `result(pair)`, its own result.
     `measure.run_workload` wraps them with the measurement slot, socket sampling, capture and
     counters, so an adapter only knows how to drive its own tool.
     """
@@ -60,3 +61,8 @@ class Workload:
     def stop(self):
         """Stop whatever still runs, by pid; safe to call twice."""
         raise NotImplementedError
+
+    def result(self, pair):
+        """After the measurement: the workload's own result beyond its flows' (a RequestsResult), for the lab to
+        register; None where its flows are its result."""
+        return None

@@ -1,5 +1,11 @@
 """Request/response: N requests of one size answered by responses of another, on one connection or a new one each."""
 
+from .. import netlink
+from ..measure.run import TCP_SYSCTLS
+from ..model import Conditions, format_rate, format_size, format_time, request_response_times
+from ..model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6, link_goodput, sustained_window
+from ..model.window import send_window
+from ..results import RequestsResult
 from .base import Workload
 from .flows import rr_client, rr_server
 
@@ -75,3 +81,74 @@ class RequestResponse(Workload):
 
     def stop(self):
         self._stop_spawned()
+
+    def result(self, pair):
+        """The RequestsResult: each request's times beside the model's, on pair's path as its kernel and sysctls
+        set it."""
+        kernel = netlink.kernel_release()
+        sysctls = {"client": pair.client.sysctls(TCP_SYSCTLS), "server": pair.server.sysctls(TCP_SYSCTLS)}
+        link, server_info = pair.link, self.server_record["tcp_info"]
+        way = link.toward_client
+        mss = PAYLOAD_PER_FRAME_IPV6 if ":" in str(pair.server.address) else PAYLOAD_PER_FRAME
+        conditions = Conditions(
+            kernel=kernel,
+            rtt_s=link.rtt_s,
+            rate_bps=way.rate_bps,
+            so_rcvbuf=self.rcvbuf,
+            receiver_sysctls=sysctls["client"],
+            mss_bytes=mss,
+        )
+        receive = sustained_window(conditions)
+        sndbuf = self.sndbuf
+        in_flight = send_window(
+            sndbuf, kernel=kernel, sysctls=sysctls["server"], chunk_bytes=min(1 << 20, sndbuf) if sndbuf else 1 << 20
+        )
+        window = min(receive, in_flight)
+        rate = link_goodput(way.rate_bps, mss) if way.rate_bps else None
+        after_idle = sysctls["server"].get("net.ipv4.tcp_slow_start_after_idle", "1") != "0"
+
+        def times(rtt_s):
+            return request_response_times(
+                self.count,
+                self.response_size,
+                rtt_s=rtt_s,
+                window_bytes=window,
+                rate_bps=rate,
+                new_connection=self.new_connection,
+                interval_s=self.interval,
+                slow_start_after_idle=after_idle,
+                mss_bytes=mss,
+            )
+
+        # The RTT the server's connections saw (their final srtt): the path's plus the endpoints' own time (in the
+        # emulated VM ~1-1.5 ms per round trip), what a window-bound response really pays per round.
+        srtts = [info["rtt"] / 1e6 for info in server_info if info.get("rtt")]
+        observed_rtt = max(link.rtt_s, sum(srtts) / len(srtts)) if srtts else None
+        why = (
+            f"window {format_size(window)} (receive {format_size(receive)}, in flight under the send buffer "
+            f"{format_size(in_flight)}) per {format_time(link.rtt_s)} RTT"
+            + (f", {format_rate(rate)} of payload on the link" if rate else "")
+            + (
+                "; a handshake and slow start from 10 segments each"
+                if self.new_connection
+                else "; slow start from 10 segments on the first"
+                + (" and after idling past the RTO" if after_idle else "")
+            )
+        )
+        return RequestsResult(
+            records=self.records,
+            request_size=self.request_size,
+            response_size=self.response_size,
+            new_connection=self.new_connection,
+            interval=self.interval,
+            link=link,
+            kernel=kernel,
+            sysctls=sysctls,
+            sndbuf_requested=sndbuf,
+            rcvbuf_requested=self.rcvbuf,
+            expected_s=times(link.rtt_s),
+            why=why,
+            server_tcp_info=server_info,
+            observed_rtt_s=observed_rtt,
+            observed_expected_s=times(observed_rtt) if observed_rtt else None,
+        )
