@@ -8,7 +8,7 @@ from ..model import transfer_time
 from ..model.app import Cbr, Flow
 from ..model.validation import check_integer
 from ..requirements import check_need
-from ..results import ConcurrentResult, LatencyResult, UdpResult, WindowProbe
+from ..results import ConcurrentResult, WindowProbe
 from ..workload import Bulk
 from .world import WorldView
 
@@ -194,36 +194,7 @@ class Pair(WorldView):
             sample_interval=sample_interval,
             timeout=timeout,
         )
-        udp = self.lab.register(*udp_results(workload.bulk.udp_records, self.link)) if workload.bulk is not None else []
-        record = workload.probe_record
-        origin = record["started_at"]
-        samples = [(t - origin, rtt) for t, rtt, _ in record["samples"]]
-        app_samples = [(t - origin, app_rtt) for t, _, app_rtt in record["samples"]]
-        spans = [(r.first_byte_at, r.receiver.last_byte_at) for r in results]
-        spans += [(u.started_at, u.ended_at) for u in udp]
-        if spans:
-            loaded_from = min(start for start, _ in spans) - origin
-            loaded_to = max(end for _, end in spans) - origin
-        else:
-            loaded_from = loaded_to = idle + duration
-        kernel = results[0].kernel if results else _kernel_release()
-        latency = LatencyResult(
-            samples=samples,
-            app_samples=app_samples,
-            stamped=record["stamped"],
-            idle_to=min(idle, loaded_from),
-            loaded_from=loaded_from,
-            loaded_to=min(loaded_to, idle + duration),
-            interval=interval,
-            link=self.link,
-            kernel=kernel,
-            flows=ConcurrentResult(flows=self.lab.share(results, udp, self.link, what="the link"), udp=udp)
-            if results
-            else None,
-            udp=udp,
-            artifact_dir=self.lab.artifact_dir,
-        )
-        self.lab.register(latency)
+        *_, latency = self.lab.register(*workload.results(self, results))
         return latency
 
     def requests(
@@ -279,7 +250,7 @@ class Pair(WorldView):
             cc=cc,
         )
         self._measure(workload, [], capture=False, sample_interval=0, timeout=timeout)
-        (exchanges,) = self.lab.register(workload.result(self))
+        (exchanges,) = self.lab.register(*workload.results(self, []))
         return exchanges
 
     def iperf3(
@@ -346,7 +317,7 @@ class Pair(WorldView):
             timeout=timeout,
             conditions={"starved_receiver": starve_receiver},
         )
-        return results, self.lab.register(*udp_results(workload.udp_records, self.link))
+        return results, self.lab.register(*workload.results(self, results))
 
     def _measure(self, workload, flows, *, capture, sample_interval, timeout, conditions=None):
         """Validate the measurement options, run the workload, keep its results in the lab."""
@@ -431,34 +402,11 @@ def check_observe_options(capture, app_window):
     return app_window
 
 
-def udp_results(records, link):
-    """UdpResults of a workload's (Cbr, sender record, sink record) triples."""
-    return [
-        UdpResult(
-            spec=stream,
-            sent=sent["sent"],
-            send_errors=sent["send_errors"],
-            arrivals=sink["arrivals"],
-            packet_size=stream.packet_size,
-            started_at=sent["started_at"],
-            ended_at=sent["ended_at"],
-            link=link,
-        )
-        for stream, sent, sink in records
-    ]
-
-
 def _timeout_of(flow, link):
     """A flow's deadline; a CBR stream's is its span plus a minute."""
     if isinstance(flow, Cbr):
         return 60.0 + flow.start + flow.duration
     return default_timeout(flow, link)
-
-
-def _kernel_release():
-    from .. import netlink
-
-    return netlink.kernel_release()
 
 
 _LONGEST_DEADLINE = 24 * 3600.0  # poll() takes at most ~24 days; no test should wait a day anyway

@@ -27,7 +27,8 @@ class Workload:
 
     Subclasses implement `start(pair, deadline)` (processes launched, servers listening),
     `wait(deadline) -> [FlowOutcome]` and `stop()` (idempotent; also called on errors); a workload
-    whose flows are not the whole story (request/response times) also `result(pair)`, its own result.
+    whose flows are not the whole story (UDP streams, request/response times, a latency probe) also
+    `results(pair, flows)`, its own results.
     `measure.run_workload` wraps them with the measurement slot, socket sampling, capture and
     counters, so an adapter only knows how to drive its own tool.
     """
@@ -62,7 +63,7 @@ class Workload:
         """Stop whatever still runs, by pid; safe to call twice."""
         raise NotImplementedError
 
-    def result(self, pair):
-        """After the measurement: the workload's own result beyond its flows' (a RequestsResult), for the lab to
-        register; None where its flows are its result."""
-        return None
+    def results(self, pair, flows):
+        """After the measurement: the workload's own results beyond its flows' TransferResults (``flows``, registered
+        with pair's lab), for the lab to register: UdpResults, a RequestsResult, a LatencyResult ([]: none)."""
+        return []

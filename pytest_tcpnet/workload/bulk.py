@@ -3,6 +3,7 @@
 import os
 
 from ..model.app import Cbr
+from ..results import UdpResult
 from .base import FlowOutcome, Workload
 from .flows import bulk_endpoint, cpu_hog, udp_cbr_sender, udp_sink
 
@@ -14,8 +15,8 @@ STARVED_READ_SIZE = 16384
 class Bulk(Workload):
     """One or more bulk flows (model.Flow) between a pair's endpoints; the server side listens.
 
-    model.Cbr entries run UDP streams beside them; their records land in `udp_records` (wait()
-    returns the TCP flows' outcomes only).
+    model.Cbr entries run UDP streams beside them: wait() returns the TCP flows' outcomes, results() the
+    streams' UdpResults.
     """
 
     kind = "bulk"
@@ -142,3 +143,19 @@ class Bulk(Workload):
         self._stop_spawned()
         self._running.clear()
         self._udp.clear()
+
+    def results(self, pair, flows):
+        """The UDP streams' UdpResults (what each sent, each datagram's arrival), on pair's path."""
+        return [
+            UdpResult(
+                spec=stream,
+                sent=sent["sent"],
+                send_errors=sent["send_errors"],
+                arrivals=sink["arrivals"],
+                packet_size=stream.packet_size,
+                started_at=sent["started_at"],
+                ended_at=sent["ended_at"],
+                link=pair.link,
+            )
+            for stream, sent, sink in self.udp_records
+        ]

@@ -2,6 +2,8 @@
 
 import dataclasses
 
+from .. import netlink
+from ..results import ConcurrentResult, LatencyResult
 from .base import Workload
 from .bulk import Bulk
 from .flows import rtt_echo_server, rtt_probe_client
@@ -58,3 +60,36 @@ class UnderLoad(Workload):
         if self.bulk is not None:
             self.bulk.stop()
         self._stop_spawned()
+
+    def results(self, pair, flows):
+        """The streams' UdpResults, then the LatencyResult: the probe's samples, idle and beside the flows (their
+        TransferResults ``flows``, each given its share of the path)."""
+        udp = self.bulk.results(pair, flows) if self.bulk is not None else []
+        record = self.probe_record
+        origin = record["started_at"]
+        samples = [(t - origin, rtt) for t, rtt, _ in record["samples"]]
+        app_samples = [(t - origin, app_rtt) for t, _, app_rtt in record["samples"]]
+        spans = [(r.first_byte_at, r.receiver.last_byte_at) for r in flows]
+        spans += [(u.started_at, u.ended_at) for u in udp]
+        if spans:
+            loaded_from = min(start for start, _ in spans) - origin
+            loaded_to = max(end for _, end in spans) - origin
+        else:
+            loaded_from = loaded_to = self.idle + self.duration
+        latency = LatencyResult(
+            samples=samples,
+            app_samples=app_samples,
+            stamped=record["stamped"],
+            idle_to=min(self.idle, loaded_from),
+            loaded_from=loaded_from,
+            loaded_to=min(loaded_to, self.idle + self.duration),
+            interval=self.interval,
+            link=pair.link,
+            kernel=flows[0].kernel if flows else netlink.kernel_release(),
+            flows=ConcurrentResult(flows=pair.lab.share(flows, udp, pair.link, what="the link"), udp=udp)
+            if flows
+            else None,
+            udp=udp,
+            artifact_dir=pair.lab.artifact_dir,
+        )
+        return [*udp, latency]

@@ -82,8 +82,8 @@ class RequestResponse(Workload):
     def stop(self):
         self._stop_spawned()
 
-    def result(self, pair):
-        """The RequestsResult: each request's times beside the model's, on pair's path as its kernel and sysctls
+    def results(self, pair, flows):
+        """[The RequestsResult]: each request's times beside the model's, on pair's path as its kernel and sysctls
         set it."""
         kernel = netlink.kernel_release()
         sysctls = {"client": pair.client.sysctls(TCP_SYSCTLS), "server": pair.server.sysctls(TCP_SYSCTLS)}
@@ -135,7 +135,7 @@ class RequestResponse(Workload):
                 + (" and after idling past the RTO" if after_idle else "")
             )
         )
-        return RequestsResult(
+        exchanges = RequestsResult(
             records=self.records,
             request_size=self.request_size,
             response_size=self.response_size,
@@ -152,3 +152,4 @@ class RequestResponse(Workload):
             observed_rtt_s=observed_rtt,
             observed_expected_s=times(observed_rtt) if observed_rtt else None,
         )
+        return [exchanges]
