@@ -9,7 +9,7 @@ from .. import interrupts, netlink
 from ..errors import LabError
 from ..measure.run import TCP_SYSCTLS
 from ..model import HOST_GLOBAL_SYSCTLS
-from ..model.validation import check_integer, check_number
+from ..model.validation import check_flag, check_integer, check_number
 from ..workload import NamespaceProcesses
 
 __all__ = ["Node"]
@@ -113,8 +113,7 @@ class Node:
         Reads the kernel's socket table (sock_diag), so nothing connects to the program to find out."""
         check_integer("port", port, 1, 65535, must="a port number in 1..65535")
         check_number("timeout", timeout, 0, 3600, low_open=True, must="a number of seconds in (0, 3600]")
-        if not isinstance(udp, bool):
-            raise TypeError(f"udp: expected True or False, got {udp!r}")
+        check_flag("udp", udp)
         self._check_open(self.wait_listening)
         deadline = time.monotonic() + timeout
         delay = 0.002

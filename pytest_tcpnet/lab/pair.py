@@ -6,7 +6,7 @@ from ..errors import LabError, MissingCapability
 from ..measure.run import run_workload
 from ..model import transfer_time
 from ..model.app import Cbr, Flow
-from ..model.validation import check_integer
+from ..model.validation import check_flag, check_integer
 from ..requirements import check_need
 from ..results import ConcurrentResult, WindowProbe
 from ..workload import Bulk
@@ -226,8 +226,7 @@ class Pair(WorldView):
         check_integer("count", count, 1, 100_000, must="a whole number of requests in 1..100000")
         request_size = check_buffer_bytes("request_size", request_size)
         response_size = check_buffer_bytes("response_size", response_size)
-        if not isinstance(new_connection, bool):
-            raise TypeError(f"new_connection: expected True or False, got {new_connection!r}")
+        check_flag("new_connection", new_connection)
         interval = parse_time(interval, "interval")
         if not 0 <= interval <= 3600:
             raise ValueError(f"interval: must be in [0, 3600] seconds, got {interval!r}")
@@ -305,8 +304,7 @@ class Pair(WorldView):
 
     def _run_bulk(self, flows, *, starve_receiver, capture, sample_interval, timeout):
         """Checks every option before anything starts, then runs the Bulk workload."""
-        if not isinstance(starve_receiver, bool):
-            raise TypeError(f"starve_receiver: expected True or False, got {starve_receiver!r}")
+        check_flag("starve_receiver", starve_receiver)
         timeout = timeout or max(_timeout_of(flow, self.link) for flow in flows)
         workload = Bulk(flows, starve_receiver=starve_receiver, socket_cc=self.socket_cc)
         results = self._measure(

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from .units import MTU_FRAME_BYTES, format_rate, format_size, format_time, parse_fraction, parse_size, parse_time
-from .validation import check_integer, refuse
+from .validation import check_flag, check_integer, refuse
 
 __all__ = ["Queue", "QUEUE_KINDS", "ECN_QUEUES", "check_queue", "CAKE_FLOW_MODES", "CAKE_DIFFSERV_MODES"]
 
@@ -44,8 +44,7 @@ def _count(field, value, most=2**32 - 1):
 
 
 def _flag(field, value):
-    if not isinstance(value, bool):
-        raise ValueError(f"{field}: must be True or False, got {value!r}")
+    check_flag(field, value, ValueError)
     return value
 
 

@@ -10,12 +10,19 @@ from __future__ import annotations
 import math
 from typing import NoReturn
 
-__all__ = ["refuse", "is_number", "check_integer", "check_number"]
+__all__ = ["refuse", "is_number", "check_flag", "check_integer", "check_number"]
 
 
 def refuse(name: str, must: str, value: object, error: type[Exception] = ValueError) -> NoReturn:
     """Raise error("name: must be <must>, got <value>")."""
     raise error(f"{name}: must be {must}, got {value!r}")
+
+
+def check_flag(name: str, value: object, error: type[Exception] = TypeError) -> bool:
+    """value if it is True or False; otherwise refuse ("name: must be True or False, got ...")."""
+    if not isinstance(value, bool):
+        refuse(name, "True or False", value, error)
+    return value
 
 
 def is_number(value: object) -> bool:
