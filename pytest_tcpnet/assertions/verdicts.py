@@ -2,8 +2,8 @@
 
 A single throughput figure on a shared, software-emulated machine varies widely between runs
 (docs/model.md, "Verdicts that do not flake"); one trial per claim makes a test flaky, a
-tolerance wide enough to hide that makes it useless. These helpers repeat a measurement only while the verdict is
-unclear, up to a bound, and put every trial in the failure message.
+tolerance wide enough to hide that makes it useless. These helpers repeat a measurement only
+while the verdict is unclear, up to a bound, and put every trial in the failure message.
 """
 
 import math
