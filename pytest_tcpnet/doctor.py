@@ -1,7 +1,7 @@
 """``python -m pytest_tcpnet doctor``: what this machine can do for pytest-tcpnet, and the command that fixes each gap.
 
 It reads; it changes nothing (no cache written, nothing installed) and boots nothing longer than one
-probe: each User-Mode Linux build starts and powers off (~1-2 s), and where /dev/kvm is usable and no
+probe: each User-Mode Linux build starts and powers off (a few seconds: docs/vm.md), and where /dev/kvm is usable and no
 earlier probe is cached, one qemu guest is started under KVM with a short deadline.
 """
 

@@ -43,10 +43,11 @@ def backend() -> str:
 
 
 def software_emulated() -> bool:
-    """True in a guest under software emulation (TCG): its CPU is ~15x slower and shared.
+    """True in a guest under software emulation (TCG): its CPU is far slower and shared.
 
     Timing-sensitive tests may then need a coarser operating point: endpoints there add
-    milliseconds per round trip (more when the host is busy), which a fast path cannot hide.
+    milliseconds per round trip (more when the host is busy), which a fast path cannot hide
+    (docs/vm.md has the figures).
     """
     return backend() == "tcg"
 

@@ -4,8 +4,9 @@ CPython runs a signal handler between two bytecodes of the main thread, whatever
 runs then. If it is a weakref callback or a ``__del__`` (importlib's module-lock callback during
 a garbage collection, say), the KeyboardInterrupt the handler raises is reported as "Exception
 ignored in ..." and dropped, and the main thread carries on into a wait that may last minutes.
-Seen in CI: Ctrl-C during a transfer at 1 Mbit/s printed "Exception ignored in: <function
-_get_module_lock.<locals>.cb>  KeyboardInterrupt" and the 50 MB transfer ran on.
+Seen in CI: Ctrl-C during a transfer printed "Exception ignored in: <function
+_get_module_lock.<locals>.cb>  KeyboardInterrupt" and the transfer ran on (docs/safety.md,
+"Ctrl-C that the interpreter drops").
 
 install() keeps what the interpreter drops (sys.unraisablehook; the previous hook still runs),
 and every blocking wait of the plugin goes through wait()/result(), which wake at least every

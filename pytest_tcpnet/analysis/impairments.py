@@ -60,7 +60,8 @@ MIN_RELATIVE = 0.10
 MIN_EXPECTED = 8.0
 _NETEM = "netem"
 #: How far the round trip's floor may sit above the asked delays, beyond a frame's and an ACK's sending time: the
-#: larger of 1 ms and 5% of the delays. UML's netem delays land within 0.15-0.33 ms of the asked 10-200 ms (docs/vm.md).
+#: larger of 1 ms and 5% of the delays. netem's delays in a User-Mode Linux guest land well within it (docs/vm.md,
+#: "Fidelity and cost").
 DELAY_TOLERANCE = (1e-3, 0.05)
 _FRAME_BYTES, _ACK_BYTES = 1514, 66  # a full Ethernet frame and a bare ACK with timestamps on the wire
 #: Packets beyond a connection's own segments that make its path shared: a tenth of its own and at least 20 (a
@@ -69,13 +70,14 @@ SHARED_SHARE, SHARED_MIN = 0.10, 20
 #: How far the rate a busy shaper delivered may sit from the Link's (in payload terms) before it is not chance: 5%.
 RATE_TOLERANCE = 0.05
 #: A queue stands at a sample when this many segments, and this share of what the path holds, are in flight beyond
-#: it: delayed ACKs and a segment on the wire each way stay below the first; a window sized to the path (a BDP-sized
-#: buffer at 50 Mbit/s and 50 ms in UML read 0.94 of the rate with 4 segments) below the second.
+#: it: delayed ACKs and a segment on the wire each way stay below the first; a window sized to the path, which can
+#: keep a few segments queued and still not fill the shaper, below the second (docs/reports.md, "Verdicts you can
+#: trust").
 _STANDING_SEGMENTS, _STANDING_SHARE = 4, 0.10
 #: The share of a run of standing intervals the sender must have had data to send and a receive window to send it in
-#: (TCP_INFO busy_time less rwnd_limited) for the run to count: curl --limit-rate downloads at 100 Mbit/s read
-#: 0.13-0.31 of the rate over their standing intervals without it, 0.21-0.31 counting busy_time alone (its total
-#: includes rwnd_limited); bulk flows read the same with it as without (0.998-0.999).
+#: (TCP_INFO busy_time less rwnd_limited) for the run to count: a reader that holds its flow back between samples
+#: (curl --limit-rate) leaves a queue at each sample without keeping the shaper busy, and bulk flows are unaffected
+#: (docs/reports.md, "Verdicts you can trust").
 _BUSY_SHARE = 0.9
 #: Standing-queue time a rate needs before it is judged.
 MIN_STANDING_S = 0.5
@@ -97,8 +99,8 @@ class AppliedLoss:
     offered: int
     lost: int
     #: netem holds the link's queue itself (a rate and no queue discipline of its own): its drops then include the
-    #: queue's overflow, so only a loss below the asked one is judged (a BBR flow at 100 Mbit/s, 100 ms, 1% loss
-    #: read 1.9-3.5% "applied": its startup overflowed the queue).
+    #: queue's overflow, so only a loss below the asked one is judged: a startup that overflows the queue reads as
+    #: more loss than asked (docs/reports.md, "Verdicts you can trust").
     overflows_here: bool = False
 
     @property
@@ -362,15 +364,15 @@ def applied_rate(link, samples, *, download, mss_bytes, others_packets=0, slack=
         return sample.in_flight_bytes >= path + max(_STANDING_SEGMENTS * mss_bytes, _STANDING_SHARE * path)
 
     # Runs of consecutive intervals with the queue standing at every sample and no loss to recover from: after a
-    # queue overflow the cumulative ACK stalls behind a hole and jumps when it is filled (reno flows through a
-    # 50 Mbit/s FIFO read 0.77-0.80 and 1.37 of the rate), and lost segments still count as unacked.
+    # queue overflow the cumulative ACK stalls behind a hole and jumps when it is filled, so the rate reads low and
+    # then high (docs/reports.md, "Verdicts you can trust"), and lost segments still count as unacked.
     runs, run = [], None
     for first, last in zip(samples, samples[1:]):
         usable = None not in first and None not in last and last.t_s > first.t_s
         clean = usable and first.ca_state == last.ca_state == 0 and first.total_retrans == last.total_retrans
-        # A receive window that shrinks is a receiver falling behind: in a one-CPU User-Mode Linux guest its stack,
-        # pruning a filling buffer, acknowledged a curl --limit-rate download at 16 Mbit/s of a 100 Mbit/s link
-        # with the window still open and 60 segments queued in its own backlog, not at the shaper.
+        # A receive window that shrinks is a receiver falling behind: its stack, pruning a filling buffer, paces the
+        # ACKs with the window still open and the segments queued in its own backlog, not at the shaper
+        # (docs/reports.md, "Verdicts you can trust").
         clean = clean and last.receive_window + mss_bytes >= first.receive_window
         if clean and standing_at(first) and standing_at(last):
             run = run or [0.0, 0.0, 0.0]

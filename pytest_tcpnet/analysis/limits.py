@@ -15,7 +15,8 @@ The chrono counters (tcpi_busy_time, rwnd_limited, sndbuf_limited) are the kerne
 timing, kept as a cross-check and as the fallback without samples. They cannot tell "cwnd"
 from "app" on their own: busy time that is neither rwnd- nor sndbuf-limited is any time with
 data in flight, so a stop-and-wait protocol reads as 100% busy, and a 4 KB receive window on an
-undelayed path as 79% busy (its window opens and closes faster than the chrono switches). And
+undelayed path as mostly busy (its window opens and closes faster than the chrono switches:
+docs/model.md, "Assertions"). And
 the sndbuf state starts only when a transmission empties the write queue while the writer
 already waits, which a writer of small blocking writes never meets.
 """
@@ -38,8 +39,8 @@ SAMPLE_FIELDS = ("unacked", "snd_cwnd", "snd_wnd", "snd_mss", "notsent_bytes", "
 
 #: A sample's send buffer counts as full from this share of SO_SNDBUF charged (truesize, not payload): above it
 #: the kernel keeps a writer waiting for space asleep (sk_stream_write_space wakes it only once the free space is
-#: at least half of what is queued, sk_stream_min_wspace: queued <= 2/3 of the buffer). A writer of 16 KB into a
-#: 16 KB SO_SNDBUF at 20 ms in the 6.1 VM sat at 0.73 for most samples, asleep: 0.75 called those "app".
+#: at least half of what is queued, sk_stream_min_wspace: queued <= 2/3 of the buffer). A writer asleep there sits
+#: just above it, so a higher threshold calls it "app" (docs/model.md, "Assertions").
 FULL_SEND_BUFFER = 2 / 3
 
 #: A peer's window with room for fewer segments than this, while data waits, is as good as full.
@@ -63,9 +64,8 @@ def classify_sample(sample):
         return "app"
     window = sample.get("snd_wnd")
     # Data waits, the peer's window is the smaller of the two and has room for under three segments: it binds,
-    # even at an instant when an ACK has just opened that room (a 4 KB window against a cwnd of 226 on an
-    # undelayed path opens and fills faster than a sample can tell; it read "cwnd" half the time beside a CPU
-    # hog in fresh-clone CI run ci33).
+    # even at an instant when an ACK has just opened that room (a 4 KB window on an undelayed path opens and fills
+    # faster than a sample can tell, and read "cwnd" beside a busy host: docs/model.md, "Assertions").
     if window is not None and (
         unacked * mss + mss > window
         or (waiting and window < cwnd * mss and window - unacked * mss < _NEARLY_FULL * mss)

@@ -187,8 +187,8 @@ def _idle_restarts(packets):
                 continue  # data still in flight: a retransmission timeout, not idling
             earlier = [p.bytes_in_flight for p in mine[:k] if p.bytes_in_flight is not None]
             # The first flight: what left before the first ACK of new data came back. (Not "within the handshake's
-            # RTT": on a 0 RTT path that is ~30 us, less than the sender takes to put a full window on the wire, and
-            # a window kept across the pause read as a restart, 1 run in 7.)
+            # RTT": on a 0 RTT path that is less than the sender takes to put a full window on the wire, and a window
+            # kept across the pause read as a restart: docs/design.md, pitfall 17.)
             round_end = min((t for t, ack in acked if t > after.time and ack > sent), default=math.inf)
             first = [p.bytes_in_flight for p in mine[k:] if p.time < round_end and p.bytes_in_flight is not None]
             if not earlier or not first:

@@ -97,11 +97,11 @@ def assert_loss_signature(result, loss, *, factor=3.0, dup_ack_factor=None):
     segment is sent again about once. Duplicate ACKs (within dup_ack_factor, default factor)
     scale with the window: every segment that arrives behind a hole draws one, so a loss costs
     about as many as there are segments in flight (the capture's mean, see
-    CaptureResult.segments_in_flight): the allowed range is [loss / f, loss * max(1, W) * f]. A
-    1%-loss bbr flow with ~150 segments in flight shows ~13% duplicate ACKs; with a 2-segment
-    window ~1%. A resend is what tshark flags "Retransmission" or "Out-Of-Order": it calls a
-    resent segment out-of-order when it follows the previous one by less than an RTT, which a
-    sender-side capture of a short-RTT flow does for most fast retransmissions.
+    CaptureResult.segments_in_flight): the allowed range is [loss / f, loss * max(1, W) * f]
+    (docs/capture.md, "Assertions", has measured counts). A resend is what tshark flags
+    "Retransmission" or "Out-Of-Order": it calls a resent segment out-of-order when it follows
+    the previous one by less than an RTT, which a sender-side capture of a short-RTT flow does for
+    most fast retransmissions.
     """
     if not 0 < loss < 1:
         raise ValueError(f"loss: must be a fraction in (0, 1) (0.01 for 1%), got {loss!r}")

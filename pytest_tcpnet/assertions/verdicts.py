@@ -1,9 +1,9 @@
 """Verdicts over repeated, noisy measurements: decide as soon as the evidence is clear, report every trial.
 
-A single throughput figure on a shared, software-emulated machine varies by tens of percent
-(cubic at 1% loss by 2x); one trial per claim makes a test flaky, a tolerance wide enough to
-hide that makes it useless. These helpers repeat a measurement only while the verdict is
-unclear, up to a bound, and put every trial in the failure message.
+A single throughput figure on a shared, software-emulated machine varies widely between runs
+(docs/model.md, "Verdicts that do not flake"); one trial per claim makes a test flaky, a
+tolerance wide enough to hide that makes it useless. These helpers repeat a measurement only
+while the verdict is unclear, up to a bound, and put every trial in the failure message.
 """
 
 import math

@@ -60,8 +60,8 @@ class Capture:
         self.snaplen = snaplen
         self.point = f"{node.role}/{self.interface}"
         self.directory = Path(directory) if directory is not None else None
-        # Only a dumpcap that hangs waits this long (one that exits ends the wait at once): under software
-        # emulation with a CPU hog beside the VM it took more than 10 s to open its file (a fresh-clone CI run).
+        # Only a dumpcap that hangs waits this long (one that exits ends the wait at once): a slow start under
+        # software emulation beside a busy host must not read as a failure (docs/capture.md).
         self.ready_timeout = ready_timeout
         self.pcap = None
         self.result = None
@@ -112,7 +112,7 @@ class Capture:
 
         settle (seconds) must exceed libpcap's block timeout: the kernel hands packets to dumpcap
         in blocks that are released when full or 250 ms after their first packet, and a block
-        still open at SIGINT is lost (measured: stopping 50 ms after a 1 MB flow lost its last third).
+        still open at SIGINT is lost (docs/capture.md has the measurement).
         """
         if self._proc is None:
             raise LabError("this capture was never started")

@@ -118,8 +118,8 @@ def run_tshark(pcap, *, timeout=300):
     return proc.returncode, proc.stdout, proc.stderr
 
 
-# Where tshark runs: here, unless a --tcpnet-vm guest handed decoding to the host (vm/hostcall.py:
-# under software emulation tshark alone needs ~2.5 s to start; the host runs the same binary).
+# Where tshark runs: here, unless a --tcpnet-vm guest handed decoding to the host (vm/hostcall.py: under
+# software emulation tshark is slow to start; the host runs the same binary; docs/vm.md, "Analysis on the host").
 _elsewhere = None
 
 

@@ -2,11 +2,11 @@
 
 Usage: python -I -S _link_timer.py (by LinkChanges; its netlink sockets are inherited file descriptors).
 
-A timer thread of the test's process woke 5.2 ms late beside a CPU hog in a fresh-clone CI run:
-to run, it needs the interpreter lock, which the samplers' threads hold (and a collection they set
-off holds for up to ~0.25 s). This process holds nothing else. As root it runs SCHED_FIFO (it only
-sleeps and sends), else at nice -10 where it may, else at the parent's priority; below SCHED_FIFO it wakes
-SPIN_S before each step and spins to its time.
+A timer thread of the test's process woke late beside a CPU hog (docs/schedules.md, "How a step is
+applied"): to run, it needs the interpreter lock, which the samplers' threads hold (and a garbage
+collection they set off holds longer; docs/design.md, pitfall 18). This process holds nothing else.
+As root it runs SCHED_FIFO (it only sleeps and sends), else at nice -10 where it may, else at the
+parent's priority; below SCHED_FIFO it wakes SPIN_S before each step and spins to its time.
 
 Protocol, one JSON line each way: it prints {"ready": priority}; reads the plan, [{"at": monotonic
 s, "messages": [[fd, hex bytes, [seq, ...]], ...]}, ...]; prints {"step": i, "sent_at", "acked_at",
@@ -76,9 +76,9 @@ def main():
     plan = json.loads(line)
     # One socket object per descriptor: a second one's collection would close the first's.
     socks = {fd: socket.socket(fileno=fd) for fd in {fd for step in plan for fd, _, _ in step["messages"]}}
-    # Without SCHED_FIFO (an unprivileged run is at nice 0) a wakeup can wait for a CPU behind busy workers (the
-    # rootless re-run of fresh-clone run ci15 sent a step 5.0 ms late): wake SPIN_S early and spin to the time, so
-    # a late wakeup costs nothing up to that.
+    # Without SCHED_FIFO (an unprivileged run is at nice 0) a wakeup can wait for a CPU behind busy workers
+    # (docs/schedules.md, "How a step is applied"): wake SPIN_S early and spin to the time, so a late wakeup costs
+    # nothing up to that.
     early = 0.0 if priority.startswith("SCHED_FIFO") else SPIN_S
     for number, step in enumerate(plan):
         delay = step["at"] - early - time.monotonic()

@@ -57,8 +57,8 @@ class LinkChanges:
     def wait_ready(self):
         """Wait until the timer process can send; call it before any data moves, so that t=0 is not late.
 
-        Beside a CPU hog the emulated guest's timer took ~1.9 s to start (fresh-clone CI run ci46); with the
-        workloads already sending, t=0 came that late and a 20 -> 80 ms RTT step landed 3.9 s into the flow.
+        A slow start of the timer process (an emulated guest beside a CPU hog) would otherwise move t=0 into a
+        flow that already runs, and every step with it (docs/schedules.md, "How a step is applied").
         """
         if not self.plan or self.timer_priority is not None:
             return self

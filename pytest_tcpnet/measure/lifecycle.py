@@ -143,8 +143,8 @@ class LifecyclePackets:
 
 def _realtime_offset():
     """CLOCK_REALTIME less CLOCK_MONOTONIC now: of three readings, the one its two monotonic reads bracket most
-    tightly. (A thread preempted between reading one clock and the other shifts a single reading: a curl connection
-    read 90 us short of curl's own time on a busy host.)"""
+    tightly. (A thread preempted between reading one clock and the other shifts a single reading;
+    docs/your-application.md, "Connections from their close".)"""
     best = None
     for _ in range(3):
         before = time.monotonic()

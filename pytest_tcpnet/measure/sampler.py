@@ -24,11 +24,11 @@ _ALL_BUT_LISTEN = ((1 << 12) - 1) & ~(1 << _LISTEN)
 
 
 #: The share of one CPU all sampler threads of this process may use together when the interval is
-#: the default one: a sample costs ~0.9 ms of Python here (pyroute2 decoding), ~13 ms in the
-#: emulated guest, where sampling two ends every 12.5 ms took 75-122% of a vCPU and cut a 50 Mbit/s
-#: flow to 14.9-24.4 Mbit/s beside a host CPU hog (27.7-29.8 unsampled; 24.3-27.1 at 50 ms).
+#: the default one: a sample costs Python (pyroute2 decoding), far more in an emulated guest, where
+#: unbudgeted sampling took most of a vCPU and cut a flow's rate beside a busy host (docs/workloads.md,
+#: "What a result measures").
 DEFAULT_CPU_BUDGET = 0.25
-#: CPU seconds each sampler thread may spend ahead of its share: ~55 samples on the host, ~4 in the guest.
+#: CPU seconds each sampler thread may spend ahead of its share: a short flow's samples (docs/workloads.md).
 SAMPLER_BURST_CPU_S = 0.05
 _active = {"threads": 0}
 _active_lock = threading.Lock()
@@ -39,10 +39,9 @@ _gc_cpu = threading.local()
 def _count_gc_cpu(phase, info):
     """gc callback: add a collection's CPU time to the thread that ran it.
 
-    A full collection of a long session's heap took ~0.25 s of the sampler thread that set it off;
-    billed as sampling, it pushed that thread's next sample past the end of the transfer (the
-    receiver's series stopped at 5.9 of 10 MB in fresh-clone CI run ci41; reproduced with one
-    gc.collect() in the receiver's sampler thread).
+    A full collection of a long session's heap can hold the sampler thread that set it off for long;
+    billed as sampling, it pushed that thread's next sample past the end of the transfer
+    (docs/design.md, pitfall 18).
     """
     if phase == "start":
         _gc_cpu.started = time.thread_time()
@@ -188,8 +187,8 @@ class SocketSampler:
             next_at[0] += self.interval
             if self.cpu_budget:
                 # A token bucket: this thread's share of the budget accrues from its start, plus a burst, so a
-                # short flow keeps every sample (a 46 ms flow lost its samples to a per-sample rule, and with
-                # them its limited-by verdict) while a long one is held to the share on average.
+                # short flow keeps every sample (a per-sample rule took a short flow's samples, and with them its
+                # limited-by verdict: docs/workloads.md) while a long one is held to the share on average.
                 # The sample's own cost: a collection it set off is the process's, not sampling.
                 spent[0] += max(0.0, time.thread_time() - cpu - (_gc_cpu_spent() - collecting))
                 share = self.cpu_budget / max(1, _active["threads"])

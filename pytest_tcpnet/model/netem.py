@@ -6,9 +6,10 @@ uniform draw when the correlation rho is 0 and otherwise the weighted average
 ``(draw * (2^32 - (rho + 1)) + last * (rho + 1)) >> 32`` of a new draw and the previous answer.
 That average is not uniform: it hovers around the middle and is bounded below by rho times the
 last answer, so a small probability almost never fires. 2% with 25% correlation fires at ~0.006%
-(measured: 0 drops of ~2000 packets, where 2% without correlation dropped 54-60); 20% with 25%
-fires at ~10%. effective_rate() runs the kernel's arithmetic on a fixed-seed draw sequence, so
-the model, the warning and the check of what a link applied all use the rate netem really has.
+and 20% with 25% at ~10%, and the kernels measured do the same (docs/design.md, pitfall 13;
+docs/reports.md, "Verdicts you can trust"). effective_rate() runs the kernel's arithmetic on a
+fixed-seed draw sequence, so the model, the warning and the check of what a link applied all use
+the rate netem really has.
 """
 
 from __future__ import annotations

@@ -36,8 +36,7 @@ LOSS_BASED_CCS = frozenset(
 
 def _flow_srtt_s(result):
     """The sender's smoothed RTT over the transfer (median of its samples), or None without samples: the RTT the
-    flow saw, where the final srtt can carry the last round's tail-loss probes (a 5 ms path in a User-Mode Linux
-    guest ended at 7.3-7.8 ms while its samples sat near 5.1 ms)."""
+    flow saw, where the final srtt can carry the last round's tail-loss probes (docs/model.md, "Prediction")."""
     try:
         values = sorted(v for _, v in result.series("rtt", side="sender") if v)
     except (AttributeError, KeyError, ValueError, TypeError):
@@ -348,9 +347,8 @@ def sustained_window(c):
     """The receive window a bulk flow keeps seeing: the advertised maximum less one segment.
 
     When the receiver ACKs, the segment that triggered the ACK is usually still unread, so
-    the window offered in steady state is one segment short of the maximum; measured in the
-    6.1 VM: 1472 B instead of 2920 (SO_RCVBUF 4 KB), 30408 instead of 32120 (32 KB),
-    211544 unchanged (256 KB). It matters for windows of a few segments (C1).
+    the window offered in steady state is one segment short of the maximum (docs/model.md,
+    "Prediction", has the measured windows). It matters for windows of a few segments (C1).
     """
     window = advertised_window(c.so_rcvbuf, kernel=c.kernel, sysctls=c.receiver_sysctls)
     segment = 1460 if not KernelVersion.parse(c.kernel).uses_scaling_ratio else 1448

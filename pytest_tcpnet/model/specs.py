@@ -383,9 +383,8 @@ _MAX_QUEUE_PACKETS = 2**31 - 1
 def _check_burst(where, police, burst):
     """The policer's bucket in bytes: given, or 50 ms of the police rate (at least 10 full frames).
 
-    A bucket much under a flow's BDP costs TCP its rate: a cubic flow at 20 ms through a
-    10 Mbit/s policer got 5.6-7.0 Mbit/s with 15 KB (10 ms), 9.56 with 64 KB, 9.64 with 128 KB
-    (6.1 VM); 50 ms serves paths up to a few tens of ms, as policers on access links are sized.
+    A bucket much under a flow's BDP costs TCP its rate (docs/queues.md, "police=, burst="); 50 ms
+    serves paths up to a few tens of ms, as policers on access links are sized.
     """
     if burst is None:
         if police is None:

@@ -20,8 +20,8 @@ __all__ = [
 ]
 
 #: scaling_ratio (6.6+) once data has arrived: skb->len / skb->truesize of received segments,
-#: in 1/256 units. A 1448-byte segment on a 1500-MTU veth lands in a ~2.3 KB skb: measured on
-#: 6.18 as window / rcvbuf = 0.594 .. 0.630 for SO_RCVBUF 32 KB .. 256 KB, so 0.61.
+#: in 1/256 units. The value is what a 1500-MTU veth's full segments give, as measured on 6.18
+#: (docs/model.md, "The receive window a buffer buys").
 LEARNED_SCALING_RATIO = 0.61
 
 #: scaling_ratio's first guess before 6.10 (TCP_DEFAULT_SCALING_RATIO, ~1200 payload bytes per page of
@@ -29,8 +29,9 @@ LEARNED_SCALING_RATIO = 0.61
 #: hand): the 2024 report of windows halved against the old rule's 50%.
 INITIAL_SCALING_RATIO_6_6 = 0.25
 
-#: The unit the window is rounded down to: the receiver's MSS estimate as measured on a 1500-MTU
-#: veth with timestamps (6.1: 1460, 6.18: 1448).
+#: The unit the window is rounded down to: the receiver's MSS estimate on a 1500-MTU veth with
+#: timestamps, before and after the scaling_ratio rule, as measured (docs/model.md, "The receive
+#: window a buffer buys").
 WINDOW_SEGMENT_OLD = 1460
 WINDOW_SEGMENT_NEW = 1448
 
@@ -77,8 +78,7 @@ def advertised_window(so_rcvbuf=None, *, kernel, sysctls=None, scaling_ratio=Non
     multiplies the space by scaling_ratio, which starts at a guess (1200 B per 4 KB page,
     ~0.25, before 6.10; 0.5 after) and is then learned from the received skbs'
     len/truesize: LEARNED_SCALING_RATIO on a 1500-MTU veth. Rounded down to whole segments.
-    Measured: exact on 6.1 from 4 KB to 416 KB of buffer; within 4% on 6.18 from 16 KB up
-    (below that 6.18 offers fewer segments than the ratio says; docs/model.md).
+    docs/model.md has the measured windows against this rule.
     """
     version = kernel if isinstance(kernel, KernelVersion) else KernelVersion.parse(str(kernel))
     space = receive_space(so_rcvbuf, sysctls=sysctls)
@@ -95,8 +95,7 @@ def advertised_window(so_rcvbuf=None, *, kernel, sysctls=None, scaling_ratio=Non
     else:
         scale = int((sysctls or {}).get("net.ipv4.tcp_adv_win_scale", DEFAULT_ADV_WIN_SCALE))
         window = space - (space >> scale) if scale > 0 else space >> -scale
-    # The receiver offers whole segments of its MSS estimate (measured: multiples of 1460 on 6.1,
-    # of 1448 on 6.18), and at least one.
+    # The receiver offers whole segments of its MSS estimate, and at least one (docs/model.md).
     segment = WINDOW_SEGMENT_NEW if version.uses_scaling_ratio else WINDOW_SEGMENT_OLD
     return max(segment, window // segment * segment)
 
@@ -107,13 +106,11 @@ def send_window(so_sndbuf=None, *, kernel, sysctls=None, chunk_bytes=None):
     The kernel charges queued skbs (sent-but-unacked and unsent) to sk_wmem_queued and lets
     tcp_sendmsg start a new skb only while sk_wmem_queued < sk_sndbuf; the check runs at
     skb boundaries, not per byte, so one write() can overshoot the buffer by up to the whole
-    write. Measured with SO_SNDBUF 16 KB (32 KB effective), 100 Mbit/s: writes no larger than
-    the buffer keep ~the buffer in flight (16 KB writes at 20 ms: 24 segments, 832 kB/s; C11's
-    law). 1 MB writes at 20 ms keep 380-690 KB in flight on 6.1 and 447-584 KB on 6.12; on an
-    undelayed path 55-130 KB on 6.1, 6.12 and 6.18 alike, because there the path's own window,
-    not the buffer, is what runs out. (Until both kernels were measured side by side the
-    undelayed 6.18 figure was read as a kernel change.) A locked SO_SNDBUF is never
-    expanded (tcp_sndbuf_expand skips SOCK_SNDBUF_LOCK). Without SO_SNDBUF: tcp_wmem[2].
+    write. Writes no larger than the buffer keep about the buffer in flight (C11's law); larger
+    ones add up to the whole write on a delayed path, on every kernel measured, while on an
+    undelayed one the path's own window runs out first (docs/model.md, "The send-side limit").
+    A locked SO_SNDBUF is never expanded (tcp_sndbuf_expand skips SOCK_SNDBUF_LOCK). Without
+    SO_SNDBUF: tcp_wmem[2].
     """
     if so_sndbuf is None:
         wmem = sysctl_triple(sysctls, "net.ipv4.tcp_wmem") or (4096, 16384, 4194304)

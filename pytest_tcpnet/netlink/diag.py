@@ -59,7 +59,7 @@ class SocketTable:
     """A NETLINK_SOCK_DIAG socket of the namespace the creating thread is in; usable from any thread after.
 
     A plain socket carrying pyroute2's request and message classes: pyroute2's own DiagSocket is
-    tied to the thread that opened it and costs ~1 ms of Python (an asyncio loop) to open.
+    tied to the thread that opened it and is slow to open (an asyncio loop; benchmarks/NOTES.md).
     """
 
     def __init__(self):

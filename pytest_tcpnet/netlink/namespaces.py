@@ -177,8 +177,9 @@ def run_in_namespace(name, function, *args, own_thread=False):
 def with_iproute(name, function, step="netlink request"):
     """Call function(ipr) with an IPRoute socket inside namespace `name` (the session's, if it has one).
 
-    Without a session, one is opened from a thread that entered the namespace (~2 ms);
-    IPRoute(netns=...) would fork a helper process for the same socket (~9 ms, far more in a VM).
+    Without a session, one is opened from a thread that entered the namespace; IPRoute(netns=...)
+    would fork a helper process for the same socket, several times slower and far more so in a VM
+    (benchmarks/NOTES.md).
     """
     session = session_for(name)
     if session is not None:

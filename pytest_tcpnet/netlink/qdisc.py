@@ -39,9 +39,9 @@ _LEAF = 0x100000  # 10:
 #: How late a timer may fire on this platform, so how long htb may go without sending: what it cannot send
 #: then is lost unless its burst holds it (docs/design.md, pitfall 4).
 HOST_TIMER_LATENCY_S = 1e-3
-#: In a software-emulated guest the vCPU wakes when the host schedules it. A 20 Mbit/s, 20 ms htb path carried
-#: 0.955-0.977 of its rate with 1 ms of burst and 0.993-0.994 with 4 ms; beside a host CPU hog, 0.88-0.90 with
-#: 1 ms, 0.92-0.93 with 2, 0.975 with 4 and 0.993-0.994 with 8 (3 s cubic downloads, Debian 6.1 under TCG).
+#: In a software-emulated guest the vCPU wakes when the host schedules it, later still beside a busy host: this
+#: is the least burst that kept htb's rate there, quiet and beside a CPU hog (docs/vm.md, "A busy host: the
+#: emulator's priority").
 EMULATED_TIMER_LATENCY_S = 8e-3
 
 

@@ -1,7 +1,8 @@
 """Several rtnetlink requests in one send on a namespace's own socket, compiled by pyroute2's request code.
 
-pyroute2 0.9's IPRoute costs ~1-2 ms of Python to open (an asyncio loop per thread) and
-~0.3-0.5 ms per request; a path needs ~20 requests in three namespaces. Here each request is
+pyroute2 0.9's IPRoute is slow to open (an asyncio loop per thread) and costs Python time per
+request, and a path needs ~20 requests in three namespaces (benchmarks/NOTES.md, "Costs the
+netlink layer is built around"). Here each request is
 compiled exactly as IPRoute.link/addr/route/tc compile it (pyroute2's argument processors and
 NetlinkRequest fill a pyroute2 message class), all of a namespace's requests go out in one
 sendmsg, and the kernel's acks are read back together. The kernel handles the messages of one
@@ -73,7 +74,7 @@ class _Compiler:
 
 # Compiled requests by their arguments: a path's requests are the same from one path to the next
 # (same names, addresses, indexes; the same qdiscs for the same link), and compiling one costs
-# ~0.1-0.3 ms of Python (htb's rate tables most). Only the sequence number differs.
+# Python time (htb's rate tables most; benchmarks/NOTES.md). Only the sequence number differs.
 _compiled: dict = {}
 _COMPILED_MAX = 512
 _SEQ = struct.Struct("=I")
@@ -97,8 +98,8 @@ def _compiled_request(mode, command, seq, kwargs):
 
 def precompile(requests):
     """Compile [(mode, command, kwargs)] into the cache now, so sending them later costs no Python encoding (a
-    scheduled link change must go out on time: an htb class change took ~2 ms of compiling on the host, tens of
-    ms in the emulated VM)."""
+    scheduled link change must go out on time, and compiling an htb class change takes longer than a step may be
+    late, far longer in an emulated VM: benchmarks/NOTES.md)."""
     for mode, command, kwargs in requests[: _COMPILED_MAX // 2]:
         _compiled_request(mode, command, 0, kwargs)
 

@@ -134,8 +134,8 @@ class NamespaceSession:
                 failure = failure or exc
         if failure is not None:
             # A Ctrl-C leaves the wait at once, but a session thread may still be making its namespace: discarded
-            # now, it would be mounted after the discard and outlive us (fresh-clone run ci8, SIGINT 20 ms into a
-            # lab's build). Creation takes milliseconds; a second Ctrl-C meanwhile does not cut this short.
+            # now, it would be mounted after the discard and outlive us (docs/safety.md, "Ctrl-C that the interpreter
+            # drops"). Creation takes milliseconds; a second Ctrl-C meanwhile does not cut this short.
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 try:
@@ -388,7 +388,7 @@ def close_sessions(sessions):
 
 
 class _Worker:
-    """A thread serving one session at a time, recycled: starting a thread costs ~1 ms under load, three per path.
+    """A thread serving one session at a time, recycled: starting one per session costs too much under load.
 
     Between sessions it waits outside any lab namespace (so a removed one is freed): in the
     process's own network namespace, or, where entering that is refused (rootless: the host's

@@ -111,8 +111,8 @@ def wire(veths, routes):
 
     Each end gets a MAC of our choosing and permanent neighbour entries for its peer's
     addresses: no ARP or neighbour discovery ever runs, so none crosses a router's netem (a
-    first connection would otherwise wait a delayed ARP exchange per shaped hop: +100 ms on a
-    100 ms path, measured in the VM), and neighbour entries never go stale mid-measurement.
+    first connection would otherwise wait a delayed ARP exchange per shaped hop: docs/topologies.md),
+    and neighbour entries never go stale mid-measurement.
     """
     namespaces = list(dict.fromkeys([v.a_ns for v in veths] + [v.b_ns for v in veths] + list(routes)))
     sessions = {name: session_for(name) for name in namespaces}
@@ -184,7 +184,7 @@ def interface_counters(namespace, ifname):
     index = session and session.known_index(ifname)
     if index:
         # From this thread on the session's plain socket (no hop, no IPRoute to open), and RTM_GETSTATS for
-        # just the 64-bit counters: a whole link message takes ~4x as long for pyroute2 to decode.
+        # just the 64-bit counters: a whole link message takes pyroute2 far longer to decode (benchmarks/NOTES.md).
         (answer,) = session.query(
             f"reading counters of {ifname}", [("stats", "get", {"ifindex": index, "filter_mask": _STATS_LINK_64})]
         )

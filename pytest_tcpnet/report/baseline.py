@@ -27,10 +27,9 @@ __all__ = ["MIN_RUNS", "TIMING_FLOOR_S", "Baseline", "Judgement", "baseline_tabl
 #: Saved runs of a flow needed before its spread is known well enough to judge it.
 MIN_RUNS = 3
 CONFIDENCE = 0.999
-#: The least a flow's figure is trusted to: this much of its duration. Five back-to-back saved runs of a
-#: link-bound 2 s upload agreed to 0.03% (tolerance 0.4%), then an unchanged run in a busy two-worker
-#: session read 19.01 against 19.12 Mbit/s: 0.6%, 12 ms of its 2 s (the start and end of a flow are
-#: timed by processes the host schedules). Twice that.
+#: The least a flow's figure is trusted to: this much of its duration. The start and end of a flow are timed by
+#: processes the host schedules, so a busy host moves an unchanged flow's figure by more than its saved runs'
+#: spread; twice the shift measured so (docs/reports.md, "Baselines").
 TIMING_FLOOR_S = 0.025
 
 # Two-sided 99.9% quantiles of Student's t (t_0.9995) by degrees of freedom; past the table, the

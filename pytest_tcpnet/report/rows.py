@@ -440,7 +440,7 @@ def _expected_exchange(transfer, exchange):
 def too_short_for_a_rate(transfer):
     """Why a connection's goodput says nothing about the path ("" if it does): bytes that fit in one initial window
     never fill the path (sent at once, or a few small requests apart), so bytes over time measure the sender's
-    stack or the application's pauses, not the path (a 77-byte request once read "616 Mbit/s")."""
+    stack or the application's pauses, not the path (docs/reports.md, "Session summary")."""
     nbytes = getattr(transfer, "nbytes", None)
     if isinstance(nbytes, int) and nbytes <= INITIAL_WINDOW_BYTES:
         return f"too short to judge a rate: {nbytes} B, within one initial window ({INITIAL_WINDOW_BYTES} B)"

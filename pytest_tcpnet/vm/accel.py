@@ -14,7 +14,7 @@ from .errors import VMUsageError
 from .kernel import Kernel
 
 KVM_DEVICE = "/dev/kvm"
-# A working KVM guest reaches its first command in 2-5 s; a hung one never does.
+# A working KVM guest reaches its first command well within this; a hung one never does (docs/vm.md, "Backends").
 DEFAULT_PROBE_TIMEOUT = 25.0
 CACHE_NAME = "vm-accel.json"
 

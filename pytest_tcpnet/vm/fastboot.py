@@ -3,13 +3,14 @@
 virtme-ng boots a full PC (firmware, PCI, ACPI tables for a dozen devices), decompresses the
 kernel under emulation, then its init runs udev, which loads modules nobody uses and waits for
 them to settle; and it mounts the host's root over 9p without any cache, so every Python import
-in the guest is a round trip to the host. Under software emulation that is ~18 s to the first
-command and 20 s for ``import pytest, pyroute2, hypothesis``.
+in the guest is a round trip to the host. Under software emulation that is many seconds to the
+first command and as many again for ``import pytest, pyroute2, hypothesis`` (docs/vm.md, "Costs
+(measured)").
 
 Here qemu jumps straight into the kernel (no bootloader, no decompression under emulation), the
 initramfs loads the few modules that virtio-pci, 9p and the console ports need (no udev), mounts the host's root read-only with
 ``cache=loose`` (the host's files do not change under a session; the shared directories stay
-uncached and read-write), and runs the session script: ~2 s to the first command.
+uncached and read-write), and runs the session script: a few seconds to the first command.
 
 What it needs, each checked with a reason when missing (the runner then boots with vng):
 an x86 bzImage whose payload Python can decompress (xz, gzip, bzip2, lzma; zstd with the

@@ -1,8 +1,8 @@
 """Analysis a --tcpnet-vm guest hands to the host: decoding pcaps with tshark, drawing plots.
 
 Neither depends on the guest's kernel (they read a pcap, or plain numbers), but under software
-emulation they are the slowest things a guest does: tshark needs ~2.5 s to start, and matplotlib
-~4 s per plot (FreeType's text layout is ~80x the host's time). A fast-booted guest gets a
+emulation they are the slowest things a guest does: tshark takes seconds to start and matplotlib
+seconds per plot, FreeType's text layout most (docs/vm.md, "What happens"). A fast-booted guest gets a
 virtio-serial port, ``tcpnet.hostcall``, whose other end is a socket the runner serves; guest code
 sends the pcap or the plot's data there and gets tshark's output or the PNG back. The host runs
 the same tshark and matplotlib (the guest's root is the host's), so results are identical. The

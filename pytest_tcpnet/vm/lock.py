@@ -1,4 +1,4 @@
-"""One VM at a time on a host: two emulated guests on a small machine slow each other ~5x.
+"""One VM at a time on a host: two emulated guests on a small machine slow each other down severalfold.
 
 The lock is an ``flock`` on a file that nobody else can create, replace or write:
 root uses ``/run/pytest-tcpnet/vm.lock`` (``/run`` is writable by root only), other users a

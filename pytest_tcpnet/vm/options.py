@@ -22,8 +22,8 @@ VALUE_OPTIONS = (
 BACKEND_CHOICES = ("auto", "kvm", "uml", "tcg")
 DEFAULT_CPUS = 2
 DEFAULT_MEMORY = "2G"
-# Software emulation reaches our command in ~20-30 s on the project's 2-core machines;
-# 120 s leaves room for a loaded CI host without letting a hung guest block for long.
+# Well above what software emulation needs to reach our command, even booting with vng (docs/vm.md, "Costs
+# (measured)"): room for a loaded CI host without letting a hung guest block for long.
 DEFAULT_BOOT_TIMEOUT = 120.0
 # Guests at once when a session runs under several kernels (--tcpnet-vm-jobs).
 DEFAULT_JOBS = 1

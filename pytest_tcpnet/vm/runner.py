@@ -265,9 +265,9 @@ def plan_from_config(config, target: backends.Target | None = None) -> Plan:
 
 
 #: The emulator's nice value: the VM is the measuring instrument, and under software emulation its
-#: links run only while its CPUs do. Beside a CPU hog at nice 0 the guest's shaped links carried
-#: about 2/3 of their rate (a 20 Mbit/s htb+netem path 13.1 Mbit/s, a 50 Mbit/s one 24.5 of
-#: 36.7 predicted: a fresh-clone CI run); at -10 its threads outweigh a nice-0 process 9:1.
+#: links run only while its CPUs do, so beside a CPU hog at nice 0 the guest's shaped links lost
+#: much of their rate (docs/vm.md, "A busy host: the emulator's priority"); at -10 its threads
+#: outweigh a nice-0 process 9:1.
 #: Only root may raise a priority; rootless, the emulator keeps the launcher's. $TCPNET_VM_NICE
 #: overrides it (0: the launcher's priority).
 EMULATOR_NICE = -10
@@ -305,7 +305,7 @@ def guest_script(plan: Plan, sentinel: str, exit_file: str) -> str:
         f"echo {GUEST_PRINTK_LEVEL} > /proc/sys/kernel/printk 2>/dev/null",
         f"echo {q(sentinel)}",
         "missing=''",
-        # One modprobe for all (1.1 s one by one under emulation); one by one only to name a failure.
+        # One modprobe for all (one by one is slow under emulation: docs/vm.md); one by one only to name a failure.
         f"modules={q(' '.join(plan.modules))}",
         "modprobe -a -q $modules 2>/dev/null || for m in $modules; do",
         '  modprobe -q "$m" 2>/dev/null || missing="$missing $m"',
@@ -331,8 +331,8 @@ def vng_command(plan: Plan, accel: str, script: str, shares: list) -> list:
         cmd.append("--disable-kvm")
     if os.environ.get("TCPNET_VM_VIRTIOFS") != "1":
         # vng first tries virtiofsd for the root and each share and, where that daemon is
-        # unusable (Debian 12's), waits ~3 s for each before falling back to 9p: measured
-        # 22 s -> 14 s to first command under TCG. Opt back in with TCPNET_VM_VIRTIOFS=1.
+        # unusable (Debian 12's), waits for each before falling back to 9p, which slows the boot
+        # (docs/vm.md, "Costs (measured)"). Opt back in with TCPNET_VM_VIRTIOFS=1.
         cmd.append("--force-9p")
     for d in shares:
         cmd += ["--rwdir", d]
@@ -659,8 +659,8 @@ def _run_uml(plan: Plan, choice: backends.Choice) -> int:
             "TCPNET_VM_KERNEL": build.release,
             guest.WHY_ENV: choice.why,
             # Every page a UML process touches for the first time is a fault its kernel serves through the
-            # host (~0.2 ms): pymalloc hands whole arenas back and faults them in again, glibc's malloc keeps
-            # them. 100k small dicts: 1.13 s -> 0.28 s in the guest (0.03 s on the host).
+            # host: pymalloc hands whole arenas back and faults them in again, glibc's malloc keeps them
+            # (docs/vm.md, "Fidelity and cost").
             "PYTHONMALLOC": os.environ.get("PYTHONMALLOC", "malloc"),
             **({hostcall.ENV: "1", hostcall.MAILBOX_ENV: server.path} if server else {}),
         }

@@ -2,7 +2,8 @@
 
 A UML kernel (``linux.uml``) is a Linux kernel built for the ``um`` architecture: its network stack, qdiscs and
 TCP are the real ones of its release, and its processes run natively on the host's CPU (each system call
-is intercepted), so a guest carries 10-30 Gbit/s where software emulation (TCG) carries ~0.4. Its root is
+is intercepted), so a guest moves data several times faster than under software emulation (TCG; docs/vm.md,
+"Fidelity and cost"). Its root is
 the host's filesystem through hostfs, mounted read-only; the directories the session writes to are
 mounted read-write over it, as under qemu. It has no network device at all (none is configured).
 
