@@ -194,10 +194,11 @@ def test_other_traffic_on_the_shapers_is_counted_beside_the_connection_s_own_seg
     way = Link(rate="10mbit", rtt="20ms").toward_client
     ways = {"veth-cli": ("toward_client", way), "veth-srv": ("toward_server", way)}
 
-    def carried(to_client, to_server):
+    def carried(to_client, to_server, dropped=0):
+        root = {"kind": "htb", "parent": 0xFFFFFFFF}
         return {
-            "veth-cli": [{"kind": "htb", "parent": 0xFFFFFFFF, "packets": to_client}, {"kind": "netem", "parent": 1}],
-            "veth-srv": [{"kind": "htb", "parent": 0xFFFFFFFF, "packets": to_server}],
+            "veth-cli": [{**root, "packets": to_client, "drops": dropped}, {"kind": "netem", "parent": 1}],
+            "veth-srv": [{**root, "packets": to_server}],
         }
 
     # Alone: the shapers carried its segments and a handshake's worth more.
@@ -208,6 +209,10 @@ def test_other_traffic_on_the_shapers_is_counted_beside_the_connection_s_own_seg
     assert others_packets(carried(2712, 3390), ways, {"toward_client": 2700, "toward_server": 1380}) == 2010
     # Small flows: 20 packets of others are allowed before the path counts as shared.
     assert others_packets(carried(60, 30), ways, {"toward_client": 45, "toward_server": 28}) == 0
+    # Its own overflow drops are in its segs_out: they do not hide another flow's 930 segments (fresh-clone CI: two
+    # reno flows, the first's 921 retransmissions cancelled the second's packets and its rate was judged alone).
+    own = {"toward_client": 8270, "toward_server": 4100}
+    assert others_packets(carried(8279, 4100, dropped=921), ways, own) == 930
     # A way without its own count (no TCP_INFO there) is not judged.
     assert others_packets(carried(9000, 1390), ways, {"toward_server": 1380}) == 0
 

@@ -257,8 +257,11 @@ def others_packets(qdiscs: dict, shaped_ways: dict, own: dict) -> int:
         mine = own.get(direction)
         if mine is None:
             continue
-        carried = sum(q.get("packets", 0) for q in qdiscs.get(ifname) or [] if q.get("parent") == _TC_H_ROOT)
-        others = carried - mine
+        # What reached the shaper: what it passed and what it dropped. A connection's own overflow drops count in its
+        # segs_out, and against the passed packets alone they hid another flow's: two reno flows read as one.
+        roots = [q for q in qdiscs.get(ifname) or [] if q.get("parent") == _TC_H_ROOT]
+        offered = sum(q.get("packets", 0) + q.get("drops", 0) for q in roots)
+        others = offered - mine
         if others > max(SHARED_MIN, SHARED_SHARE * mine):
             most = max(most, others)
     return most
