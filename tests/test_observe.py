@@ -279,6 +279,10 @@ SLACK_S = 1e-4
 # A FIN may leave after close() (or the process's exit) returns: TCP's pacing timer sends it (15 us late seen for
 # curl in fresh-clone CI run ci19); a busy host delays that timer more, so the close side gets a millisecond.
 FIN_LATE_S = 1e-3
+# A program's own clock reads an event when the program is scheduled to see it: curl's time_total came 0.52 ms after
+# its connection's last FIN in fresh-clone CI run ci27 (its host session at -n 2), so a program's times get a
+# millisecond as the kernel's timers do.
+NOTICE_LATE_S = 1e-3
 
 
 @pytest.mark.parametrize("family", ["ipv4", "ipv6"])
@@ -334,9 +338,10 @@ for _ in range(int(sys.argv[2])):
 def test_curls_connections_each_live_as_long_as_curl_says(tcpnet, tmp_path):
     """curl fetching a 20 kB file 20 times from Python's http.server at the default sampling: 20 flows of exactly
     the file's bytes (and the response header) down, each lifetime at least curl's own time_total less its connect
-    time and within the curl process's life."""
+    time (less the moment curl may take to notice its last byte) and within the curl process's life. At 20 Mbit/s
+    each connection lives ~8 ms, under the 10 ms sampling interval, and that allowance stays small beside it."""
     (tmp_path / "file").write_bytes(b"x" * 20_000)
-    pair = tcpnet.pair(link=Link(rate="1gbit"))
+    pair = tcpnet.pair(link=Link(rate="20mbit"))
     pair.server.popen([sys.executable, "-m", "http.server", "--bind", pair.server.address, "8000"], cwd=tmp_path)
     pair.server.wait_listening(8000)
     with pair.observe() as seen:
@@ -349,10 +354,12 @@ def test_curls_connections_each_live_as_long_as_curl_says(tcpnet, tmp_path):
     for port, (connect_s, total_s, started, ended) in timed.items():
         flow = flows[port]
         assert flow.direction == "download" and 20_000 < flow.download_bytes < 20_400, flow.describe()
-        # curl's clock starts before the SYN (connect_s covers the handshake) and stops at the last byte.
+        # curl's clock starts before the SYN (connect_s covers the handshake) and stops when curl has noticed the
+        # last byte, which a busy host can make it do after the connection's FINs: NOTICE_LATE_S.
         lived = (port, connect_s, total_s, flow.lifetime_s, ended - started)
         # Kernel stamps against curl's clock: each converted to the monotonic clock, to SLACK_S.
-        assert total_s - connect_s - SLACK_S <= flow.lifetime_s <= ended - started + FIN_LATE_S, lived
+        lowest = total_s - connect_s - NOTICE_LATE_S - SLACK_S
+        assert lowest <= flow.lifetime_s <= ended - started + FIN_LATE_S, lived
         assert started - SLACK_S <= flow.opened_at and flow.closed_at <= ended + FIN_LATE_S, (started, ended, flow)
 
 
