@@ -235,16 +235,24 @@ def test_our_own_kernel_reaped_children_are_not_someone_else_s():
     os.close(w)
     with os.fdopen(r, "rb") as f:
         hog = int(f.read() or 0)
+
+    def spun(snapshot):
+        return (snapshot["processes"][hog][0] - before["processes"].get(hog, (0, 0))[0]) / os.sysconf("SC_CLK_TCK")
+
     try:
-        time.sleep(0.6)
+        # Until it has spun 0.4 s of CPU, however long a busy host takes to give it that (ci28: 0.36 s in 0.6 s
+        # beside the suite's two workers): the claim is the accounting, not the spinner's speed.
+        deadline = time.monotonic() + 20
         after = contention.process_snapshot(root)
+        while hog in after["processes"] and spun(after) < 0.4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            after = contention.process_snapshot(root)
     finally:
         if hog:
             os.kill(hog, signal.SIGKILL)
     assert hog in after["processes"] and hog not in after["own"]
-    spun = (after["processes"][hog][0] - before["processes"].get(hog, (0, 0))[0]) / os.sysconf("SC_CLK_TCK")
-    assert spun >= 0.4, spun
-    assert contention.others_cpus(before, after) * (after["at"] - before["at"]) >= spun - 0.02
+    assert spun(after) >= 0.4, spun(after)
+    assert contention.others_cpus(before, after) * (after["at"] - before["at"]) >= spun(after) - 0.02
 
 
 def _parent(pid):
