@@ -8,7 +8,7 @@ import struct
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ..errors import LabError
-from ..guest import software_emulated
+from ..guest import backend, software_emulated
 from ..model import MTU_FRAME_BYTES
 from ..model.specs import distribution_table
 from .namespaces import with_iproute
@@ -43,11 +43,21 @@ HOST_TIMER_LATENCY_S = 1e-3
 #: is the least burst that kept htb's rate there, quiet and beside a CPU hog (docs/vm.md, "A busy host: the
 #: emulator's priority").
 EMULATED_TIMER_LATENCY_S = 8e-3
+#: A User-Mode Linux guest is a host process: its timers fire when the host schedules it, and a busy host lets it
+#: wait for milliseconds (a reno flow at 50 Mbit/s, 2 ms, beside two CPU-bound processes kept 0.936-0.983 of the
+#: rate with a 1 ms burst, 0.987-1.001 with 4 ms; quiet, 0.989-0.998 either way: docs/vm.md).
+UML_TIMER_LATENCY_S = 4e-3
 
 
 def htb_burst_bytes(rate_bps):
-    """HTB burst: the rate over the platform's timer latency (1 ms; 8 ms under emulation), never under two frames."""
-    latency = EMULATED_TIMER_LATENCY_S if software_emulated() else HOST_TIMER_LATENCY_S
+    """HTB burst: the rate over the platform's timer latency (1 ms; 4 ms under UML, 8 ms under emulation), at least
+    two frames."""
+    if software_emulated():
+        latency = EMULATED_TIMER_LATENCY_S
+    elif backend() == "uml":
+        latency = UML_TIMER_LATENCY_S
+    else:
+        latency = HOST_TIMER_LATENCY_S
     return max(2 * MTU_FRAME_BYTES, math.ceil(rate_bps / 8 * latency))
 
 
