@@ -1031,7 +1031,7 @@ class RequestsResult:
     expected_s: list
     why: str
     server_tcp_info: list = field(default_factory=list)
-    #: The server's connections' smoothed RTT (mean of their final srtt) and the model's times at that RTT:
+    #: The server's connections' smoothed RTT (their srtt after each write, averaged) and the model's times at it:
     #: the window-per-round law alone, without the endpoints' own share of the RTT to explain.
     observed_rtt_s: "float | None" = None
     observed_expected_s: "list | None" = None
@@ -1064,7 +1064,7 @@ class RequestsResult:
             + (f", then {format_time(self.expected_s[-1])}" if len(self.expected_s) > 1 else ""),
             f"model: {self.why}"
             + (
-                f"; at the srtt the server saw ({format_time(self.observed_rtt_s)}): first "
+                f"; at the server's mean srtt ({format_time(self.observed_rtt_s)}): first "
                 f"{format_time(self.observed_expected_s[0])}"
                 if self.observed_expected_s
                 else ""

@@ -5,6 +5,7 @@ from refusals import assert_refused
 
 from pytest_tcpnet import Link, netlink
 from pytest_tcpnet.model import request_response_times
+from pytest_tcpnet.model.tcpinfo import decode_tcp_info, field_reader
 
 
 def test_a_new_connection_pays_its_handshake_and_slow_start_each_time():
@@ -66,3 +67,17 @@ def test_requests_on_the_host_take_the_link_s_time(tcpnet):
     assert result.fct_percentile(50) == pytest.approx(result.expected_s[-1], rel=0.15), result.describe()
     fresh = pair.requests(3, response_size=100_000, new_connection=True)
     assert len(fresh.server_tcp_info) == 3, fresh.describe()  # one connection each
+    # The RTT the model is read again at: the server's srtt after each write, averaged, never under its floor.
+    floor_s = min(info["min_rtt"] for info in fresh.server_tcp_info) / 1e6
+    assert fresh.observed_rtt_s is not None and fresh.observed_rtt_s >= floor_s, fresh.describe()
+
+
+def test_one_tcp_info_field_read_alone_is_what_the_whole_struct_decodes():
+    """The server's per-write srtt reads tcp_info up to tcpi_rtt only: the same value as the whole struct's."""
+    raw = bytes(range(256)) * 2
+    whole = decode_tcp_info(raw)
+    for name in ("rtt", "pacing_rate", "min_rtt", "delivery_rate", "rehash"):  # u32s and u64s past padding
+        size, read = field_reader(name)
+        assert read(raw[:size]) == whole[name] and name not in decode_tcp_info(raw[: size - 1]), name
+    with pytest.raises(KeyError, match="no field 'srtt'"):
+        field_reader("srtt")

@@ -3,9 +3,10 @@
 Fields newer than the running kernel are simply absent: the kernel returns a shorter struct.
 """
 
+import functools
 import struct
 
-__all__ = ["TCP_INFO_FIELDS", "decode_tcp_info"]
+__all__ = ["TCP_INFO_FIELDS", "decode_tcp_info", "field_reader"]
 
 # (name, struct code) in kernel order; the 8 leading u8 fields pack bitfields we split below.
 TCP_INFO_FIELDS = (
@@ -75,3 +76,20 @@ def decode_tcp_info(raw):
     if "flags8" in result:
         result["delivery_rate_app_limited"] = result.pop("flags8") & 0x01
     return result
+
+
+def field_reader(name):
+    """(bytes to ask getsockopt for, a function of those bytes giving the field): one field, read alone and cheaply."""
+    fmt = "@"
+    for field, code in TCP_INFO_FIELDS:
+        fmt += code
+        if field == name:
+            one = struct.Struct("@" + code)
+            end = struct.calcsize(fmt)  # native alignment: the field ends here, whatever padding precedes it
+            return end, functools.partial(_unpack_one, one, end - one.size)
+    raise KeyError(f"struct tcp_info has no field {name!r}")
+
+
+def _unpack_one(one, offset, raw):
+    """The one field `one` at offset in raw."""
+    return one.unpack_from(raw, offset)[0]

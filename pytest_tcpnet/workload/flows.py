@@ -12,7 +12,7 @@ import struct
 import time
 
 from ..model.app import Pace, Pause
-from ..model.tcpinfo import decode_tcp_info
+from ..model.tcpinfo import decode_tcp_info, field_reader
 
 __all__ = [
     "bulk_endpoint",
@@ -345,11 +345,17 @@ def rtt_probe_client(conn, *, address, port, interval, duration, timeout=60.0):
     conn.send({"event": "result", "samples": samples, "started_at": started, "stamped": stamped})
 
 
-def _send_all(sock, nbytes, write_size=CHUNK):
-    """Write nbytes of payload in writes of at most write_size; returns when the last byte is in the send buffer."""
+def _send_all(sock, nbytes, write_size=CHUNK, after_write=None):
+    """Write nbytes of payload in writes of at most write_size; returns when the last byte is in the send buffer.
+    after_write(sock): called after each write."""
     left = nbytes
     while left:
         left -= sock.send(_payload(min(write_size, left)))
+        if after_write is not None:
+            after_write(sock)
+
+
+_SRTT_BYTES, _srtt_of = field_reader("rtt")
 
 
 def rr_server(
@@ -365,19 +371,26 @@ def rr_server(
     listener.settimeout(timeout)
     conn.send({"event": "listening", "port": listener.getsockname()[1]})
     view = memoryview(bytearray(request_size))
-    answered, tcp_info = 0, []
+    answered, tcp_info, srtt_means = 0, [], []
     for _ in range(connections):
         sock, _ = listener.accept()
         sock.settimeout(None)
+        srtts = []
+
+        def note_srtt(sock, srtts=srtts):
+            srtts.append(_srtt_of(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _SRTT_BYTES)))
+
         while _read_exactly(sock, view):
             # Writes no larger than a set send buffer, as a server sizing its writes to it: the buffer bounds
-            # what is in flight (one larger write would overshoot it, C11).
-            _send_all(sock, response_size, min(CHUNK, sndbuf) if sndbuf else CHUNK)
+            # what is in flight (one larger write would overshoot it, C11). The srtt after each write: its mean
+            # is the round trip the response paid, where the final srtt weighs only its last few rounds.
+            _send_all(sock, response_size, min(CHUNK, sndbuf) if sndbuf else CHUNK, note_srtt)
             answered += 1
         tcp_info.append(read_tcp_info(sock))
+        srtt_means.append(sum(srtts) / len(srtts) if srtts else None)
         sock.close()
     listener.close()
-    conn.send({"event": "result", "answered": answered, "tcp_info": tcp_info})
+    conn.send({"event": "result", "answered": answered, "tcp_info": tcp_info, "srtt_means_us": srtt_means})
 
 
 def rr_client(
