@@ -47,6 +47,9 @@ __all__ = [
     "Pair",
     "TransferResult",
     "ConcurrentResult",
+    "Workload",
+    "FlowOutcome",
+    "WorkloadRun",
     "LabError",
     "MissingCapability",
     "TcpnetError",
@@ -70,8 +73,12 @@ def __getattr__(name):
         from . import capture
 
         return getattr(capture, name)
-    if name in ("TransferResult", "ConcurrentResult"):
+    if name in ("TransferResult", "ConcurrentResult", "WorkloadRun"):
         from . import results
 
         return getattr(results, name)
+    if name in ("Workload", "FlowOutcome"):
+        from .workload import base
+
+        return getattr(base, name)
     raise AttributeError(f"module 'pytest_tcpnet' has no attribute {name!r}")

@@ -46,6 +46,8 @@ TCP_INFO_SERIES = (
     "rcv_wnd",
     "bytes_retrans",
     "dsack_dups",
+    # segs_out: what the path's qdiscs carried of this connection, so what was other traffic (others_packets).
+    "segs_out",
 )
 #: The kernel's SK_MEMINFO_* order: what `ss -m` prints as r, rb, t, tb, f, w, o, bl, d.
 SKMEM_FIELDS = (

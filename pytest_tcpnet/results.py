@@ -2,6 +2,7 @@
 
 import functools
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import guest
 from .hostload import CONTENTION_WARNING_CORES
@@ -15,6 +16,8 @@ from .records import SERIES_FIELDS, ConnectionEnd
 EMULATED_TIMER_SLACK_S = 2e-3
 
 __all__ = [
+    "WorkloadRun",
+    "REPORTED_KINDS",
     "TransferResult",
     "ConcurrentResult",
     "LatencyResult",
@@ -1112,3 +1115,16 @@ def _bytes_at(points, t):
     if t >= t1:
         return b1
     return b0 + (b1 - b0) * (t - t0) / (t1 - t0) if t1 > t0 else b1
+
+
+class WorkloadRun(NamedTuple):
+    """What one workload run on a pair gave: its connections' TransferResults and its own results (UdpResults, a
+    RequestsResult, a LatencyResult), every one registered with the lab."""
+
+    flows: list
+    results: list
+
+
+#: The result kinds the session table, the results file and the failure artifacts report (a workload's own results
+#: must be of these; its own figures go in its FlowOutcomes' details, kept on each TransferResult).
+REPORTED_KINDS = (TransferResult, UdpResult, RequestsResult, LatencyResult)

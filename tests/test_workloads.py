@@ -152,10 +152,9 @@ def test_iperf3_through_the_bindings_and_the_cli(tcpnet):
     assert len(intervals) == 2 and all(row["snd_cwnd"] for row in intervals)
     assert result.series("snd_cwnd")  # sampled from outside like any other flow
     assert bindings_available()
-    from pytest_tcpnet.measure.run import run_workload
     from pytest_tcpnet.workload.iperf3 import Iperf3
 
-    (cli,) = run_workload(pair, Iperf3(duration=1, use_bindings=False), timeout=60)
+    (cli,) = pair.run(Iperf3(duration=1, use_bindings=False), timeout=60).flows
     assert cli.throughput_bps == pytest.approx(100e6 * 1448 / 1514, rel=0.1)
 
 

@@ -102,6 +102,10 @@ class Node:
         """Start argv inside this namespace (subprocess.Popen); stopped by pid when its world closes."""
         return self.processes.popen(argv, **kwargs)
 
+    def stop(self, proc, grace=1.0):
+        """Stop a process popen() started here: SIGTERM to its process group, SIGKILL after `grace` seconds."""
+        self.processes.stop(proc, grace)
+
     def run(self, argv, *, timeout=60, check=False, **kwargs):
         """Run argv inside this namespace to completion (text output captured)."""
         return self.processes.run(argv, timeout=timeout, check=check, **kwargs)

@@ -3,13 +3,12 @@
 import math
 
 from ..errors import LabError, MissingCapability
-from ..measure.run import run_workload
 from ..model import transfer_time
 from ..model.app import Cbr, Flow
 from ..model.validation import check_flag, check_integer
 from ..requirements import check_need
 from ..results import ConcurrentResult, WindowProbe
-from ..workload import Bulk
+from ..workload import Bulk, Workload
 from .world import WorldView
 
 __all__ = ["Pair", "default_timeout"]
@@ -187,14 +186,14 @@ class Pair(WorldView):
         # The probe alone runs idle + duration; flows get their own generous deadline on top of the idle phase.
         timeout = timeout or idle + max([duration + 30.0] + [_timeout_of(f, self.link) for f in flows])
         workload = UnderLoad(flows, idle=idle, duration=duration, interval=interval, socket_cc=self.socket_cc)
-        results = self._measure(
+        run = self._run_one(
             workload,
             [f for f in flows if isinstance(f, Flow)],
             capture=capture,
             sample_interval=sample_interval,
             timeout=timeout,
         )
-        *_, latency = self.lab.register(*workload.results(self, results))
+        *_, latency = run.results
         return latency
 
     def requests(
@@ -248,8 +247,7 @@ class Pair(WorldView):
             rcvbuf=rcvbuf,
             cc=cc,
         )
-        self._measure(workload, [], capture=False, sample_interval=0, timeout=timeout)
-        (exchanges,) = self.lab.register(*workload.results(self, []))
+        (exchanges,) = self._run_one(workload, [], capture=False, sample_interval=0, timeout=timeout).results
         return exchanges
 
     def iperf3(
@@ -277,13 +275,14 @@ class Pair(WorldView):
         from ..workload.iperf3 import Iperf3
 
         workload = Iperf3(duration=flow.duration, direction=direction, cc=cc, window=flow.rcvbuf, parallel=parallel)
-        return self._measure(
+        run = self._run_one(
             workload,
             [flow],
             capture=capture,
             sample_interval=sample_interval,
             timeout=timeout or default_timeout(flow, self.link),
-        )[0]
+        )
+        return run.flows[0]
 
     def http_download(self, nbytes, *, limit_rate=None, capture=False, sample_interval=None, timeout=None):
         """curl in the client downloads nbytes from an HTTP server in the server namespace.
@@ -300,14 +299,16 @@ class Pair(WorldView):
         timeout = timeout or default_timeout(flow, self.link)
         if workload.limit_rate_bytes:
             timeout += 3 * flow.nbytes / workload.limit_rate_bytes
-        return self._measure(workload, [flow], capture=capture, sample_interval=sample_interval, timeout=timeout)[0]
+        return self._run_one(workload, [flow], capture=capture, sample_interval=sample_interval, timeout=timeout).flows[
+            0
+        ]
 
     def _run_bulk(self, flows, *, starve_receiver, capture, sample_interval, timeout):
         """Checks every option before anything starts, then runs the Bulk workload."""
         check_flag("starve_receiver", starve_receiver)
         timeout = timeout or max(_timeout_of(flow, self.link) for flow in flows)
         workload = Bulk(flows, starve_receiver=starve_receiver, socket_cc=self.socket_cc)
-        results = self._measure(
+        return self._run_one(
             workload,
             [f for f in flows if isinstance(f, Flow)],
             capture=capture,
@@ -315,20 +316,24 @@ class Pair(WorldView):
             timeout=timeout,
             conditions={"starved_receiver": starve_receiver},
         )
-        return results, self.lab.register(*workload.results(self, results))
 
-    def _measure(self, workload, flows, *, capture, sample_interval, timeout, conditions=None):
-        """Validate the measurement options, run the workload, keep its results in the lab."""
-        self.check_measurement(flows, capture=capture, timeout=timeout)
-        return run_workload(
-            self,
-            workload,
-            timeout=timeout,
-            sample_interval=sample_interval,
-            capture=capture,
-            artifact_dir=self.lab.artifact_dir,
-            conditions=conditions,
-        )
+    def run(self, workload, *, timeout, capture=False, sample_interval=None):
+        """Run a Workload, yours or the plugin's, on this pair and measure it as every workload method here is
+        measured (docs/workloads.md, "Your own adapter"): a WorkloadRun of its connections' TransferResults and
+        its own results, all registered with the lab (session table, results file, failure artifacts).
+
+        timeout: seconds from the measurement's start until the workload must be done (a LabError then, every
+        process it started stopped). capture and sample_interval: as for transfer().
+        """
+        if not isinstance(workload, Workload):
+            raise TypeError(
+                f"workload: expected an instance of a pytest_tcpnet.Workload subclass, got {type(workload).__name__}"
+            )
+        return self._run_one(workload, [], capture=capture, sample_interval=sample_interval, timeout=timeout)
+
+    def _run_one(self, workload, specs, **options):
+        """Run one workload on this pair (WorldView._run); its WorkloadRun."""
+        return self._run([(self, workload)], specs, **options)[0]
 
     def observe(self, *, capture=False, sample_interval=None, app_window=None):
         """Measure whatever runs on this pair inside the block: your own programs, started with popen/run/spawn/call.

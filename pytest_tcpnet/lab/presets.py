@@ -8,7 +8,7 @@ from ..model import Link
 from ..model.app import Flow
 from ..model.validation import check_integer
 from ..results import ConcurrentResult
-from ..workload import Bulk
+from ..workload import Bulk, Workload
 from .pair import Pair, check_observe_options, default_timeout
 from .world import WorldView
 
@@ -122,33 +122,50 @@ class Topology(WorldView):
         Each flow is measured as its pair's transfer() is (its own sampler, counters, capture),
         inside one measurement slot; every pair's counters cover the same span.
         """
-        from ..measure.run import run_workloads
-
-        flows = list(flows)
-        if len(flows) != len(self.pairs):
-            raise ValueError(
-                f"flows: expected {len(self.pairs)} entries (one per pair, None to leave one idle), got {len(flows)}"
-            )
-        for i, flow in enumerate(flows):
-            if flow is not None and not isinstance(flow, Flow):
-                raise TypeError(f"flows[{i}]: expected a Flow(...) or None, got {flow!r}")
-        jobs = [(pair, flow) for pair, flow in zip(self.pairs, flows) if flow is not None]
-        if not jobs:
-            raise ValueError("flows: every entry is None; nothing to run")
+        jobs = self._per_pair("flows", flows, Flow, "a Flow(...)")
         timeout = timeout or max(default_timeout(flow, pair.link) for pair, flow in jobs)
-        self.check_measurement([flow for _, flow in jobs], capture=capture, timeout=timeout)
-        results = run_workloads(
+        runs = self._run_shared(
             [(pair, Bulk([flow], socket_cc=pair.socket_cc)) for pair, flow in jobs],
+            [flow for _, flow in jobs],
             timeout=timeout,
             sample_interval=sample_interval,
             capture=capture,
-            artifact_dir=self.world.lab.artifact_dir,
             conditions={"starved_receiver": False},
         )
-        flows = [flow_results[0] for flow_results in results]
-        if self.bottleneck is not None:
-            flows = self.world.lab.share(flows, [], self.bottleneck)
-        return ConcurrentResult(flows=flows)
+        return ConcurrentResult(flows=[run.flows[0] for run in runs])
+
+    def run(self, workloads, *, timeout, capture=False, sample_interval=None):
+        """Run workloads[i] (a Workload, or None for none) on pair i, all at once in one measurement slot, each
+        measured as Pair.run measures one; a WorkloadRun per pair in pair order (None for an idle pair). On a
+        dumbbell each flow has its share of the bottleneck, as concurrent()'s do."""
+        jobs = self._per_pair("workloads", workloads, Workload, "a Workload")
+        runs = iter(self._run_shared(jobs, [], timeout=timeout, capture=capture, sample_interval=sample_interval))
+        return [next(runs) if pair in dict(jobs) else None for pair in self.pairs]
+
+    def _per_pair(self, name, items, kind, words):
+        """[(pair, item)] of items[i] (a `kind`, or None for none) on pair i; the errors name `name`."""
+        items = list(items)
+        if len(items) != len(self.pairs):
+            raise ValueError(
+                f"{name}: expected {len(self.pairs)} entries (one per pair, None to leave one idle), got {len(items)}"
+            )
+        for i, item in enumerate(items):
+            if item is not None and not isinstance(item, kind):
+                raise TypeError(f"{name}[{i}]: expected {words} or None, got {item!r}")
+        jobs = [(pair, item) for pair, item in zip(self.pairs, items) if item is not None]
+        if not jobs:
+            raise ValueError(f"{name}: every entry is None; nothing to run")
+        return jobs
+
+    def _run_shared(self, jobs, specs, **options):
+        """WorldView._run, and on a dumbbell every flow of every pair with its share of the bottleneck they crossed
+        at once (the rate check and the model then judge each against its share, not the whole link)."""
+        runs = self._run(jobs, specs, **options)
+        if self.bottleneck is None:
+            return runs
+        flows = [flow for run in runs for flow in run.flows]
+        shared = iter(self.world.lab.share(flows, [], self.bottleneck))
+        return [run._replace(flows=[next(shared) for _ in run.flows]) for run in runs]
 
     def observe(self, *, capture=False, sample_interval=None, app_window=None):
         """Measure whatever runs on every pair inside the block, as pair.observe() measures one: ``seen.flows`` holds

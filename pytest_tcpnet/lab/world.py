@@ -15,9 +15,11 @@ from dataclasses import dataclass
 
 from .. import netlink
 from ..errors import LabError
+from ..measure.run import run_workloads
 from ..model import Host, OneWay
 from ..model.validation import check_number
 from ..requirements import check_need
+from ..results import REPORTED_KINDS, WorkloadRun
 from .node import Node
 
 __all__ = ["World", "WorldView", "End", "TEST_NETWORK", "TEST_NETWORK6", "FAMILIES"]
@@ -426,6 +428,32 @@ class WorldView:
         check_number("timeout", timeout, 0, low_open=True, must="a number of seconds > 0")
         if self.closed:
             raise LabError(f"this {self.kind} is closed")
+
+    def _run(self, jobs, specs, *, timeout, capture=False, sample_interval=None, conditions=None):
+        """Check, then run the (pair, workload) jobs at once in one measurement slot: a WorkloadRun per job, its
+        flows and its own results registered with the lab. specs: the Flows asked for (their ccs are checked)."""
+        self.check_measurement(specs, capture=capture, timeout=timeout)
+        lab = self.world.lab
+        measured = run_workloads(
+            jobs,
+            timeout=timeout,
+            sample_interval=sample_interval,
+            capture=capture,
+            artifact_dir=lab.artifact_dir,
+            conditions=conditions,
+        )
+        runs = []
+        for (pair, workload), flows in zip(jobs, measured):
+            own = list(workload.results(pair, flows))
+            for result in own:
+                if not isinstance(result, REPORTED_KINDS):
+                    raise TypeError(
+                        f"{type(workload).__name__}.results(): expected results of the kinds the plugin reports "
+                        f"({', '.join(kind.__name__ for kind in REPORTED_KINDS)}), got {type(result).__name__}; "
+                        "a workload's own figures go in its FlowOutcomes' details (result.details)"
+                    )
+            runs.append(WorkloadRun(flows, lab.register(*own)))
+        return runs
 
 
 def _ipv6_of(network):

@@ -8,31 +8,18 @@ from .changes import LinkChanges
 from .observe import TCP_SYSCTLS, Observation, first_value, last_tcp_info, sampled_values
 from .slots import measurement_slot, slot_wait_s
 
-__all__ = ["run_workload", "run_workloads", "TCP_SYSCTLS"]
-
-
-def run_workload(pair, workload, *, timeout, sample_interval=None, capture=False, artifact_dir=None, conditions=None):
-    """Run `workload` on `pair` inside an Observation; return one TransferResult per flow, registered with the lab.
-
-    The measurement is pair.observe()'s: the same slot, counters, sampler and capture point (the
-    end that sent each flow's data, its own packets only); the flows come from what the
-    workload's programs reported, completed from the samples where a tool reports less.
-    sample_interval: seconds between socket samples (None: fit to the RTT; 0 or False: off).
-    capture: False, True (the sender's side), or a node role ("client", "router", "server").
-    conditions: extra TransferResult fields shared by every flow (reader, writer, starved_receiver, ...).
-    """
-    return run_workloads(
-        [(pair, workload)],
-        timeout=timeout,
-        sample_interval=sample_interval,
-        capture=capture,
-        artifact_dir=artifact_dir,
-        conditions=conditions,
-    )[0]
+__all__ = ["run_workloads", "TCP_SYSCTLS"]
 
 
 def run_workloads(jobs, *, timeout, sample_interval=None, capture=False, artifact_dir=None, conditions=None):
-    """Run several (pair, workload) at once, each pair observed as run_workload observes one; a list of results each.
+    """Run several (pair, workload) at once, each inside an Observation of its pair; a list of TransferResults each,
+    one per flow, registered with the lab.
+
+    The measurement is pair.observe()'s: the same slot, counters, sampler and capture point (the end that sent
+    each flow's data, its own packets only); the flows come from what the workloads' programs reported, completed
+    from the samples where a tool reports less. sample_interval: seconds between socket samples (None: fit to the
+    RTT; 0 or False: off). capture: False, True (the sender's side), or a node role ("client", "router",
+    "server"). conditions: extra TransferResult fields shared by every flow (reader, writer, starved_receiver, ...).
 
     One measurement slot covers them all; every pair's counters are read before the first
     workload starts and after the last one ends, so the workloads share one span of time.

@@ -29,8 +29,8 @@ class Workload:
     `wait(deadline) -> [FlowOutcome]` and `stop()` (idempotent; also called on errors); a workload
     whose flows are not the whole story (UDP streams, request/response times, a latency probe) also
     `results(pair, flows)`, its own results.
-    `measure.run_workload` wraps them with the measurement slot, socket sampling, capture and
-    counters, so an adapter only knows how to drive its own tool.
+    `Pair.run(workload)` wraps them with the measurement slot, socket sampling, capture and
+    counters, so an adapter only knows how to drive its own tool (a user's too: docs/workloads.md).
     """
 
     kind = "workload"
