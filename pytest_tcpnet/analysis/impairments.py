@@ -319,7 +319,8 @@ class AppliedRate:
         if self.measured_bps < self.asked_bps:
             return (
                 "the shaper sends slower than asked: a rate changed behind the lab's back, a second shaper on the "
-                "path, or a CPU too slow or too busy for this rate (a one-CPU User-Mode Linux guest at 1 Gbit/s delivered 66-77%)"
+                "path, or a CPU too slow or too busy for this rate (a one-CPU guest at 1 Gbit/s: docs/reports.md, "
+                '"Verdicts you can trust")'
             )
         return "the shaper sends faster than asked: it is not the one the Link built, or its rate was changed"
 

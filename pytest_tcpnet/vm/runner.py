@@ -439,12 +439,12 @@ def _explain(plan: Plan, accel: str, result: LaunchResult, fast: bool = False) -
             advice = "try --tcpnet-vm-backend=tcg (KVM guests hang at boot on some hosts)"
         elif accel == "uml":
             advice = (
-                "User-Mode Linux usually starts in 1-3 s; raise --tcpnet-vm-boot-timeout if this host is slow "
-                "or busy, or TCPNET_VM_DEBUG=1 to see its boot log"
+                "User-Mode Linux starts in seconds (docs/vm.md, 'Fidelity and cost'); raise --tcpnet-vm-boot-timeout if this "
+                "host is slow or busy, or TCPNET_VM_DEBUG=1 to see its boot log"
             )
         else:
             advice = (
-                "software emulation usually starts in 20-40 s; raise "
+                "software emulation takes tens of seconds to start (docs/vm.md, 'Costs'); raise "
                 "--tcpnet-vm-boot-timeout if this host is slow or busy"
             )
         return VMError(
