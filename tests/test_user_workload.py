@@ -10,8 +10,6 @@ import pytest
 
 from pytest_tcpnet import FlowOutcome, LabError, Link, Workload, WorkloadRun, assert_throughput_within, netlink
 
-pytestmark = pytest.mark.tcpnet_needs("privilege")
-
 PORT = 7070
 
 #: The user's service: answers each connection with `nbytes` bytes, then closes it.
