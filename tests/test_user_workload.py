@@ -93,6 +93,8 @@ def test_a_user_s_adapter_is_measured_as_the_plugin_s_own_workloads(tcpnet):
     assert flow.nbytes == 3_000_000 and flow.direction == "download" and flow.details == {"service": "mine"}
     assert flow.sender_tcp_info["bytes_acked"] >= 3_000_000, flow.describe()  # sampled: the user gave none
     assert flow.sender.buffers["sndbuf"] and flow.receiver.buffers["rcvbuf"], flow.describe()
+    cc_key = "net.ipv4.tcp_congestion_control"
+    assert flow.cc == pair.server.sysctls([cc_key])[cc_key], flow.describe()  # as sock_diag saw the socket use
     assert flow in tcpnet.results
     assert_throughput_within(flow, rel=0.10)
 

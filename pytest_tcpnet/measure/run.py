@@ -123,3 +123,7 @@ def _complete_from_samples(outcome, samples):
         buffers = record.setdefault("buffers", {})
         buffers.setdefault("sndbuf", first_value(values[::-1], "sndbuf"))
         buffers.setdefault("rcvbuf", first_value(values[::-1], "rcvbuf"))
+        # The congestion control sock_diag saw the socket use: the flow's cc where its tool did not say (curl's).
+        cc = samples.cc_of((role, tuple(record["local"]), tuple(record["remote"])))
+        if cc and not buffers.get("cc"):
+            buffers["cc"] = cc
