@@ -22,8 +22,12 @@ __all__ = ["Capture", "CaptureResult", "DEFAULT_SNAPLEN", "SETTLE_S"]
 DEFAULT_SNAPLEN = 134
 #: dumpcap opens interfaces with a 250 ms read timeout, which libpcap's TPACKET_V3 ring uses as block timeout.
 _BLOCK_TIMEOUT_S = 0.25
-#: How long stop() waits before SIGINT by default: past the block timeout, so the last block reaches the file.
+#: How long the file must stop growing before stop() sends SIGINT by default: past the block timeout, so the last
+#: block reaches the file.
 SETTLE_S = _BLOCK_TIMEOUT_S + 0.15
+#: How long stop() waits at most for dumpcap to write what the kernel already handed it: a slow guest's dumpcap
+#: runs seconds behind, and what is still in its ring at SIGINT is lost (docs/capture.md).
+DRAIN_LIMIT_S = 15.0
 _numbering = itertools.count()
 _DROPS = re.compile(r"Packets received/dropped on interface '[^']*': (\d+)/(\d+)")
 
@@ -112,13 +116,14 @@ class Capture:
 
         settle (seconds) must exceed libpcap's block timeout: the kernel hands packets to dumpcap
         in blocks that are released when full or 250 ms after their first packet, and a block
-        still open at SIGINT is lost (docs/capture.md has the measurement).
+        still open at SIGINT is lost (docs/capture.md has the measurement). The file must not grow
+        for that long (at most DRAIN_LIMIT_S): a dumpcap behind its ring (a one-CPU guest) writes on.
         """
         if self._proc is None:
             raise LabError("this capture was never started")
         if self.result is not None:
             return self.result
-        time.sleep(settle)
+        self._wait_drained(settle)
         if self._proc.poll() is None:
             self._proc.send_signal(signal.SIGINT)
             interrupts.wait(lambda seconds: _exited(self._proc, seconds), 10)
@@ -138,6 +143,22 @@ class Capture:
             dropped=int(match.group(2)) if match else None,
         )
         return self.result
+
+    def _wait_drained(self, settle):
+        """Return once the pcap has not grown for `settle` seconds (dumpcap has written every block the kernel
+        handed it), after DRAIN_LIMIT_S at most, or at once if dumpcap has exited."""
+        start = changed = time.monotonic()
+        size = -1
+        while self._proc.poll() is None:
+            now = time.monotonic()
+            grown = self.pcap.stat().st_size if self.pcap.exists() else 0
+            if grown != size:
+                size, changed = grown, now
+            elif now - changed >= settle:
+                return
+            if now - start >= DRAIN_LIMIT_S:
+                return
+            time.sleep(min(0.05, settle))
 
     def __enter__(self):
         return self.start()
