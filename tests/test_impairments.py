@@ -140,7 +140,9 @@ def test_correlated_loss_that_netem_does_not_apply_is_reported_and_the_model_pre
     result = tcpnet.pair(link=link).transfer(duration=3, cc="cubic")
     data = [a for a in result.applied_impairments if a.direction == "toward_client"]
     assert len(data) == 1 and data[0].offered > 1000, result.describe()
-    assert data[0].lost <= 2 and not data[0].as_configured, result.describe()
+    # Far under the 2% asked: netem's draw applies 0.005%, and the lost count includes the cubic flow's own queue
+    # overflow (0-3 packets of ~5400 in UML 6.1, fresh-clone run ci35 read 3), against ~108 at 2% uncorrelated.
+    assert data[0].applied < 0.002 and not data[0].as_configured, result.describe()
     assert "impairment not as configured" in result.describe() and "correlated draw" in result.describe()
     assert result.impairment_mismatches
     assert_throughput_within(result, rel=0.15)  # the model: link-bound, as the flow was
