@@ -139,8 +139,9 @@ class Topology(WorldView):
         measured as Pair.run measures one; a WorkloadRun per pair in pair order (None for an idle pair). On a
         dumbbell each flow has its share of the bottleneck, as concurrent()'s do."""
         jobs = self._per_pair("workloads", workloads, Workload, "a Workload")
-        runs = iter(self._run_shared(jobs, [], timeout=timeout, capture=capture, sample_interval=sample_interval))
-        return [next(runs) if pair in dict(jobs) else None for pair in self.pairs]
+        runs = self._run_shared(jobs, [], timeout=timeout, capture=capture, sample_interval=sample_interval)
+        by_pair = {id(pair): run for (pair, _), run in zip(jobs, runs)}
+        return [by_pair.get(id(pair)) for pair in self.pairs]
 
     def _per_pair(self, name, items, kind, words):
         """[(pair, item)] of items[i] (a `kind`, or None for none) on pair i; the errors name `name`."""
