@@ -45,6 +45,29 @@ def test_a_late_ack_answered_by_the_peer_s_own_data_is_no_delayed_ack():
     assert [s.kind for s in find_stalls(packets)] == []
 
 
+def _header_body_exchanges(late_acks):
+    """Header/body writes whose header's pure ACK comes after each given extra wait, the body leaving right after."""
+    packets, t, seq = [], 0.0, 1
+    for extra in late_acks:
+        packets += [_p(t, A, seq=seq, length=8), _p(t + 0.001 + extra, B, ack=seq + 8)]
+        packets += [_p(t + 0.0015 + extra, A, seq=seq + 8, length=100), _p(t + 0.003 + extra, B, seq=1, ack=seq + 108)]
+        t, seq = t + 0.1, seq + 108
+    return packets
+
+
+def test_slow_pure_acks_are_named_delayed_only_as_often_as_the_delayed_ack_timer_fired():
+    packets = _header_body_exchanges([0.0, 0.040, 0.0258, 0.041])
+    # Without counters, every slow pure ACK that released the next write is named.
+    (stall,) = find_stalls(packets)
+    assert stall.kind == "delayed_ack" and stall.count == 3
+    # The timer fired twice: the two longest waits are its, the 25.8 ms one was late for another reason.
+    (stall,) = find_stalls(packets, {"client": {}, "server": {"TcpExt.DelayedACKs": 2}})
+    assert stall.count == 2 and sorted(round(s, 4) for s in stall.seconds) == [0.04, 0.041], stall.seconds
+    assert "1 more slow ACK(s)" in stall.evidence and "DelayedACKs rose by 2" in stall.evidence, stall.evidence
+    # The timer never fired (TCP_NODELAY on a busy host): no delayed_ack stall at all.
+    assert find_stalls(packets, {"client": {}, "server": {}}) == []
+
+
 def test_a_sender_held_by_the_receiver_s_window_most_of_its_time_is_receiver_limited():
     # busy_time is the kernel's total of its three chronos, rwnd_limited included.
     (stall,) = find_stalls(None, None, {"rwnd_limited": 1_500_000, "busy_time": 2_000_000, "sndbuf_limited": 0})

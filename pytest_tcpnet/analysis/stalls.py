@@ -5,7 +5,8 @@ From one connection's packets (capture.decode.Packet, as tshark decoded them) an
 - ``delayed_ack``: a segment whose acknowledgement came as a pure ACK at least DELAYED_ACK_MIN_S after the fastest
   acknowledgement the connection got, with the sender's next data leaving as soon as that ACK came back: the data was
   held (Nagle's algorithm waits for the ACK of a small segment) until the peer's delayed-ACK timer fired (40 ms on
-  Linux: TCP_DELACK_MIN = HZ/25).
+  Linux: TCP_DELACK_MIN = HZ/25). Where the kernel's counters are known, no more such waits are named than the
+  peers' TcpExt.DelayedACKs rose by: a late ACK the timer did not send is a busy host's, not a delayed ACK.
 - ``rto``: a retransmission after at least RTO_MIN_S of silence from its sender (a retransmission timeout: 200 ms
   at least on Linux).
 - ``zero_window``: the receiver advertised a zero window; the stall lasts until its next non-zero one.
@@ -146,11 +147,22 @@ def _delayed_acks(packets, counters):
     if not held:
         return []
     delayed = sum(side.get("TcpExt.DelayedACKs", 0) for side in counters.values())
+    unconfirmed = 0
+    if counters:
+        # Each firing of a delayed-ACK timer sends one ACK and counts once in its namespace's TcpExt.DelayedACKs, so
+        # at most that many slow ACKs were the timer's; the rest were late for another reason (a busy host scheduled
+        # the peer late: a 25.8 ms gap under 0.8 CPUs of contention, with TCP_NODELAY on both ends). The longest
+        # waits are kept: the timer's are at least its 40 ms, less a tick.
+        unconfirmed = max(0, len(held) - delayed)
+        held = sorted(held, reverse=True)[:delayed]
+        if not held:
+            return []
     evidence = (
         f"{len(held)} segment(s) waited for a pure ACK {DELAYED_ACK_MIN_S * 1e3:.0f} ms or more beyond the "
         "connection's fastest, and the next data left as soon as it came: small writes held by Nagle's algorithm "
         "until the peer's delayed-ACK timer fired"
         + (f"; the peers' TcpExt.DelayedACKs rose by {delayed}" if delayed else "")
+        + (f" ({unconfirmed} more slow ACK(s) beyond that count are not named)" if unconfirmed else "")
         + "; TCP_NODELAY, or one write per message, removes it"
     )
     return [Stall("delayed_ack", len(held), tuple(held), evidence)]
