@@ -106,7 +106,35 @@ def test_bad_arguments_to_run_are_refused_before_anything_starts(tcpnet):
     workload = UserDownload(1000)
     with pytest.raises(ValueError, match="timeout"):
         pair.run(workload, timeout=0)
+    # Without a timeout the workload's own default_timeout(link) is the deadline; this one gives none.
+    with pytest.raises(TypeError, match=r"timeout: UserDownload has no default_timeout\(link\)"):
+        pair.run(workload)
     assert workload.started == [] and tcpnet.results == []
+
+
+def test_the_plugin_s_adapters_check_their_options_when_built_and_run_with_their_own_deadline(tcpnet):
+    """Pair's workload methods are sugar over run(workload): the adapters check their own options before anything
+    starts (so a workload built for run() is checked as the method's is) and give their own deadline."""
+    from pytest_tcpnet.model.app import Flow
+    from pytest_tcpnet.workload import Bulk
+    from pytest_tcpnet.workload.latency import UnderLoad
+    from pytest_tcpnet.workload.requests import RequestResponse
+
+    with pytest.raises(ValueError, match="count: must be a whole number of requests"):
+        RequestResponse(0, response_size=100)
+    with pytest.raises(ValueError, match="probe_interval: must be in"):
+        UnderLoad(duration=1, probe_interval=20)
+    with pytest.raises(TypeError, match="flows: expected a list of Flow"):
+        Bulk([])
+    with pytest.raises(TypeError, match="starve_receiver: must be True or False"):
+        Bulk([Flow(nbytes=1000)], starve_receiver="yes")
+    pair = tcpnet.pair()
+    workload = RequestResponse(5, response_size=10_000)
+    assert workload.default_timeout(pair.link) >= 60  # a minute at least, however small
+    (exchanges,) = pair.run(workload).results
+    assert len(exchanges.fct_s) == 5 and exchanges in tcpnet.results
+    (flow,) = pair.run(Bulk([Flow(nbytes=200_000)])).flows
+    assert flow.nbytes == 200_000 and not flow.starved_receiver
 
 
 def test_a_user_s_workload_that_hangs_is_stopped_at_its_deadline(tcpnet):

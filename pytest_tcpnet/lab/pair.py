@@ -3,15 +3,13 @@
 import math
 
 from ..errors import LabError, MissingCapability
-from ..model import transfer_time
-from ..model.app import Cbr, Flow
-from ..model.validation import check_flag, check_integer
+from ..model.app import Flow
 from ..requirements import check_need
 from ..results import ConcurrentResult, WindowProbe
-from ..workload import Bulk, Workload
+from ..workload import Bulk
 from .world import WorldView
 
-__all__ = ["Pair", "default_timeout"]
+__all__ = ["Pair"]
 
 
 class Pair(WorldView):
@@ -132,10 +130,8 @@ class Pair(WorldView):
             writer=writer,
             write_size=write_size,
         )
-        results, _ = self._run_bulk(
-            [flow], starve_receiver=starve_receiver, capture=capture, sample_interval=sample_interval, timeout=timeout
-        )
-        result = results[0]
+        workload = Bulk([flow], starve_receiver=starve_receiver)
+        (result,) = self.run(workload, capture=capture, sample_interval=sample_interval, timeout=timeout).flows
         if nbytes is not None and result.nbytes != flow.nbytes:
             raise LabError(f"receiver got {result.nbytes} of {flow.nbytes} bytes\n{result.describe()}")
         return result
@@ -147,14 +143,12 @@ class Pair(WorldView):
         `.udp`). Returns a ConcurrentResult: `.flows` (a TransferResult each), `.total_bps`, `.jain_index`.
         """
         flows = list(flows)
-        if not any(isinstance(f, Flow) for f in flows) or not all(isinstance(f, (Flow, Cbr)) for f in flows):
+        if not any(isinstance(f, Flow) for f in flows):
             raise TypeError(f"flows: expected a list of Flow(...) (at least one) and Cbr(...) streams, got {flows!r}")
-        results, udp = self._run_bulk(
-            flows, starve_receiver=False, capture=capture, sample_interval=sample_interval, timeout=timeout
-        )
+        run = self.run(Bulk(flows), capture=capture, sample_interval=sample_interval, timeout=timeout)
         # Flows beside each other share the link: the model then predicts each one's share, not the whole link.
-        shared = self.lab.share(results, udp, self.link, what="the link")
-        return ConcurrentResult(flows=shared, udp=udp)
+        shared = self.lab.share(run.flows, run.results, self.link, what="the link")
+        return ConcurrentResult(flows=shared, udp=run.results)
 
     def latency_under_load(
         self, *, duration, flows=None, probe_interval=0.01, idle=1.0, capture=False, sample_interval=None, timeout=None
@@ -170,29 +164,10 @@ class Pair(WorldView):
         LatencyResult: idle_rtt_s, loaded_rtt_s(p), induced_latency_s(p), the probe's samples and
         the flows' ConcurrentResult as `.flows`.
         """
-        from ..model.units import parse_time
         from ..workload.latency import UnderLoad
 
-        duration = Flow(duration=duration).duration  # the same validation as a flow's duration
-        flows = [Flow(duration=duration)] if flows is None else list(flows)
-        if not all(isinstance(f, (Flow, Cbr)) for f in flows):
-            raise TypeError(f"flows: expected a list of Flow(...) and Cbr(...) (empty: the probe alone), got {flows!r}")
-        interval = parse_time(probe_interval, "probe_interval")
-        if not 0.001 <= interval <= 10:
-            raise ValueError(f"probe_interval: must be in [1 ms, 10 s], got {probe_interval!r}")
-        idle = parse_time(idle, "idle")
-        if not interval <= idle <= 600:
-            raise ValueError(f"idle: must be at least one probe_interval and at most 600 s, got {idle!r}")
-        # The probe alone runs idle + duration; flows get their own generous deadline on top of the idle phase.
-        timeout = timeout or idle + max([duration + 30.0] + [_timeout_of(f, self.link) for f in flows])
-        workload = UnderLoad(flows, idle=idle, duration=duration, interval=interval, socket_cc=self.socket_cc)
-        run = self._run_one(
-            workload,
-            [f for f in flows if isinstance(f, Flow)],
-            capture=capture,
-            sample_interval=sample_interval,
-            timeout=timeout,
-        )
+        workload = UnderLoad(duration=duration, flows=flows, probe_interval=probe_interval, idle=idle)
+        run = self.run(workload, capture=capture, sample_interval=sample_interval, timeout=timeout)
         *_, latency = run.results
         return latency
 
@@ -217,28 +192,10 @@ class Pair(WorldView):
         SO_RCVBUF; cc: the server's congestion control. Returns a RequestsResult: fct_s per
         request, fct_percentile(p), the model's expected_s beside them, describe().
         """
-        from ..model import check_congestion_control
-        from ..model.app import check_buffer_bytes
-        from ..model.units import parse_time
         from ..workload.requests import RequestResponse
 
-        check_integer("count", count, 1, 100_000, must="a whole number of requests in 1..100000")
-        request_size = check_buffer_bytes("request_size", request_size)
-        response_size = check_buffer_bytes("response_size", response_size)
-        check_flag("new_connection", new_connection)
-        interval = parse_time(interval, "interval")
-        if not 0 <= interval <= 3600:
-            raise ValueError(f"interval: must be in [0, 3600] seconds, got {interval!r}")
-        sndbuf = None if sndbuf is None else check_buffer_bytes("sndbuf", sndbuf)
-        rcvbuf = None if rcvbuf is None else check_buffer_bytes("rcvbuf", rcvbuf)
-        if cc is not None:
-            check_congestion_control("cc", cc)
-            check_need(cc)
-        cc = cc or self.socket_cc.get("server")
-        flow = Flow(nbytes=count * (request_size + response_size))
-        timeout = timeout or default_timeout(flow, self.link) + count * (interval + 4 * self.link.rtt_s)
         workload = RequestResponse(
-            count=count,
+            count,
             request_size=request_size,
             response_size=response_size,
             new_connection=new_connection,
@@ -247,7 +204,7 @@ class Pair(WorldView):
             rcvbuf=rcvbuf,
             cc=cc,
         )
-        (exchanges,) = self._run_one(workload, [], capture=False, sample_interval=0, timeout=timeout).results
+        (exchanges,) = self.run(workload, sample_interval=0, timeout=timeout).results
         return exchanges
 
     def iperf3(
@@ -267,22 +224,10 @@ class Pair(WorldView):
         The result's throughput_bps is iperf3's own received average; `details["intervals"]` has
         the sender's per-interval rate, retransmits, cwnd and rtt; series() come from sampling.
         """
-        flow = Flow(duration=duration, direction=direction, cc=cc, rcvbuf=window)
-        if flow.duration != int(flow.duration):
-            raise ValueError(f"duration: iperf3 runs whole seconds; got {duration!r}")
-        check_integer("parallel", parallel, 1, 128, must="an int in 1..128 (iperf3 -P)")
-        check_need("iperf3")
         from ..workload.iperf3 import Iperf3
 
-        workload = Iperf3(duration=flow.duration, direction=direction, cc=cc, window=flow.rcvbuf, parallel=parallel)
-        run = self._run_one(
-            workload,
-            [flow],
-            capture=capture,
-            sample_interval=sample_interval,
-            timeout=timeout or default_timeout(flow, self.link),
-        )
-        return run.flows[0]
+        workload = Iperf3(duration=duration, direction=direction, cc=cc, window=window, parallel=parallel)
+        return self.run(workload, capture=capture, sample_interval=sample_interval, timeout=timeout).flows[0]
 
     def http_download(self, nbytes, *, limit_rate=None, capture=False, sample_interval=None, timeout=None):
         """curl in the client downloads nbytes from an HTTP server in the server namespace.
@@ -291,49 +236,21 @@ class Pair(WorldView):
         throughput_bps is curl's own average; rate_series() comes from the client socket's
         sampled bytes_received.
         """
-        flow = Flow(nbytes=nbytes)
-        check_need("curl")
         from ..workload.http import HttpDownload
 
-        workload = HttpDownload(flow.nbytes, limit_rate=limit_rate)
-        timeout = timeout or default_timeout(flow, self.link)
-        if workload.limit_rate_bytes:
-            timeout += 3 * flow.nbytes / workload.limit_rate_bytes
-        return self._run_one(workload, [flow], capture=capture, sample_interval=sample_interval, timeout=timeout).flows[
-            0
-        ]
+        workload = HttpDownload(nbytes, limit_rate=limit_rate)
+        return self.run(workload, capture=capture, sample_interval=sample_interval, timeout=timeout).flows[0]
 
-    def _run_bulk(self, flows, *, starve_receiver, capture, sample_interval, timeout):
-        """Checks every option before anything starts, then runs the Bulk workload."""
-        check_flag("starve_receiver", starve_receiver)
-        timeout = timeout or max(_timeout_of(flow, self.link) for flow in flows)
-        workload = Bulk(flows, starve_receiver=starve_receiver, socket_cc=self.socket_cc)
-        return self._run_one(
-            workload,
-            [f for f in flows if isinstance(f, Flow)],
-            capture=capture,
-            sample_interval=sample_interval,
-            timeout=timeout,
-            conditions={"starved_receiver": starve_receiver},
-        )
-
-    def run(self, workload, *, timeout, capture=False, sample_interval=None):
+    def run(self, workload, *, timeout=None, capture=False, sample_interval=None):
         """Run a Workload, yours or the plugin's, on this pair and measure it as every workload method here is
         measured (docs/workloads.md, "Your own adapter"): a WorkloadRun of its connections' TransferResults and
         its own results, all registered with the lab (session table, results file, failure artifacts).
 
         timeout: seconds from the measurement's start until the workload must be done (a LabError then, every
-        process it started stopped). capture and sample_interval: as for transfer().
+        process it started stopped); None: the workload's own default_timeout(link), which yours must then give.
+        capture and sample_interval: as for transfer().
         """
-        if not isinstance(workload, Workload):
-            raise TypeError(
-                f"workload: expected an instance of a pytest_tcpnet.Workload subclass, got {type(workload).__name__}"
-            )
-        return self._run_one(workload, [], capture=capture, sample_interval=sample_interval, timeout=timeout)
-
-    def _run_one(self, workload, specs, **options):
-        """Run one workload on this pair (WorldView._run); its WorkloadRun."""
-        return self._run([(self, workload)], specs, **options)[0]
+        return self._run([(self, workload)], timeout=timeout, capture=capture, sample_interval=sample_interval)[0]
 
     def observe(self, *, capture=False, sample_interval=None, app_window=None):
         """Measure whatever runs on this pair inside the block: your own programs, started with popen/run/spawn/call.
@@ -403,32 +320,3 @@ def check_observe_options(capture, app_window):
     if capture:
         check_need("tshark")
     return app_window
-
-
-def _timeout_of(flow, link):
-    """A flow's deadline; a CBR stream's is its span plus a minute."""
-    if isinstance(flow, Cbr):
-        return 60.0 + flow.start + flow.duration
-    return default_timeout(flow, link)
-
-
-_LONGEST_DEADLINE = 24 * 3600.0  # poll() takes at most ~24 days; no test should wait a day anyway
-
-
-def default_timeout(flow, link):
-    """Generous deadline: 10x the time at 1 Mbit/s (or a slower shaped rate) plus start-up and pauses; at most a day.
-
-    Not the link's rate: a window-limited flow can be far slower than its link.
-    """
-    return min(_LONGEST_DEADLINE, _unbounded_timeout(flow, link))
-
-
-def _unbounded_timeout(flow, link):
-    rates = [w.rate_bps for w in (link.toward_client, link.toward_server) if w.rate_bps]
-    slowest = min(rates + [1e6]) if rates else 1e6
-    pauses = sum(p.seconds for p in (flow.reader, flow.writer) if hasattr(p, "seconds"))
-    if flow.duration is not None:
-        return 60.0 + flow.start + flow.duration + pauses
-    paced = [p.rate_bps for p in (flow.reader, flow.writer) if hasattr(p, "rate_bps")]
-    pace_time = 2 * transfer_time(flow.nbytes, min(paced)) if paced else 0
-    return max(60.0, 10 * transfer_time(flow.nbytes, slowest) + 30 * link.rtt_s) + flow.start + pauses + pace_time

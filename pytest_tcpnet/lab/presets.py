@@ -9,7 +9,7 @@ from ..model.app import Flow
 from ..model.validation import check_integer
 from ..results import ConcurrentResult
 from ..workload import Bulk, Workload
-from .pair import Pair, check_observe_options, default_timeout
+from .pair import Pair, check_observe_options
 from .world import WorldView
 
 __all__ = ["Topology", "describe_pair", "describe_star", "describe_dumbbell", "MAX_DUMBBELL_PAIRS", "MAX_STAR_SERVERS"]
@@ -122,24 +122,23 @@ class Topology(WorldView):
         Each flow is measured as its pair's transfer() is (its own sampler, counters, capture),
         inside one measurement slot; every pair's counters cover the same span.
         """
-        jobs = self._per_pair("flows", flows, Flow, "a Flow(...)")
-        timeout = timeout or max(default_timeout(flow, pair.link) for pair, flow in jobs)
-        runs = self._run_shared(
-            [(pair, Bulk([flow], socket_cc=pair.socket_cc)) for pair, flow in jobs],
-            [flow for _, flow in jobs],
+        flows = list(flows)
+        self._per_pair("flows", flows, Flow, "a Flow(...)")
+        runs = self.run(
+            [None if flow is None else Bulk([flow]) for flow in flows],
             timeout=timeout,
             sample_interval=sample_interval,
             capture=capture,
-            conditions={"starved_receiver": False},
         )
-        return ConcurrentResult(flows=[run.flows[0] for run in runs])
+        return ConcurrentResult(flows=[run.flows[0] for run in runs if run is not None])
 
-    def run(self, workloads, *, timeout, capture=False, sample_interval=None):
+    def run(self, workloads, *, timeout=None, capture=False, sample_interval=None):
         """Run workloads[i] (a Workload, or None for none) on pair i, all at once in one measurement slot, each
         measured as Pair.run measures one; a WorkloadRun per pair in pair order (None for an idle pair). On a
-        dumbbell each flow has its share of the bottleneck, as concurrent()'s do."""
+        dumbbell each flow has its share of the bottleneck, as concurrent()'s do. timeout None: the longest of
+        the workloads' own default_timeout(link)."""
         jobs = self._per_pair("workloads", workloads, Workload, "a Workload")
-        runs = self._run_shared(jobs, [], timeout=timeout, capture=capture, sample_interval=sample_interval)
+        runs = self._run_shared(jobs, timeout=timeout, capture=capture, sample_interval=sample_interval)
         by_pair = {id(pair): run for (pair, _), run in zip(jobs, runs)}
         return [by_pair.get(id(pair)) for pair in self.pairs]
 
@@ -158,10 +157,10 @@ class Topology(WorldView):
             raise ValueError(f"{name}: every entry is None; nothing to run")
         return jobs
 
-    def _run_shared(self, jobs, specs, **options):
+    def _run_shared(self, jobs, **options):
         """WorldView._run, and on a dumbbell every flow of every pair with its share of the bottleneck they crossed
         at once (the rate check and the model then judge each against its share, not the whole link)."""
-        runs = self._run(jobs, specs, **options)
+        runs = self._run(jobs, **options)
         if self.bottleneck is None:
             return runs
         flows = [flow for run in runs for flow in run.flows]

@@ -20,6 +20,7 @@ from ..model import Host, OneWay
 from ..model.validation import check_number
 from ..requirements import check_need
 from ..results import REPORTED_KINDS, WorkloadRun
+from ..workload import Workload
 from .node import Node
 
 __all__ = ["World", "WorldView", "End", "TEST_NETWORK", "TEST_NETWORK6", "FAMILIES"]
@@ -429,18 +430,26 @@ class WorldView:
         if self.closed:
             raise LabError(f"this {self.kind} is closed")
 
-    def _run(self, jobs, specs, *, timeout, capture=False, sample_interval=None, conditions=None):
+    def _run(self, jobs, *, timeout=None, capture=False, sample_interval=None):
         """Check, then run the (pair, workload) jobs at once in one measurement slot: a WorkloadRun per job, its
-        flows and its own results registered with the lab. specs: the Flows asked for (their ccs are checked)."""
-        self.check_measurement(specs, capture=capture, timeout=timeout)
+        flows and its own results registered with the lab. timeout None: the longest of the workloads' own."""
+        for _, workload in jobs:
+            if not isinstance(workload, Workload):
+                raise TypeError(
+                    f"workload: expected an instance of a pytest_tcpnet.Workload subclass, got {type(workload).__name__}"
+                )
+        if timeout is None:
+            defaults = [workload.default_timeout(pair.link) for pair, workload in jobs]
+            if None in defaults:
+                named = next(type(w).__name__ for (_, w), d in zip(jobs, defaults) if d is None)
+                raise TypeError(f"timeout: {named} has no default_timeout(link); pass run(..., timeout=seconds)")
+            timeout = max(defaults)
+        self.check_measurement(
+            [spec for _, workload in jobs for spec in workload.flow_specs()], capture=capture, timeout=timeout
+        )
         lab = self.world.lab
         measured = run_workloads(
-            jobs,
-            timeout=timeout,
-            sample_interval=sample_interval,
-            capture=capture,
-            artifact_dir=lab.artifact_dir,
-            conditions=conditions,
+            jobs, timeout=timeout, sample_interval=sample_interval, capture=capture, artifact_dir=lab.artifact_dir
         )
         runs = []
         for (pair, workload), flows in zip(jobs, measured):

@@ -11,7 +11,7 @@ from .slots import measurement_slot, slot_wait_s
 __all__ = ["run_workloads", "TCP_SYSCTLS"]
 
 
-def run_workloads(jobs, *, timeout, sample_interval=None, capture=False, artifact_dir=None, conditions=None):
+def run_workloads(jobs, *, timeout, sample_interval=None, capture=False, artifact_dir=None):
     """Run several (pair, workload) at once, each inside an Observation of its pair; a list of TransferResults each,
     one per flow, registered with the lab.
 
@@ -19,7 +19,7 @@ def run_workloads(jobs, *, timeout, sample_interval=None, capture=False, artifac
     each flow's data, its own packets only); the flows come from what the workloads' programs reported, completed
     from the samples where a tool reports less. sample_interval: seconds between socket samples (None: fit to the
     RTT; 0 or False: off). capture: False, True (the sender's side), or a node role ("client", "router",
-    "server"). conditions: extra TransferResult fields shared by every flow (reader, writer, starved_receiver, ...).
+    "server"). Each workload's conditions() add TransferResult fields its flows share (starved_receiver, ...).
 
     One measurement slot covers them all; every pair's counters are read before the first
     workload starts and after the last one ends, so the workloads share one span of time.
@@ -64,15 +64,15 @@ def run_workloads(jobs, *, timeout, sample_interval=None, capture=False, artifac
         steps, origin = applied[id(observation.pair.world)]
         observation.shared.update(link_changes=steps, schedule_origin=origin if steps or origin else None)
     return [
-        _results(observation, workload, pair_outcomes, artifact_dir, conditions)
+        _results(observation, workload, pair_outcomes, artifact_dir)
         for observation, (_, workload), pair_outcomes in zip(observations, jobs, outcomes)
     ]
 
 
-def _results(observation, workload, outcomes, artifact_dir, conditions):
+def _results(observation, workload, outcomes, artifact_dir):
     samples = observation.samples
     shared = dict(
-        observation.shared, workload=workload.kind, samples=samples, artifact_dir=artifact_dir, **(conditions or {})
+        observation.shared, workload=workload.kind, samples=samples, artifact_dir=artifact_dir, **workload.conditions()
     )
     results = []
     for outcome in outcomes:

@@ -2,7 +2,13 @@
 
 from dataclasses import dataclass, field
 
-__all__ = ["Workload", "FlowOutcome"]
+from ..model import transfer_time
+from ..model.app import Cbr
+
+__all__ = ["Workload", "FlowOutcome", "default_timeout", "flow_deadline"]
+
+#: poll() takes at most ~24 days; no test should wait a day anyway.
+_LONGEST_DEADLINE = 24 * 3600.0
 
 
 @dataclass
@@ -25,10 +31,12 @@ class FlowOutcome:
 class Workload:
     """One kind of traffic on a pair: start it inside the pair's nodes, wait for it, stop it by pid.
 
-    Subclasses implement `start(pair, deadline)` (processes launched, servers listening),
-    `wait(deadline) -> [FlowOutcome]` and `stop()` (idempotent; also called on errors); a workload
-    whose flows are not the whole story (UDP streams, request/response times, a latency probe) also
-    `results(pair, flows)`, its own results.
+    Subclasses check their options when constructed (before anything starts) and implement
+    `start(pair, deadline)` (processes launched, servers listening), `wait(deadline) -> [FlowOutcome]`
+    and `stop()` (idempotent; also called on errors); a workload whose flows are not the whole story
+    (UDP streams, request/response times, a latency probe) also `results(pair, flows)`, its own
+    results. `default_timeout(link)`, `flow_specs()` and `conditions()` tell the lab its deadline, the
+    Flows to check and what its results record.
     `Pair.run(workload)` wraps them with the measurement slot, socket sampling, capture and
     counters, so an adapter only knows how to drive its own tool (a user's too: docs/workloads.md).
     """
@@ -51,6 +59,18 @@ class Workload:
         for node, child in self.__dict__.pop("_spawned", []):
             node.processes.release(child)
 
+    def default_timeout(self, link):
+        """Seconds the workload may take on a path of `link` when run() is given no timeout (None: it must be)."""
+        return None
+
+    def flow_specs(self):
+        """The Flows this workload asks for: the lab checks their congestion controls before anything starts."""
+        return []
+
+    def conditions(self):
+        """Fields every TransferResult of this workload records beyond the measurement's (starved_receiver, ...)."""
+        return {}
+
     def start(self, pair, deadline):
         """Launch the workload's processes on pair's nodes; return once it is running."""
         raise NotImplementedError
@@ -67,3 +87,29 @@ class Workload:
         """After the measurement: the workload's own results beyond its flows' TransferResults (``flows``, registered
         with pair's lab), for the lab to register: UdpResults, a RequestsResult, a LatencyResult ([]: none)."""
         return []
+
+
+def flow_deadline(flow, link):
+    """A Flow's or a Cbr stream's generous deadline on a path of `link` (a stream's: its span plus a minute)."""
+    if isinstance(flow, Cbr):
+        return 60.0 + flow.start + flow.duration
+    return default_timeout(flow, link)
+
+
+def default_timeout(flow, link):
+    """Generous deadline: 10x the time at 1 Mbit/s (or a slower shaped rate) plus start-up and pauses; at most a day.
+
+    Not the link's rate: a window-limited flow can be far slower than its link.
+    """
+    return min(_LONGEST_DEADLINE, _unbounded_timeout(flow, link))
+
+
+def _unbounded_timeout(flow, link):
+    rates = [w.rate_bps for w in (link.toward_client, link.toward_server) if w.rate_bps]
+    slowest = min(rates + [1e6]) if rates else 1e6
+    pauses = sum(p.seconds for p in (flow.reader, flow.writer) if hasattr(p, "seconds"))
+    if flow.duration is not None:
+        return 60.0 + flow.start + flow.duration + pauses
+    paced = [p.rate_bps for p in (flow.reader, flow.writer) if hasattr(p, "rate_bps")]
+    pace_time = 2 * transfer_time(flow.nbytes, min(paced)) if paced else 0
+    return max(60.0, 10 * transfer_time(flow.nbytes, slowest) + 30 * link.rtt_s) + flow.start + pauses + pace_time

@@ -2,9 +2,10 @@
 
 import os
 
-from ..model.app import Cbr
+from ..model.app import Cbr, Flow
+from ..model.validation import check_flag
 from ..results import UdpResult
-from .base import FlowOutcome, Workload
+from .base import FlowOutcome, Workload, flow_deadline
 from .flows import bulk_endpoint, cpu_hog, udp_cbr_sender, udp_sink
 
 __all__ = ["Bulk", "STARVED_READ_SIZE"]
@@ -21,15 +22,29 @@ class Bulk(Workload):
 
     kind = "bulk"
 
-    def __init__(self, flows, *, starve_receiver=False, socket_cc=None, connect_timeout=30.0):
+    def __init__(self, flows, *, starve_receiver=False, connect_timeout=30.0):
+        flows = list(flows)
+        if not flows or not all(isinstance(f, (Flow, Cbr)) for f in flows):
+            raise TypeError(f"flows: expected a list of Flow(...) and Cbr(...) streams (at least one), got {flows!r}")
         self.flows = [flow for flow in flows if not isinstance(flow, Cbr)]
         self.streams = [flow for flow in flows if isinstance(flow, Cbr)]
         self.udp_records = []
         self._udp = []
-        self.starve_receiver = starve_receiver
-        self.socket_cc = socket_cc or {}  # role -> cc the Host asked for but the namespace could not default to
+        self.starve_receiver = check_flag("starve_receiver", starve_receiver)
+        if starve_receiver and not self.flows:
+            raise ValueError("starve_receiver: needs a TCP Flow whose receiver to starve; only Cbr streams were given")
         self.connect_timeout = connect_timeout
         self._running = []
+
+    def default_timeout(self, link):
+        """The longest of the flows' and streams' own deadlines."""
+        return max(flow_deadline(flow, link) for flow in self.flows + self.streams)
+
+    def flow_specs(self):
+        return list(self.flows)
+
+    def conditions(self):
+        return {"starved_receiver": self.starve_receiver}
 
     def start(self, pair, deadline):
         starved_cpu = max(os.sched_getaffinity(0)) if self.starve_receiver else None
@@ -41,7 +56,7 @@ class Bulk(Workload):
             sender, receiver = (
                 (pair.server, pair.client) if flow.direction == "download" else (pair.client, pair.server)
             )
-            cc = flow.cc or self.socket_cc.get(sender.role)
+            cc = flow.cc or pair.socket_cc.get(sender.role)  # one the namespace could not default to
             ends = {
                 sender.role: dict(
                     role="sender",

@@ -7,8 +7,9 @@ import time
 
 from .. import interrupts
 from ..errors import LabError, program_path
-from ..model.app import RateLimit
-from .base import FlowOutcome, Workload
+from ..model.app import Flow, RateLimit
+from ..requirements import check_need
+from .base import FlowOutcome, Workload, default_timeout
 from .flows import http_server
 
 __all__ = ["HttpDownload", "check_limit_rate"]
@@ -40,13 +41,23 @@ class HttpDownload(Workload):
     kind = "http"
 
     def __init__(self, nbytes, *, limit_rate=None):
+        self.flow = Flow(nbytes=nbytes)
+        check_need("curl")
         program_path("curl", package="curl")
-        self.nbytes = nbytes
+        self.nbytes = self.flow.nbytes
         self.limit_rate = limit_rate
         self.limit_rate_bytes = check_limit_rate(limit_rate)
         # curl reads no faster than its limit on average: the model's application bound, as for a paced reader.
         self.reader = RateLimit(self.limit_rate_bytes, f"curl --limit-rate {limit_rate}") if limit_rate else None
         self._server = self._curl = None
+
+    def default_timeout(self, link):
+        """The transfer's generous deadline, and three times what curl's --limit-rate lets it take."""
+        paced = 3 * self.nbytes / self.limit_rate_bytes if self.limit_rate_bytes else 0.0
+        return default_timeout(self.flow, link) + paced
+
+    def flow_specs(self):
+        return [self.flow]
 
     def start(self, pair, deadline):
         self._pair = pair

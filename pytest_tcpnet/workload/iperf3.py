@@ -4,7 +4,10 @@ import shutil
 
 from .. import interrupts
 from ..errors import LabError, MissingCapability
-from .base import FlowOutcome, Workload
+from ..model.app import Flow
+from ..model.validation import check_integer
+from ..requirements import check_need
+from .base import FlowOutcome, Workload, default_timeout
 from .flows import iperf3_cli, iperf3_client, iperf3_server
 
 __all__ = ["Iperf3", "bindings_available"]
@@ -32,7 +35,13 @@ class Iperf3(Workload):
     kind = "iperf3"
 
     def __init__(self, *, duration, direction="download", cc=None, window=None, parallel=1, use_bindings=None):
-        self.duration, self.direction, self.cc, self.window, self.parallel = duration, direction, cc, window, parallel
+        self.flow = Flow(duration=duration, direction=direction, cc=cc, rcvbuf=window)
+        if self.flow.duration != int(self.flow.duration):
+            raise ValueError(f"duration: iperf3 runs whole seconds; got {duration!r}")
+        self.parallel = check_integer("parallel", parallel, 1, 128, must="an int in 1..128 (iperf3 -P)")
+        self.duration, self.direction, self.cc, self.window = self.flow.duration, direction, cc, self.flow.rcvbuf
+        if use_bindings is None:
+            check_need("iperf3")
         if use_bindings is None:
             use_bindings = bindings_available()
         if not use_bindings and shutil.which("iperf3") is None:
@@ -43,8 +52,13 @@ class Iperf3(Workload):
             )
         self.use_bindings = use_bindings
 
+    def default_timeout(self, link):
+        return default_timeout(self.flow, link)
+
+    def flow_specs(self):
+        return [self.flow]
+
     def start(self, pair, deadline):
-        self._pair = pair
         reverse = self.direction == "download"
         if self.use_bindings:
             self._server = self._spawn(

@@ -3,8 +3,10 @@
 import dataclasses
 
 from .. import netlink
+from ..model.app import Cbr, Flow
+from ..model.units import parse_time
 from ..results import ConcurrentResult, LatencyResult
-from .base import Workload
+from .base import Workload, flow_deadline
 from .bulk import Bulk
 from .flows import rtt_echo_server, rtt_probe_client
 
@@ -12,17 +14,35 @@ __all__ = ["UnderLoad"]
 
 
 class UnderLoad(Workload):
-    """A latency probe for idle + duration seconds; the flows (model.Flow) start `idle` seconds after it."""
+    """A latency probe for idle + duration seconds; the flows (model.Flow and Cbr; default one download of that
+    duration) start `idle` seconds after it. Its options are Pair.latency_under_load's."""
 
     kind = "latency under load"
 
-    def __init__(self, flows, *, idle, duration, interval, socket_cc=None, connect_timeout=30.0):
+    def __init__(self, *, duration, flows=None, probe_interval=0.01, idle=1.0, connect_timeout=30.0):
+        duration = Flow(duration=duration).duration  # the same validation as a flow's duration
+        flows = [Flow(duration=duration)] if flows is None else list(flows)
+        if not all(isinstance(f, (Flow, Cbr)) for f in flows):
+            raise TypeError(f"flows: expected a list of Flow(...) and Cbr(...) (empty: the probe alone), got {flows!r}")
+        interval = parse_time(probe_interval, "probe_interval")
+        if not 0.001 <= interval <= 10:
+            raise ValueError(f"probe_interval: must be in [1 ms, 10 s], got {probe_interval!r}")
+        idle = parse_time(idle, "idle")
+        if not interval <= idle <= 600:
+            raise ValueError(f"idle: must be at least one probe_interval and at most 600 s, got {idle!r}")
         self.flows = [dataclasses.replace(flow, start=flow.start + idle) for flow in flows]
-        self.bulk = Bulk(self.flows, socket_cc=socket_cc, connect_timeout=connect_timeout) if flows else None
+        self.bulk = Bulk(self.flows, connect_timeout=connect_timeout) if flows else None
         self.idle, self.duration, self.interval = idle, duration, interval
         self.connect_timeout = connect_timeout
         self.probe_record = None
         self._probe = None
+
+    def default_timeout(self, link):
+        """The probe's idle and loaded phases, or the flows' own deadlines (they start after the idle phase)."""
+        return max([self.idle + self.duration + 30.0] + [flow_deadline(f, link) for f in self.flows])
+
+    def flow_specs(self):
+        return [f for f in self.flows if isinstance(f, Flow)]
 
     def start(self, pair, deadline):
         server = self._spawn(

@@ -2,11 +2,15 @@
 
 from .. import netlink
 from ..measure.run import TCP_SYSCTLS
-from ..model import Conditions, format_rate, format_size, format_time, request_response_times
+from ..model import Conditions, check_congestion_control, format_rate, format_size, format_time, request_response_times
+from ..model.app import Flow, check_buffer_bytes
 from ..model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6, link_goodput, sustained_window
+from ..model.units import parse_time
+from ..model.validation import check_flag, check_integer
 from ..model.window import send_window
+from ..requirements import check_need
 from ..results import RequestsResult
-from .base import Workload
+from .base import Workload, default_timeout
 from .flows import rr_client, rr_server
 
 __all__ = ["RequestResponse"]
@@ -20,23 +24,38 @@ class RequestResponse(Workload):
 
     def __init__(
         self,
+        count=1,
         *,
-        count,
-        request_size,
+        request_size=64,
         response_size,
-        new_connection,
-        interval,
+        new_connection=False,
+        interval=0.0,
         sndbuf=None,
         rcvbuf=None,
         cc=None,
         connect_timeout=30.0,
     ):
-        self.count, self.request_size, self.response_size = count, request_size, response_size
-        self.new_connection, self.interval = new_connection, interval
-        self.sndbuf, self.rcvbuf, self.cc = sndbuf, rcvbuf, cc
+        self.count = check_integer("count", count, 1, 100_000, must="a whole number of requests in 1..100000")
+        self.request_size = check_buffer_bytes("request_size", request_size)
+        self.response_size = check_buffer_bytes("response_size", response_size)
+        self.new_connection = check_flag("new_connection", new_connection)
+        self.interval = parse_time(interval, "interval")
+        if not 0 <= self.interval <= 3600:
+            raise ValueError(f"interval: must be in [0, 3600] seconds, got {interval!r}")
+        self.sndbuf = None if sndbuf is None else check_buffer_bytes("sndbuf", sndbuf)
+        self.rcvbuf = None if rcvbuf is None else check_buffer_bytes("rcvbuf", rcvbuf)
+        if cc is not None:
+            check_congestion_control("cc", cc)
+            check_need(cc)
+        self.cc = cc
         self.connect_timeout = connect_timeout
         self.records = self.server_record = None
         self._children = None
+
+    def default_timeout(self, link):
+        """Every byte's generous deadline, and four round trips and the interval per request on top."""
+        flow = Flow(nbytes=self.count * (self.request_size + self.response_size))
+        return default_timeout(flow, link) + self.count * (self.interval + 4 * link.rtt_s)
 
     def start(self, pair, deadline):
         server = self._spawn(
@@ -48,7 +67,7 @@ class RequestResponse(Workload):
                 response_size=self.response_size,
                 sndbuf=self.sndbuf,
                 rcvbuf=None,
-                cc=self.cc,
+                cc=self.cc or pair.socket_cc.get("server"),  # one the namespace could not default to
                 connections=self.count if self.new_connection else 1,
                 timeout=self.connect_timeout,
             ),
