@@ -5,10 +5,9 @@ world with World.host/router/connect/shape, and hands back Pairs over it.
 """
 
 from ..model import Link
-from ..model.app import Flow
 from ..model.validation import check_integer
-from ..results import ConcurrentResult
-from ..workload import Bulk, Workload
+from ..workload import Workload
+from ..workload.methods import TopologyWorkloads
 from .pair import Pair, check_observe_options
 from .world import WorldView
 
@@ -97,7 +96,7 @@ def check_count(name, n, most):
     return check_integer(name, n, 1, most, must=f"an int in 1..{most} (the address plan's limit)")
 
 
-class Topology(WorldView):
+class Topology(TopologyWorkloads, WorldView):
     """A star or dumbbell: its pairs (`.pairs[i]`, each a whole Pair), flows on all of them at once, teardown."""
 
     def __init__(self, world, pairs, kind, bottleneck=None):
@@ -115,22 +114,6 @@ class Topology(WorldView):
     def router_qdisc_stats(self):
         """{ifname: [qdisc stats]} of every shaped router interface of the world."""
         return self.world.qdisc_stats(self.world.shaped_ends)
-
-    def concurrent(self, flows, *, capture=False, sample_interval=None, timeout=None):
-        """Run flows[i] (a Flow, or None for none) on pair i, all at once; a ConcurrentResult of them in pair order.
-
-        Each flow is measured as its pair's transfer() is (its own sampler, counters, capture),
-        inside one measurement slot; every pair's counters cover the same span.
-        """
-        flows = list(flows)
-        self._per_pair("flows", flows, Flow, "a Flow(...)")
-        runs = self.run(
-            [None if flow is None else Bulk([flow]) for flow in flows],
-            timeout=timeout,
-            sample_interval=sample_interval,
-            capture=capture,
-        )
-        return ConcurrentResult(flows=[run.flows[0] for run in runs if run is not None])
 
     def run(self, workloads, *, timeout=None, capture=False, sample_interval=None):
         """Run workloads[i] (a Workload, or None for none) on pair i, all at once in one measurement slot, each
