@@ -520,16 +520,51 @@ class TransferResult:
             floor = self.min_rtt_s
         except (KeyError, TypeError, AttributeError):  # a result without the sender's TCP_INFO
             return None
-        link = self.link
-        if link is not None and link.ports:  # a link scoped to some ports: as this connection's ports meet it
-            ports = [end[1] for end in (self.sender.local, self.sender.remote) if end]
-            if not ports:
-                return None
-            link = link.seen_by(*ports)
+        link = self._link_as_met()
+        if self.link is not None and link is None:
+            return None
         slack = EMULATED_TIMER_SLACK_S if guest.software_emulated() else 0.0
         return applied_delay(
             link, floor, download=self.direction == "download", slack_s=slack, others_packets=self._others_packets
         )
+
+    @property
+    def applied_duplicate(self):
+        """The duplicates of this flow's data segments its receiver saw (D-SACKs) against the Link's duplicate rate on
+        the data's way (AppliedDuplicate), or None where it says nothing (none asked, a changing link, no TCP_INFO)."""
+        from .analysis.impairments import applied_duplicate
+
+        return self._on_data_way(applied_duplicate)
+
+    @property
+    def applied_reorder(self):
+        """Whether the sender saw its data reordered (TCP_INFO reord_seen) on a way asked to reorder
+        (AppliedReorder), or None where it says nothing (none asked, no delay to overtake, a changing link)."""
+        from .analysis.impairments import applied_reorder
+
+        return self._on_data_way(applied_reorder)
+
+    def _on_data_way(self, check):
+        """check(the Link's way the data took, the sender's TCP_INFO), or None without a link or TCP_INFO."""
+        link = self._link_as_met()
+        if link is None:
+            return None
+        way = link.toward_client if self.direction == "download" else link.toward_server
+        try:
+            return check(way, self.sender_tcp_info)
+        except (KeyError, TypeError, AttributeError):  # a result without the sender's TCP_INFO
+            return None
+
+    def _link_as_met(self):
+        """The Link as this connection's packets met it: a link scoped to some ports as its ports see it (None:
+        no link, or a scoped one and no ports to tell)."""
+        link = self.link
+        if link is not None and link.ports:
+            ports = [end[1] for end in (self.sender.local, self.sender.remote) if end]
+            if not ports:
+                return None
+            link = link.seen_by(*ports)
+        return link
 
     @functools.cached_property
     def _others_packets(self):
@@ -584,8 +619,14 @@ class TransferResult:
         """The applied impairments (loss per interface, the round trip's delay) that are not what the Link asked
         for, beyond chance ([] when all are)."""
         found = [applied for applied in self.applied_impairments if not applied.as_configured]
-        found += [one for one in (self.applied_delay, self.applied_rate) if one is not None and not one.as_configured]
+        found += [one for one in self._path_checks() if not one.as_configured]
         return found
+
+    def _path_checks(self):
+        """The checks of the whole path beside the per-interface losses: delay, rate, duplicates, reordering (those
+        that say something)."""
+        checks = (self.applied_delay, self.applied_rate, self.applied_duplicate, self.applied_reorder)
+        return [one for one in checks if one is not None]
 
     @property
     def interface_drops(self):
@@ -681,9 +722,7 @@ class TransferResult:
                 + ("" if marks is None else f"; queue CE marks: {marks}, sender delivered_ce: {self.ce_marks}")
             )
         lines += [f"link applied: {applied.describe()}" for applied in self.applied_impairments]
-        lines += [
-            f"link applied: {one.describe()}" for one in (self.applied_delay, self.applied_rate) if one is not None
-        ]
+        lines += [f"link applied: {one.describe()}" for one in self._path_checks()]
         if self.share is not None:
             owed = format_rate(self.share.bps) if self.share.bps is not None else "not predicted"
             lines.append(f"share: {owed}: {self.share.why}")

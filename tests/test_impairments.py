@@ -8,7 +8,9 @@ import pytest
 
 from pytest_tcpnet import GilbertElliott, Link, NetemCorrelationWarning, assert_throughput_within
 from pytest_tcpnet.analysis.impairments import (
+    AppliedDuplicate,
     AppliedLoss,
+    AppliedReorder,
     RateSample,
     applied_delay,
     applied_losses,
@@ -128,6 +130,65 @@ def test_a_link_warns_when_netem_would_not_apply_its_correlated_loss():
         warnings.simplefilter("error")
         Link(rtt="10ms", loss="2%")
         Link(rtt="10ms", loss="50%", loss_correlation="25%")  # the middle of the range survives the averaging
+
+
+def _duplicated(dsacked, resent=0, segments=5000, asked=0.02, correlation=0.0):
+    expected = effective_rate(asked, correlation) if correlation else asked
+    return AppliedDuplicate(asked, correlation, expected, segments, dsacked, resent)
+
+
+def test_duplicates_are_judged_between_the_d_sacks_less_the_resends_and_the_d_sacks():
+    # 2% of 5000 segments: 100 expected, sd ~9.9.
+    assert _duplicated(95).as_configured and _duplicated(118).as_configured
+    missing = _duplicated(3)
+    assert missing.too_few and "impairment not as configured" in missing.describe(), missing.describe()
+    assert "not the one asked for" in missing.likely_cause
+    # 160 D-SACKs with 70 resends: the path made 90-160, which 2% explains; with 5 resends it made at least 155.
+    assert _duplicated(160, resent=70).as_configured
+    assert _duplicated(160, resent=5).too_many and "more duplicates than asked" in _duplicated(160, resent=5).describe()
+    # A correlated duplicate rate is judged against netem's own draw, and named when even that is not met.
+    correlated = _duplicated(0, asked=0.02, correlation=0.25)
+    assert correlated.expected < 0.001 and correlated.as_configured, correlated.describe()
+    # Too few segments to judge: 1% of 300 expects 3.
+    assert _duplicated(0, segments=300, asked=0.01).as_configured
+
+
+def test_reordering_is_judged_only_when_none_was_seen_where_many_were_expected():
+    # 5% of 4000 segments: ~200 reordered packets expected; a single event seen is enough (one can cover several).
+    assert AppliedReorder(0.05, 0.0, 0.05, 4000, 1).as_configured
+    none = AppliedReorder(0.05, 0.0, 0.05, 4000, 0)
+    assert not none.as_configured and "no packet overtook another" in none.describe(), none.describe()
+    assert AppliedReorder(0.01, 0.0, 0.01, 300, 0).as_configured  # 3 expected: none is not unusual
+
+
+@pytest.mark.tcpnet_needs("netem")
+@pytest.mark.parametrize("kind", ["duplicate", "reorder"])
+@pytest.mark.parametrize("tamper", [False, True], ids=["as-asked", "removed-behind-the-lab-s-back"])
+def test_duplicates_and_reordering_the_path_made_are_seen_by_the_sender(tcpnet, kind, tamper):
+    """2% duplicates, or 5% reordering, toward the client on a 20 Mbit/s, 20 ms path: the sender's TCP_INFO says what
+    the path did (dsack_dups less its resends: within chance of the 2% asked; reord_seen: some reordering). With
+    the router's netem replaced by one that only delays, the result says "impairment not as configured"."""
+    pair = tcpnet.pair(link=Link(rate="20mbit", rtt="20ms", to_client={kind: "2%" if kind == "duplicate" else "5%"}))
+    if tamper:
+        pair.router.run(
+            ["tc", "qdisc", "change", "dev", "veth-cli", "parent", "1:1", "handle", "10:", "netem", "delay", "10ms"],
+            check=True,
+        )
+    result = pair.transfer(duration=3, cc="cubic")
+    applied = result.applied_duplicate if kind == "duplicate" else result.applied_reorder
+    text = result.describe()
+    assert applied is not None and applied.segments > 3000, text
+    words = "data duplicated" if kind == "duplicate" else "data reordered"
+    if tamper:
+        assert not applied.as_configured and applied in result.impairment_mismatches, text
+        assert f"impairment not as configured: {words}" in text, text
+    else:
+        assert applied.as_configured and applied not in result.impairment_mismatches, text
+        assert f"link applied: {words}" in text, text
+        if kind == "duplicate":
+            assert applied.dsacked >= 0.01 * applied.segments, text
+        else:
+            assert applied.seen > 0, text
 
 
 @pytest.mark.tcpnet_needs("netem")

@@ -37,12 +37,17 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..model import format_rate, link_goodput
+from ..model.netem import effective_rate
 
 __all__ = [
     "AppliedLoss",
     "applied_losses",
     "AppliedDelay",
     "applied_delay",
+    "AppliedDuplicate",
+    "applied_duplicate",
+    "AppliedReorder",
+    "applied_reorder",
     "others_packets",
     "AppliedRate",
     "RateSample",
@@ -243,6 +248,170 @@ class AppliedDelay:
         if not self.as_configured:
             line = f"impairment not as configured: {line}; {self.likely_cause}"
         return line
+
+
+@dataclass(frozen=True)
+class AppliedDuplicate:
+    """The duplicates of a flow's data segments its receiver saw (the sender's TCP_INFO dsack_dups) against the
+    Link's duplicate rate on the data's way.
+
+    A receiver answers a segment it already has with a D-SACK (RFC 2883; Linux's default), and the sender counts the
+    segments those covered (dsack_dups), its own needless resends among them: so the duplicates the path made lie
+    between dsack_dups less the sender's retransmissions and dsack_dups. Judged, as loss is, on the binomial spread
+    (widened by the correlation) of netem's expected draw for the segments sent.
+    """
+
+    asked: float
+    correlation: float
+    expected: float  # what netem's generator makes of the asked rate at that correlation
+    segments: int  # data segments the sender sent (segs_out)
+    dsacked: int  # segments its receiver reported as duplicates (dsack_dups)
+    resent: int  # segments the sender resent (total_retrans): duplicates of its own making, at most
+
+    def _z(self, count: float) -> float | None:
+        expected = self.segments * self.expected
+        if expected < MIN_EXPECTED or self.expected >= 1:
+            return None
+        lag = self.correlation
+        dispersion = (1 + lag) / (1 - lag) if lag < 1 else float("inf")
+        spread = math.sqrt(dispersion * expected * (1 - self.expected))
+        return (count - expected) / spread if spread else None
+
+    def _off(self, count: float) -> bool:
+        z = self._z(count)
+        rate = count / self.segments
+        return z is not None and abs(z) > Z_LIMIT and abs(rate - self.expected) > MIN_RELATIVE * self.expected
+
+    @property
+    def too_few(self) -> bool:
+        """Even counting every D-SACK as the path's, fewer duplicates than netem's draw explains."""
+        return self.dsacked < self.segments * self.expected and self._off(self.dsacked)
+
+    @property
+    def too_many(self) -> bool:
+        """Even counting every resend as D-SACKed, more duplicates than netem's draw explains."""
+        least = max(0, self.dsacked - self.resent)
+        return least > self.segments * self.expected and self._off(least)
+
+    @property
+    def as_configured(self) -> bool:
+        return not (self.too_few or self.too_many)
+
+    @property
+    def key(self) -> tuple:
+        return ("duplicate", self.segments, self.dsacked)
+
+    @property
+    def likely_cause(self) -> str:
+        if self.too_few and self.expected < self.asked:
+            return (
+                f"netem's correlated draw applies {self.expected * 100:.3g}% for {self.asked * 100:.3g}% at "
+                f"{self.correlation * 100:.3g}% correlation (docs/design.md, pitfall 13), and fewer still came"
+            )
+        if self.too_few:
+            return (
+                "the path did not duplicate as asked: the qdisc there is not the one asked for, or the receiver "
+                "sends no D-SACKs (net.ipv4.tcp_dsack or tcp_sack off)"
+            )
+        return "more duplicates than asked: a second netem on the path, or a receiver that D-SACKs for another reason"
+
+    def describe(self) -> str:
+        asked = f"asked {self.asked * 100:.3g}%" + (
+            f" with {self.correlation * 100:.3g}% correlation (netem draws {self.expected * 100:.3g}%)"
+            if self.correlation
+            else ""
+        )
+        least = max(0, self.dsacked - self.resent)
+        share = f"{self.dsacked / self.segments * 100:.3g}%"
+        if least != self.dsacked:
+            share = f"{least / self.segments * 100:.3g}-{share}"
+        resent = f", {self.resent} of them perhaps its own resends" if self.resent else ""
+        line = (
+            f"data duplicated {share}: {self.dsacked} of {self.segments} segments D-SACKed by the receiver{resent}, "
+            f"{asked}"
+        )
+        if not self.as_configured:
+            line = f"impairment not as configured: {line}; {self.likely_cause}"
+        return line
+
+
+def applied_duplicate(way, sender_info: dict) -> AppliedDuplicate | None:
+    """The duplicates the data's way (a OneWay asked to duplicate) made of a flow's segments, from its sender's final
+    TCP_INFO; None where nothing can be judged (no duplicate asked, a changing way, a kernel without dsack_dups)."""
+    if way is None or not way.duplicate or way.changes:
+        return None
+    segments, dsacked = sender_info.get("segs_out"), sender_info.get("dsack_dups")
+    if not segments or dsacked is None:
+        return None
+    return AppliedDuplicate(
+        asked=way.duplicate,
+        correlation=way.duplicate_correlation,
+        expected=effective_rate(way.duplicate, way.duplicate_correlation),
+        segments=segments,
+        dsacked=dsacked,
+        resent=sender_info.get("total_retrans") or 0,
+    )
+
+
+@dataclass(frozen=True)
+class AppliedReorder:
+    """Whether a flow's sender saw its data reordered (TCP_INFO reord_seen) on a way asked to reorder.
+
+    netem sends a reordered packet at once while the others wait out the delay, so it overtakes every packet in the
+    delay line; the sender learns of it when a hole below a SACKed segment fills without a resend, and counts
+    detections, not packets (a reordered packet that overtook 16 others was counted ~15 times: docs/reports.md). So
+    only "none at all" is judged: zero where netem's draw expects at least MIN_EXPECTED reordered packets, each
+    overtaking two or more.
+    """
+
+    asked: float
+    correlation: float
+    expected: float  # reordered packets per packet, netem's draw (and its gap) considered
+    segments: int
+    seen: int  # reordering events the sender saw
+
+    @property
+    def as_configured(self) -> bool:
+        return self.seen > 0 or self.segments * self.expected < MIN_EXPECTED
+
+    @property
+    def key(self) -> tuple:
+        return ("reorder", self.segments, self.seen)
+
+    @property
+    def likely_cause(self) -> str:
+        return "no packet overtook another: the qdisc on the path is not the one asked for, or it has no delay to skip"
+
+    def describe(self) -> str:
+        asked = f"asked {self.asked * 100:.3g}%" + (
+            f" with {self.correlation * 100:.3g}% correlation (netem draws {self.expected * 100:.3g}%)"
+            if self.correlation
+            else ""
+        )
+        line = (
+            f"data reordered: the sender detected reordering {self.seen} time(s) over {self.segments} segments "
+            f"(about {self.segments * self.expected:.0f} reordered packets expected), {asked}"
+        )
+        if not self.as_configured:
+            line = f"impairment not as configured: {line}; {self.likely_cause}"
+        return line
+
+
+def applied_reorder(way, sender_info: dict) -> AppliedReorder | None:
+    """The reordering the data's way (a OneWay asked to reorder) made of a flow's segments, from its sender's final
+    TCP_INFO; None where nothing can be judged (none asked, a changing way, no delay line at least two packets deep
+    for a packet to overtake, a kernel without reord_seen)."""
+    if way is None or not way.reorder or way.changes or not way.delay_s:
+        return None
+    if way.delay_s * (way.rate_bps or 1e9) < 2 * _FRAME_BYTES * 8:
+        return None
+    segments, seen = sender_info.get("segs_out"), sender_info.get("reord_seen")
+    if not segments or seen is None:
+        return None
+    per_packet = effective_rate(way.reorder, way.reorder_correlation) / (way.gap or 1)
+    return AppliedReorder(
+        asked=way.reorder, correlation=way.reorder_correlation, expected=per_packet, segments=segments, seen=seen
+    )
 
 
 def others_packets(qdiscs: dict, shaped_ways: dict, own: dict) -> int:

@@ -154,6 +154,8 @@ def _skeleton(kind, result, *, test, flow, outcome):
         "applied_delay": None,
         "share": None,
         "applied_rate": None,
+        "applied_duplicate": None,
+        "applied_reorder": None,
         "artifacts": [],
         "notes": "",
     }
@@ -353,6 +355,12 @@ def flow_row(result, *, test="", flow=0, outcome=None):
         "share": _record(_attr(transfer, "share"), "bps", "flows", "established", "why"),
         "applied_rate": _record(
             _attr(transfer, "applied_rate"), "asked_bps", "measured_bps", "standing_s", "as_configured"
+        ),
+        "applied_duplicate": _record(
+            _attr(transfer, "applied_duplicate"), "asked", "expected", "segments", "dsacked", "resent", "as_configured"
+        ),
+        "applied_reorder": _record(
+            _attr(transfer, "applied_reorder"), "asked", "expected", "segments", "seen", "as_configured"
         ),
         "artifacts": [str(p) for p in (_attr(transfer, "artifacts") or [])],
         "measured_s": None,

@@ -60,6 +60,15 @@ def notes_cell(row):
             f"NOT AS CONFIGURED: rate {rate['measured_bps'] / 1e6:.4g} Mbit/s of payload, "
             f"{rate['asked_bps'] / 1e6:.4g} Mbit/s asked"
         )
+    duplicate = row.get("applied_duplicate") or {}
+    if not duplicate.get("as_configured", True):
+        notes.append(
+            f"NOT AS CONFIGURED: {duplicate['dsacked']} of {duplicate['segments']} segments duplicated, "
+            f"{duplicate['asked'] * 100:.3g}% asked"
+        )
+    reorder = row.get("applied_reorder") or {}
+    if not reorder.get("as_configured", True):
+        notes.append(f"NOT AS CONFIGURED: no reordering seen, {reorder['asked'] * 100:.3g}% asked")
     return "; ".join(notes)
 
 
