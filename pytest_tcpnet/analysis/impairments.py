@@ -316,11 +316,6 @@ class AppliedDuplicate:
         return "more duplicates than asked: a second netem on the path, or a receiver that D-SACKs for another reason"
 
     def describe(self) -> str:
-        asked = f"asked {self.asked * 100:.3g}%" + (
-            f" with {self.correlation * 100:.3g}% correlation (netem draws {self.expected * 100:.3g}%)"
-            if self.correlation
-            else ""
-        )
         least = max(0, self.dsacked - self.resent)
         share = f"{self.dsacked / self.segments * 100:.3g}%"
         if least != self.dsacked:
@@ -328,11 +323,9 @@ class AppliedDuplicate:
         resent = f", {self.resent} of them perhaps its own resends" if self.resent else ""
         line = (
             f"data duplicated {share}: {self.dsacked} of {self.segments} segments D-SACKed by the receiver{resent}, "
-            f"{asked}"
+            f"{_asked(self.asked, self.correlation, self.expected)}"
         )
-        if not self.as_configured:
-            line = f"impairment not as configured: {line}; {self.likely_cause}"
-        return line
+        return _judged(line, self)
 
 
 def applied_duplicate(way, sender_info: dict) -> AppliedDuplicate | None:
@@ -383,18 +376,12 @@ class AppliedReorder:
         return "no packet overtook another: the qdisc on the path is not the one asked for, or it has no delay to skip"
 
     def describe(self) -> str:
-        asked = f"asked {self.asked * 100:.3g}%" + (
-            f" with {self.correlation * 100:.3g}% correlation (netem draws {self.expected * 100:.3g}%)"
-            if self.correlation
-            else ""
-        )
         line = (
             f"data reordered: the sender detected reordering {self.seen} time(s) over {self.segments} segments "
-            f"(about {self.segments * self.expected:.0f} reordered packets expected), {asked}"
+            f"(about {self.segments * self.expected:.0f} reordered packets expected), "
+            f"{_asked(self.asked, self.correlation, self.expected)}"
         )
-        if not self.as_configured:
-            line = f"impairment not as configured: {line}; {self.likely_cause}"
-        return line
+        return _judged(line, self)
 
 
 def applied_reorder(way, sender_info: dict) -> AppliedReorder | None:
@@ -412,6 +399,17 @@ def applied_reorder(way, sender_info: dict) -> AppliedReorder | None:
     return AppliedReorder(
         asked=way.reorder, correlation=way.reorder_correlation, expected=per_packet, segments=segments, seen=seen
     )
+
+
+def _asked(asked: float, correlation: float, expected: float) -> str:
+    """'asked 2% with 25% correlation (netem draws 0.005%)'."""
+    drawn = f" with {correlation * 100:.3g}% correlation (netem draws {expected * 100:.3g}%)" if correlation else ""
+    return f"asked {asked * 100:.3g}%{drawn}"
+
+
+def _judged(line: str, check) -> str:
+    """A check's line, led by 'impairment not as configured' and followed by its likely cause where it is not."""
+    return line if check.as_configured else f"impairment not as configured: {line}; {check.likely_cause}"
 
 
 def others_packets(qdiscs: dict, shaped_ways: dict, own: dict) -> int:
