@@ -1,5 +1,6 @@
 """What a workload measured, with the conditions it ran under (kernel, sysctls, link, buffers)."""
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -7,6 +8,9 @@ from typing import NamedTuple
 from . import guest
 from .hostload import CONTENTION_WARNING_CORES
 from .model import Host, Link, format_rate, format_size, format_time
+from .model.app import Pace, RateLimit
+from .model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6, Conditions
+from .model.shares import Share
 from .model.stats import percentile
 from .model.validation import check_number
 from .records import SERIES_FIELDS, ConnectionEnd
@@ -107,7 +111,7 @@ class TransferResult:
     shaped_ways: dict = field(default_factory=dict, repr=False)
     #: Its share of a bottleneck it crossed beside other flows (model.shares.Share; None: it ran alone), which the
     #: model predicts instead of the whole link: set by whoever ran them together (Pair.concurrent, a dumbbell's).
-    share: object = None
+    share: "Share | None" = None
     #: An observed connection's payload bytes each end sent ({"client": n, "server": n}); empty for the built-in
     #: one-way workloads, whose other direction carries none.
     sent_bytes: dict = field(default_factory=dict)
@@ -684,6 +688,84 @@ class TransferResult:
             )
         return phases
 
+    # -- what the model predicts it from --------------------------------------------------------------
+
+    def model_conditions(self, *, observed: bool = False, link: "Link | None" = None) -> Conditions:
+        """The conditions the flow ran under, as the model takes them (model.Conditions): the link of its data
+        direction (`link`: another, e.g. a phase's), the kernel, both hosts' sysctls, the socket options, the cc.
+
+        The RTT is the link's (or the measured min_rtt when larger: the stack adds some); observed=True takes the
+        receive window and the RTT the flow saw (the sender's final TCP_INFO snd_wnd and its sampled srtt) instead
+        of predicting them, to test the window / RTT law alone (C1).
+        """
+        download = self.direction == "download"
+        ports = [end[1] for end in (self.sender.local, self.sender.remote) if end]
+        link = link or self.link
+        link = link.seen_by(*ports) if ports else link  # a link scoped to other ports: unimpaired for this flow
+        way = link.toward_client if download else link.toward_server
+        sender_role, receiver_role = ("server", "client") if download else ("client", "server")
+        rtt = max(link.rtt_s, self.min_rtt_s or 0.0)
+        window = None
+        if observed:
+            window = self.sender_tcp_info.get("snd_wnd") or None
+            rtt = max(rtt, self._sampled_srtt_s() or self.rtt_s or 0.0)
+        paced = [(p.rate_bps, p.by) for p in (self.writer, self.reader) if isinstance(p, (Pace, RateLimit))]
+        local = self.sender.local or ("",)
+        return Conditions(
+            kernel=self.kernel,
+            rtt_s=rtt,
+            rate_bps=way.rate_bps,
+            loss=self._loss_met(way, download),
+            queue_packets=way.queue_limit_packets() if way.rate_bps else None,
+            queue=way.queue if way.rate_bps else None,
+            app_rate_bps=min(paced)[0] if paced else None,
+            app_rate_by=min(paced)[1] if paced else "paced",
+            share_bps=self.share.bps if self.share is not None else None,
+            share_why=self.share.why if self.share is not None else "",
+            app_window_bytes=self.app_window_bytes,
+            cc=self.cc or self.sysctls.get(sender_role, {}).get("net.ipv4.tcp_congestion_control"),
+            so_sndbuf=self.sndbuf_requested,
+            so_rcvbuf=self.rcvbuf_requested,
+            sender_sysctls=dict(self.sysctls.get(sender_role, {})),
+            receiver_sysctls=dict(self.sysctls.get(receiver_role, {})),
+            window_bytes=window,
+            nbytes=self.nbytes,
+            mss_bytes=PAYLOAD_PER_FRAME_IPV6 if ":" in str(local[0]) else PAYLOAD_PER_FRAME,
+            write_chunk_bytes=self.write_size or 1 << 20,
+        )
+
+    def model_phases(self, *, observed: bool = False, steady: bool = False) -> "list[tuple[Phase, Conditions]]":
+        """[(phase, conditions)] across a changing link (empty for one that never changes): each phase with the link
+        then in force; the transfer size (slow start) counted in the first phase only, in none with steady=True."""
+        pairs = []
+        for phase in self.phases:
+            conditions = self.model_conditions(observed=observed, link=phase.link)
+            if phase.number or steady:
+                conditions = dataclasses.replace(conditions, nbytes=None)
+            pairs.append((phase, conditions))
+        return pairs
+
+    def _sampled_srtt_s(self):
+        """The sender's smoothed RTT over the transfer (median of its samples), or None without 3 samples: the RTT
+        the flow saw, where the final srtt can carry the last round's tail-loss probes (docs/model.md)."""
+        try:
+            values = sorted(v for _, v in self.series("rtt", side="sender") if v)
+        except (ValueError, TypeError):  # no samples, or no first byte to time them from
+            return None
+        return values[len(values) // 2] / 1e6 if len(values) >= 3 else None
+
+    def _loss_met(self, way, download):
+        """The loss the flow's data met: what netem really drops for the spec (a correlated loss is not what was
+        asked), or, where the run's counters show the link applied something else beyond chance, what it applied."""
+        data_way = "toward_client" if download else "toward_server"
+        applied = [a for a in self.applied_impairments if a.direction == data_way]
+        if any(not a.as_configured for a in applied):
+            kept = 1.0
+            for a in applied:
+                kept *= 1 - a.applied
+            return 1 - kept
+        return way.effective_loss
+
     def describe(self):
         """The conditions, one per line, for failure reports."""
         app = [
@@ -843,10 +925,7 @@ def with_shares(flows, streams, bottleneck, *, what="the bottleneck"):
     flow that ran alone part of its time is owed the whole link then), each flow capped by its own bounds
     (model.shares). An unshaped or changing direction, or a flow with nothing beside it, is left as it is.
     """
-    import dataclasses
-
     from .model import link_goodput
-    from .model.predict import Conditions
 
     shared = list(flows)
     for direction, way in (("download", bottleneck.toward_client), ("upload", bottleneck.toward_server)):
@@ -854,7 +933,7 @@ def with_shares(flows, streams, bottleneck, *, what="the bottleneck"):
         beside = [u for u in streams if getattr(u.spec, "direction", "download") == direction]
         if not group or len(group) + len(beside) < 2 or not way.rate_bps or way.changes:
             continue
-        conditions = [Conditions.from_result(flows[i]) for i in group]
+        conditions = [flows[i].model_conditions() for i in group]
         capacity = link_goodput(way.rate_bps, conditions[0].mss_bytes)
         contenders = [_contender(flows[i], c, way) for i, c in zip(group, conditions)]
         shares = _time_weighted_shares([flows[i] for i in group], contenders, beside, way, capacity, what)
@@ -867,8 +946,6 @@ def with_shares(flows, streams, bottleneck, *, what="the bottleneck"):
 def _contender(flow, conditions, way):
     """A flow (with its model Conditions) as its share needs it: its own bound alone (the model's, the shared link
     left out), cc and RTT."""
-    import dataclasses
-
     from .model import expected_throughput
     from .model.shares import Contender
 

@@ -105,28 +105,44 @@ def test_conditions_are_validated(kwargs, field):
         model.Conditions(kernel="6.1", **kwargs)
 
 
-class _Result:
-    """The attributes Conditions.from_result reads, as a TransferResult has them."""
+def _recorded_download(**tcp_info):
+    """A finished download as a TransferResult records it: a 100 Mbit/s, 20 ms link, SO_SNDBUF 16 kB, cubic."""
+    from pytest_tcpnet import Host
+    from pytest_tcpnet.results import TransferResult
 
-    direction = "download"
-    kernel = "6.1.0-56-amd64"
-    link = Link(rate="100mbit", rtt="20ms")
-    sndbuf_requested = 16384
-    rcvbuf_requested = None
-    cc = "cubic"
-    min_rtt_s = 0.0203
-    rtt_s = 0.0251
-    sender_tcp_info = {"snd_wnd": 64240}
-    sender = ConnectionEnd(local=("198.19.0.2", 5001), remote=("198.18.0.2", 40000))
-    sysctls = {"client": {"net.ipv4.tcp_rmem": "4096 131072 6291456"}, "server": {"net.core.wmem_max": "212992"}}
+    return TransferResult(
+        nbytes=4_000_000,
+        direction="download",
+        kernel="6.1.0-56-amd64",
+        link=Link(rate="100mbit", rtt="20ms"),
+        client=Host(),
+        server=Host(),
+        sysctls={"client": {"net.ipv4.tcp_rmem": "4096 131072 6291456"}, "server": {"net.core.wmem_max": "212992"}},
+        sndbuf_requested=16384,
+        sender=ConnectionEnd(
+            local=("198.19.0.2", 5001),
+            remote=("198.18.0.2", 40000),
+            tcp_info={"min_rtt": 20300, "rtt": 25100, "snd_wnd": 64240, **tcp_info},
+            buffers={"cc": "cubic"},
+        ),
+    )
 
 
 def test_conditions_from_a_result():
-    c = model.Conditions.from_result(_Result())
-    assert (c.rate_bps, c.rtt_s, c.so_sndbuf, c.cc) == (100e6, 0.0203, 16384, "cubic")
+    result = _recorded_download()
+    c = result.model_conditions()
+    assert (c.rate_bps, c.rtt_s, c.so_sndbuf, c.cc, c.nbytes) == (100e6, 0.0203, 16384, "cubic", 4_000_000)
     assert c.receiver_sysctls["net.ipv4.tcp_rmem"].startswith("4096")
-    assert model.Conditions.from_result(_Result(), observed=True).window_bytes == 64240
-    assert model.Conditions.from_result(_Result(), observed=True).rtt_s == 0.0251  # srtt, the RTT the flow saw
+    assert model.Conditions.from_result(result) == c  # the documented spelling asks the result
+    observed = result.model_conditions(observed=True)
+    assert (observed.window_bytes, observed.rtt_s) == (64240, 0.0251)  # srtt (no samples): the RTT the flow saw
+    assert model.expected_throughput(result) == model.expected_throughput(c)
+    assert result.model_phases() == []  # a link that never changes has no phases
+
+
+def test_the_model_refuses_what_states_no_conditions():
+    with pytest.raises(TypeError, match=r"model.Conditions or a result .* got dict"):
+        model.expected_throughput({"rtt_s": 0.02})
 
 
 def test_limited_by_falls_back_to_the_chrono_counters_without_samples():

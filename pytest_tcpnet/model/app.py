@@ -57,6 +57,11 @@ class Pace:
         """The application's own rate ceiling in bit/s."""
         return self.chunk * self.per_second * 8
 
+    @property
+    def by(self):
+        """What sets the rate, for the model's `why` (RateLimit names the program's option)."""
+        return "paced"
+
     def describe(self):
         """'1 kB x 20/s'."""
         return f"{format_size(self.chunk)} x {self.per_second:g}/s"

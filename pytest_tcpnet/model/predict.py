@@ -2,6 +2,7 @@
 
 import math
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from .kernel import KernelVersion
 from .specs import MTU_FRAME_BYTES
@@ -12,6 +13,7 @@ from .window import advertised_window, send_window
 
 __all__ = [
     "Conditions",
+    "Predictable",
     "Prediction",
     "expected_throughput",
     "sustained_window",
@@ -32,16 +34,6 @@ PAYLOAD_PER_FRAME_IPV6 = 1428
 LOSS_BASED_CCS = frozenset(
     {"reno", "cubic", "bic", "highspeed", "htcp", "scalable", "hybla", "westwood", "illinois", "yeah", "veno"}
 )
-
-
-def _flow_srtt_s(result):
-    """The sender's smoothed RTT over the transfer (median of its samples), or None without samples: the RTT the
-    flow saw, where the final srtt can carry the last round's tail-loss probes (docs/model.md, "Prediction")."""
-    try:
-        values = sorted(v for _, v in result.series("rtt", side="sender") if v)
-    except (AttributeError, KeyError, ValueError, TypeError):
-        return None
-    return values[len(values) // 2] / 1e6 if len(values) >= 3 else None
 
 
 def link_goodput(rate_bps, mss_bytes=PAYLOAD_PER_FRAME):
@@ -104,57 +96,10 @@ class Conditions:
                 check_number(name, value, 0, low_open=True, must="a finite number > 0 or None")
 
     @classmethod
-    def from_result(cls, result, *, observed=False):
-        """The conditions a TransferResult recorded (link, kernel, sysctls, socket options, cc).
-
-        The RTT is the link's (or the measured min_rtt when larger: the stack adds some);
-        observed=True takes the receive window and the RTT the flow saw (the sender's final
-        TCP_INFO snd_wnd and srtt) instead of predicting them, to test the window / RTT law alone (C1).
-        """
-        download = result.direction == "download"
-        ends = (result.sender.local, result.sender.remote)  # records.ConnectionEnd
-        ports = [end[1] for end in ends if end]
-        link = result.link.seen_by(*ports) if ports else result.link  # a link scoped to other ports: unimpaired
-        way = link.toward_client if download else link.toward_server
-        sysctls = getattr(result, "sysctls", None) or {}
-        sender_role, receiver_role = ("server", "client") if download else ("client", "server")
-        rtt = link.rtt_s
-        if result.min_rtt_s:
-            rtt = max(rtt, result.min_rtt_s)
-        window = None
-        if observed:
-            window = (result.sender_tcp_info or {}).get("snd_wnd") or None
-            rtt = max(rtt, _flow_srtt_s(result) or result.rtt_s or 0.0)
-        paced = [
-            (p.rate_bps, getattr(p, "by", "paced"))
-            for p in (getattr(result, "writer", None), getattr(result, "reader", None))
-            if hasattr(p, "rate_bps")
-        ]
-        share = getattr(result, "share", None)
-        local = ends[0] or ("",)
-        mss = PAYLOAD_PER_FRAME_IPV6 if ":" in str(local[0]) else PAYLOAD_PER_FRAME
-        return cls(
-            kernel=result.kernel,
-            rtt_s=rtt,
-            rate_bps=way.rate_bps,
-            loss=_loss_met(result, way, download),
-            queue_packets=way.queue_limit_packets() if way.rate_bps else None,
-            queue=way.queue if way.rate_bps else None,
-            app_rate_bps=min(paced)[0] if paced else None,
-            app_rate_by=min(paced)[1] if paced else "paced",
-            share_bps=share.bps if share is not None else None,
-            share_why=share.why if share is not None else "",
-            app_window_bytes=getattr(result, "app_window_bytes", None),
-            cc=result.cc or sysctls.get(sender_role, {}).get("net.ipv4.tcp_congestion_control"),
-            so_sndbuf=result.sndbuf_requested,
-            so_rcvbuf=result.rcvbuf_requested,
-            sender_sysctls=dict(sysctls.get(sender_role, {})),
-            receiver_sysctls=dict(sysctls.get(receiver_role, {})),
-            window_bytes=window,
-            nbytes=getattr(result, "nbytes", None),
-            mss_bytes=mss,
-            write_chunk_bytes=getattr(result, "write_size", None) or 1 << 20,
-        )
+    def from_result(cls, result: "Predictable", *, observed: bool = False) -> "Conditions":
+        """The conditions a result recorded: its own ``model_conditions`` (TransferResult builds them from its typed
+        fields; docs/model.md says which it reads)."""
+        return result.model_conditions(observed=observed)
 
     def describe(self):
         """One line: 'kernel 6.1.0, RTT 20 ms, 100 Mbit/s, loss 0, cubic, SO_RCVBUF 64 kB, SO_SNDBUF auto'."""
@@ -179,39 +124,25 @@ class Prediction:
     loaded_rtt_s: "float | None" = None
 
 
-def _loss_met(result, way, download):
-    """The loss the flow's data met: what netem really drops for the spec (a correlated loss is not what was asked),
-    or, where the run's counters show the link applied something else beyond chance, what it applied."""
-    applied = [
-        a
-        for a in (getattr(result, "applied_impairments", None) or [])
-        if a.direction == ("toward_client" if download else "toward_server")
-    ]
-    if any(not a.as_configured for a in applied):
-        kept = 1.0
-        for a in applied:
-            kept *= 1 - a.applied
-        return 1 - kept
-    return way.effective_loss
+class Predictable(Protocol):
+    """What the model can predict besides a Conditions: a result that states its own conditions (TransferResult)."""
+
+    def model_conditions(self, *, observed: bool = False) -> Conditions: ...
+
+    def model_phases(self, *, observed: bool = False, steady: bool = False) -> "list[tuple[Any, Conditions]]": ...
 
 
-def phase_predictions(result, *, observed=False, steady=False):
+def phase_predictions(result: Predictable, *, observed=False, steady=False):
     """[(phase, Prediction)] of a flow across a changing link: each phase (result.phases) predicted with the link
     then in force; slow start counted in the first phase only (none with steady=True)."""
-    import dataclasses
-
-    predictions = []
-    for phase in result.phases:
-        conditions = Conditions.from_result(dataclasses.replace(result, link=phase.link), observed=observed)
-        if phase.number or steady:
-            conditions = dataclasses.replace(conditions, nbytes=None)
-        predictions.append((phase, expected_throughput(conditions)))
-    return predictions
+    return [
+        (phase, expected_throughput(conditions))
+        for phase, conditions in result.model_phases(observed=observed, steady=steady)
+    ]
 
 
-def _over_phases(result, observed):
+def _over_phases(predictions):
     """A flow across a changing link: each phase's prediction weighted by the time the flow spent in it."""
-    predictions = phase_predictions(result, observed=observed)
     spans = [phase.end_s - phase.start_s for phase, _ in predictions]
     bps = sum(p.bps * span for (_, p), span in zip(predictions, spans)) / sum(spans)
     why = "; ".join(
@@ -226,7 +157,7 @@ def _over_phases(result, observed):
     )
 
 
-def expected_throughput(conditions_or_result, *, observed=False):
+def expected_throughput(conditions_or_result: "Conditions | Predictable", *, observed: bool = False) -> "Prediction":
     """Predict goodput: min of link rate (header overhead), receive window / RTT, send buffer / RTT, loss bound.
 
     The bounds are steady-state rates; the smallest binds. With conditions.nbytes (a result's
@@ -234,12 +165,18 @@ def expected_throughput(conditions_or_result, *, observed=False):
     cwnd reaches the binding window (link: the BDP). observed=True (results only) takes the
     window and RTT the flow itself saw (TCP_INFO snd_wnd and srtt): the window / RTT law alone.
     """
-    conditions = conditions_or_result
-    if not isinstance(conditions, Conditions):
-        if getattr(conditions_or_result, "phases", None):
-            return _over_phases(conditions_or_result, observed)
-        conditions = Conditions.from_result(conditions_or_result, observed=observed)
-    c = conditions
+    if isinstance(conditions_or_result, Conditions):
+        c = conditions_or_result
+    elif not hasattr(conditions_or_result, "model_conditions"):
+        raise TypeError(
+            "expected_throughput: takes a model.Conditions or a result that states its conditions "
+            f"(model_conditions(), as a TransferResult), got {type(conditions_or_result).__name__}"
+        )
+    else:
+        phases = phase_predictions(conditions_or_result, observed=observed)
+        if phases:
+            return _over_phases(phases)
+        c = conditions_or_result.model_conditions(observed=observed)
     bounds, reasons = {}, {}
     if c.rate_bps:
         bounds["link"] = link_goodput(c.rate_bps, c.mss_bytes)
@@ -288,7 +225,7 @@ def expected_throughput(conditions_or_result, *, observed=False):
         bounds["share"], reasons["share"] = c.share_bps, c.share_why
     if not bounds:
         raise ValueError(f"no bound applies to these conditions ({c.describe()}): give the link a rate or an RTT")
-    bound = min(bounds, key=bounds.get)
+    bound = min(bounds, key=bounds.__getitem__)
     bps, why = bounds[bound], f"{bound}-limited: {reasons[bound]}"
     loaded_rtt, queue_note = _standing_queue(c, bounds, bound)
     why += queue_note

@@ -569,6 +569,8 @@ class Link:
     """
 
     __slots__ = ("_kwargs", "toward_client", "toward_server")
+    toward_client: OneWay
+    toward_server: OneWay
 
     def __init__(
         self,
