@@ -525,8 +525,6 @@ class TransferResult:
         except (KeyError, TypeError, AttributeError):  # a result without the sender's TCP_INFO
             return None
         link = self._link_as_met()
-        if self.link is not None and link is None:
-            return None
         slack = EMULATED_TIMER_SLACK_S if guest.software_emulated() else 0.0
         return applied_delay(
             link, floor, download=self.direction == "download", slack_s=slack, others_packets=self._others_packets
@@ -587,7 +585,6 @@ class TransferResult:
         """The payload rate the flow's ACKs came back at while its queue stood, against the Link's (AppliedRate), or
         None where that says nothing (no rate, an AQM or policer, loss, other traffic, too little standing queue)."""
         from .analysis.impairments import RateSample, applied_rate
-        from .model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6
 
         if self.link is None or self.link.ports or self.samples is None:
             return None
@@ -609,12 +606,11 @@ class TransferResult:
             )
             for t in times
         ]
-        local = (self.sender.local or ("",))[0]
         return applied_rate(
             self.link,
             samples,
             download=self.direction == "download",
-            mss_bytes=PAYLOAD_PER_FRAME_IPV6 if ":" in str(local) else PAYLOAD_PER_FRAME,
+            mss_bytes=self._mss_bytes,
             others_packets=self._others_packets,
         )
 
@@ -623,9 +619,10 @@ class TransferResult:
         """The applied impairments (loss per interface, the round trip's delay) that are not what the Link asked
         for, beyond chance ([] when all are)."""
         found = [applied for applied in self.applied_impairments if not applied.as_configured]
-        found += [one for one in self._path_checks() if not one.as_configured]
+        found += [one for one in self._path_checks if not one.as_configured]
         return found
 
+    @functools.cached_property
     def _path_checks(self):
         """The checks of the whole path beside the per-interface losses: delay, rate, duplicates, reordering (those
         that say something)."""
@@ -710,7 +707,6 @@ class TransferResult:
             window = self.sender_tcp_info.get("snd_wnd") or None
             rtt = max(rtt, self._sampled_srtt_s() or self.rtt_s or 0.0)
         paced = [(p.rate_bps, p.by) for p in (self.writer, self.reader) if isinstance(p, (Pace, RateLimit))]
-        local = self.sender.local or ("",)
         return Conditions(
             kernel=self.kernel,
             rtt_s=rtt,
@@ -730,9 +726,14 @@ class TransferResult:
             receiver_sysctls=dict(self.sysctls.get(receiver_role, {})),
             window_bytes=window,
             nbytes=self.nbytes,
-            mss_bytes=PAYLOAD_PER_FRAME_IPV6 if ":" in str(local[0]) else PAYLOAD_PER_FRAME,
+            mss_bytes=self._mss_bytes,
             write_chunk_bytes=self.write_size or 1 << 20,
         )
+
+    @property
+    def _mss_bytes(self):
+        """Payload bytes per full segment on its path: 1448 over IPv4 with timestamps, 1428 over IPv6."""
+        return PAYLOAD_PER_FRAME_IPV6 if ":" in str((self.sender.local or ("",))[0]) else PAYLOAD_PER_FRAME
 
     def model_phases(self, *, observed: bool = False, steady: bool = False) -> "list[tuple[Phase, Conditions]]":
         """[(phase, conditions)] across a changing link (empty for one that never changes): each phase with the link
@@ -804,7 +805,7 @@ class TransferResult:
                 + ("" if marks is None else f"; queue CE marks: {marks}, sender delivered_ce: {self.ce_marks}")
             )
         lines += [f"link applied: {applied.describe()}" for applied in self.applied_impairments]
-        lines += [f"link applied: {one.describe()}" for one in self._path_checks()]
+        lines += [f"link applied: {one.describe()}" for one in self._path_checks]
         if self.share is not None:
             owed = format_rate(self.share.bps) if self.share.bps is not None else "not predicted"
             lines.append(f"share: {owed}: {self.share.why}")

@@ -64,3 +64,22 @@ def test_a_core_module_importing_the_vm_runner_breaks_the_layers(tmp_path):
     assert done.returncode != 0 and "pytest_tcpnet.results -> pytest_tcpnet.vm.runner" in done.stdout, done.stdout[
         -3000:
     ]
+
+
+def test_lab_names_workload_modules_so_the_linter_sees_each_import():
+    """The workload package's names load lazily (its __getattr__), so `from ..workload import Bulk` would hide an
+    adapter from the contract 'lab/ names no workload': lab/ imports each name from the module that defines it."""
+    import ast
+
+    lab = os.path.join(ROOT, "pytest_tcpnet", "lab")
+    through_the_package = []
+    for name in sorted(os.listdir(lab)):
+        if name.endswith(".py"):
+            tree = ast.parse(open(os.path.join(lab, name), encoding="utf-8").read())
+            through_the_package += [
+                f"{name}:{node.lineno}"
+                for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom)
+                and (node.level, node.module) in ((2, "workload"), (0, "pytest_tcpnet.workload"))
+            ]
+    assert not through_the_package, f"import from the defining module (..workload.base, ...): {through_the_package}"

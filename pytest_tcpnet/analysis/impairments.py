@@ -91,6 +91,17 @@ MIN_RUN_S = 0.2
 _TC_H_ROOT = 0xFFFFFFFF
 
 
+def _z(count: float, trials: int, rate: float, lag: float) -> float | None:
+    """How many standard deviations count sits from rate's expectation over trials draws whose lag-one correlation is
+    lag (the binomial spread widened by (1 + lag) / (1 - lag)); None: too few expected to judge."""
+    expected = trials * rate
+    if expected < MIN_EXPECTED or rate >= 1:
+        return None
+    dispersion = (1 + lag) / (1 - lag) if lag < 1 else float("inf")
+    spread = math.sqrt(dispersion * expected * (1 - rate))
+    return (count - expected) / spread if spread else None
+
+
 @dataclass(frozen=True)
 class AppliedLoss:
     """One shaped interface's loss: asked (the Link), expected (what netem's generator makes of it), applied."""
@@ -114,13 +125,7 @@ class AppliedLoss:
 
     def z(self, rate: float) -> float | None:
         """How many standard deviations the count sits from rate's expectation (None: too few to judge)."""
-        expected = self.offered * rate
-        if expected < MIN_EXPECTED or rate >= 1:
-            return None
-        lag = self.bursty or self.correlation
-        dispersion = (1 + lag) / (1 - lag) if lag < 1 else float("inf")
-        spread = math.sqrt(dispersion * expected * (1 - rate))
-        return (self.lost - expected) / spread if spread else None
+        return _z(self.lost, self.offered, rate, self.bursty or self.correlation)
 
     @property
     def key(self) -> tuple:
@@ -268,17 +273,8 @@ class AppliedDuplicate:
     dsacked: int  # segments its receiver reported as duplicates (dsack_dups)
     resent: int  # segments the sender resent (total_retrans): duplicates of its own making, at most
 
-    def _z(self, count: float) -> float | None:
-        expected = self.segments * self.expected
-        if expected < MIN_EXPECTED or self.expected >= 1:
-            return None
-        lag = self.correlation
-        dispersion = (1 + lag) / (1 - lag) if lag < 1 else float("inf")
-        spread = math.sqrt(dispersion * expected * (1 - self.expected))
-        return (count - expected) / spread if spread else None
-
     def _off(self, count: float) -> bool:
-        z = self._z(count)
+        z = _z(count, self.segments, self.expected, self.correlation)
         rate = count / self.segments
         return z is not None and abs(z) > Z_LIMIT and abs(rate - self.expected) > MIN_RELATIVE * self.expected
 

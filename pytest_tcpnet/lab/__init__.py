@@ -15,7 +15,7 @@ from ..measure.run import TCP_SYSCTLS
 from ..model import Host, Link
 from ..requirements import check_need
 from ..results import with_shares
-from ..workload import nsenter_path
+from ..workload.process import nsenter_path
 from .node import Node
 from .pair import Pair
 from .presets import (

@@ -10,7 +10,7 @@ from ..errors import LabError
 from ..measure.run import TCP_SYSCTLS
 from ..model import HOST_GLOBAL_SYSCTLS
 from ..model.validation import check_flag, check_integer, check_number
-from ..workload import NamespaceProcesses
+from ..workload.process import NamespaceProcesses
 
 __all__ = ["Node"]
 

@@ -6,7 +6,7 @@ world with World.host/router/connect/shape, and hands back Pairs over it.
 
 from ..model import Link
 from ..model.validation import check_integer
-from ..workload import Workload
+from ..workload.base import Workload
 from ..workload.methods import TopologyWorkloads
 from .pair import Pair, check_observe_options
 from .world import WorldView

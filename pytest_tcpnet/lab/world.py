@@ -20,7 +20,7 @@ from ..model import Host, OneWay
 from ..model.validation import check_number
 from ..requirements import check_need
 from ..results import REPORTED_KINDS, WorkloadRun
-from ..workload import Workload
+from ..workload.base import Workload
 from .node import Node
 
 __all__ = ["World", "WorldView", "End", "TEST_NETWORK", "TEST_NETWORK6", "FAMILIES"]
