@@ -137,6 +137,36 @@ def test_the_plugin_s_adapters_check_their_options_when_built_and_run_with_their
     assert flow.nbytes == 200_000 and not flow.starved_receiver
 
 
+def test_an_outcome_s_records_become_typed_ends_at_the_boundary():
+    """A FlowOutcome takes dict records in the workload's own terms: known keys become ConnectionEnd fields (addresses
+    as tuples), the rest stay in `extra`, so nothing past the adapter reads a dict record."""
+    from pytest_tcpnet.records import ConnectionEnd
+
+    outcome = FlowOutcome(
+        sender={"nbytes": 10, "local": ["198.19.0.2", 7070], "queries": 3},
+        receiver=ConnectionEnd(nbytes=10),
+        sender_role="server",
+    )
+    assert isinstance(outcome.sender, ConnectionEnd) and outcome.sender.local == ("198.19.0.2", 7070)
+    assert outcome.sender.extra == {"queries": 3} and outcome.receiver.nbytes == 10
+
+
+class Uncounted(UserDownload):
+    """A user's adapter whose receiver forgets to say how many bytes it received."""
+
+    def wait(self, deadline):
+        (outcome,) = super().wait(deadline)
+        return [FlowOutcome(outcome.sender, outcome.receiver.replace(nbytes=None), "server")]
+
+
+def test_an_outcome_without_the_receiver_s_bytes_is_named(tcpnet):
+    pair = tcpnet.pair()
+    workload = Uncounted(100_000)
+    with pytest.raises(ValueError, match=r"Uncounted: a FlowOutcome's receiver must say the payload bytes"):
+        pair.run(workload, timeout=30)
+    assert all(proc.poll() is not None for _, proc in workload.started) and tcpnet.results == []
+
+
 def test_a_user_s_workload_that_hangs_is_stopped_at_its_deadline(tcpnet):
     pair = tcpnet.pair()
     hanging = "import time; time.sleep(600)"

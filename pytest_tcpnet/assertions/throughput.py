@@ -108,10 +108,10 @@ def _report(result, expected_bps, rel, observed):
         f"  {'goodput':<12}{format_rate(measured):>16}  {format_rate(expected):>16}",
     ]
     info = getattr(result, "sender_tcp_info", None) or {}
-    if prediction is None:
+    if prediction is None and hasattr(result, "model_conditions"):  # a result that states its conditions
         try:
             prediction = expected_throughput(result, observed=observed)
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError):  # no bound applies, or conditions it did not record
             prediction = None
     if prediction is not None and prediction.conditions is not None:
         c = prediction.conditions

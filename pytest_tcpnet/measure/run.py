@@ -76,24 +76,31 @@ def _results(observation, workload, outcomes, artifact_dir):
     )
     results = []
     for outcome in outcomes:
+        sender, receiver = outcome.sender, outcome.receiver
+        if receiver.nbytes is None:
+            raise ValueError(
+                f"{type(workload).__name__}: a FlowOutcome's receiver must say the payload bytes it received (nbytes)"
+            )
         if samples is not None:
-            _complete_from_samples(outcome, samples)
+            receiver_role = "client" if outcome.sender_role == "server" else "server"
+            sender, receiver = (
+                _completed(sender, outcome.sender_role, samples),
+                _completed(receiver, receiver_role, samples),
+            )
         spec = outcome.spec
         results.append(
             TransferResult(
-                nbytes=outcome.receiver["nbytes"],
+                nbytes=receiver.nbytes,
                 direction="download" if outcome.sender_role == "server" else "upload",
                 sndbuf_requested=getattr(spec, "sndbuf", None),
                 rcvbuf_requested=getattr(spec, "rcvbuf", None),
                 reader=getattr(spec, "reader", None),
                 writer=getattr(spec, "writer", None),
                 write_size=getattr(spec, "write_size", None),
-                sender=outcome.sender,
-                receiver=outcome.receiver,
+                sender=sender,
+                receiver=receiver,
                 sender_role=outcome.sender_role,
-                capture=observation.capture_for(
-                    outcome.sender_role, outcome.sender.get("local"), outcome.sender.get("remote")
-                ),
+                capture=observation.capture_for(outcome.sender_role, sender.local, sender.remote),
                 reported_bps=outcome.reported_bps,
                 details=outcome.details,
                 **shared,
@@ -103,27 +110,25 @@ def _results(observation, workload, outcomes, artifact_dir):
     return results
 
 
-def _complete_from_samples(outcome, samples):
-    """Fill in what a tool did not report itself (iperf3, curl) from each end's sampled socket, as observe() reads
-    it: TCP_INFO from the last sample that has the chrono counters, buffers from the first and last that show them."""
-    receiver_role = "client" if outcome.sender_role == "server" else "server"
-    for record, role in ((outcome.sender, outcome.sender_role), (outcome.receiver, receiver_role)):
-        if "local" not in record:
-            continue
-        rows = samples.rows.get((role, tuple(record["local"]), tuple(record["remote"])))
-        if not rows:
-            continue
-        values = sampled_values(rows)
-        info = record.setdefault("tcp_info", {})
-        for key, value in last_tcp_info(values).items():
-            info.setdefault(key, value)
-        record.setdefault(
-            "buffers_at_connect", {"sndbuf": first_value(values, "sndbuf"), "rcvbuf": first_value(values, "rcvbuf")}
-        )
-        buffers = record.setdefault("buffers", {})
-        buffers.setdefault("sndbuf", first_value(values[::-1], "sndbuf"))
-        buffers.setdefault("rcvbuf", first_value(values[::-1], "rcvbuf"))
-        # The congestion control sock_diag saw the socket use: the flow's cc where its tool did not say (curl's).
-        cc = samples.cc_of((role, tuple(record["local"]), tuple(record["remote"])))
-        if cc and not buffers.get("cc"):
-            buffers["cc"] = cc
+def _completed(end, role, samples):
+    """An end with what its tool did not report itself (iperf3, curl) filled in from its sampled socket, as observe()
+    reads it: TCP_INFO from the last sample that has the chrono counters, buffers from the first and last that show
+    them, the congestion control sock_diag saw. What the tool did report is kept."""
+    if end.local is None:
+        return end
+    key = (role, end.local, end.remote)
+    rows = samples.rows.get(key)
+    if not rows:
+        return end
+    values = sampled_values(rows)
+    buffers = {"sndbuf": first_value(values[::-1], "sndbuf"), "rcvbuf": first_value(values[::-1], "rcvbuf")}
+    buffers.update(end.buffers)
+    cc = samples.cc_of(key)
+    if cc and not buffers.get("cc"):
+        buffers["cc"] = cc
+    return end.replace(
+        tcp_info={**last_tcp_info(values), **end.tcp_info},
+        buffers=buffers,
+        buffers_at_connect=end.buffers_at_connect
+        or {"sndbuf": first_value(values, "sndbuf"), "rcvbuf": first_value(values, "rcvbuf")},
+    )

@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 
 from ..model import transfer_time
 from ..model.app import Cbr
+from ..records import ConnectionEnd
 
 __all__ = ["Workload", "FlowOutcome", "default_timeout", "flow_deadline"]
 
@@ -13,19 +14,25 @@ _LONGEST_DEADLINE = 24 * 3600.0
 
 @dataclass
 class FlowOutcome:
-    """What one flow of a workload reported: the sender's and receiver's records, in the workload's own terms.
+    """What one flow of a workload reported: the sender's and receiver's ends (records.ConnectionEnd; a dict record
+    in the workload's own terms becomes one, keys it does not know kept in `extra`).
 
     Records use the bulk flow's keys where they apply: nbytes, connected_at, first_byte_at,
     last_byte_at, checkpoints [(t, bytes)], pauses, buffers {sndbuf, rcvbuf, cc}, tcp_info,
     local/remote addresses. `reported_bps` is a tool's own average (iperf3, curl) when it has one.
     """
 
-    sender: dict
-    receiver: dict
+    sender: ConnectionEnd
+    receiver: ConnectionEnd
     sender_role: str  # "client" or "server": which namespace sent the data
     spec: object = None  # the Flow (or the workload's own options) this outcome answers
     reported_bps: "float | None" = None
     details: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        # The one place a workload's record (a dict, from its process or its tool) becomes a typed end.
+        self.sender = ConnectionEnd.from_record(self.sender)
+        self.receiver = ConnectionEnd.from_record(self.receiver)
 
 
 class Workload:
