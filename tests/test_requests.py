@@ -3,7 +3,7 @@
 import pytest
 from refusals import assert_refused
 
-from pytest_tcpnet import Link, netlink
+from pytest_tcpnet import Host, Link, netlink
 from pytest_tcpnet.model import request_response_times
 from pytest_tcpnet.model.tcpinfo import decode_tcp_info, field_reader
 
@@ -81,3 +81,14 @@ def test_one_tcp_info_field_read_alone_is_what_the_whole_struct_decodes():
         assert read(raw[:size]) == whole[name] and name not in decode_tcp_info(raw[: size - 1]), name
     with pytest.raises(KeyError, match="no field 'srtt'"):
         field_reader("srtt")
+
+
+@pytest.mark.tcpnet_needs("privilege")
+def test_requests_record_the_endpoints_as_a_transfer_does(tcpnet):
+    """One reading of the kernel and sysctls serves every result kind: a RequestsResult records the same ones as a
+    transfer on its pair, a sysctl its Host set included."""
+    pair = tcpnet.pair(server=Host(sysctls={"net.ipv4.tcp_fin_timeout": 17}))
+    exchanges = pair.requests(2, response_size=10_000)
+    flow = pair.transfer(100_000)
+    assert exchanges.sysctls == flow.sysctls and exchanges.kernel == flow.kernel
+    assert exchanges.sysctls["server"]["net.ipv4.tcp_fin_timeout"] == "17", exchanges.sysctls["server"]

@@ -11,6 +11,7 @@ flow's. What sampling can miss is said in docs/your-application.md.
 import contextlib
 import functools
 import math
+from dataclasses import dataclass
 
 from .. import hostload, netlink
 from ..errors import LabError
@@ -21,7 +22,7 @@ from ..results import TransferResult
 from .sampler import DEFAULT_CPU_BUDGET, SERIES_FIELDS, SocketSampler, default_interval
 from .slots import measurement_slot, slot_wait_s
 
-__all__ = ["Observation", "PathCounters", "TCP_SYSCTLS"]
+__all__ = ["Observation", "PathCounters", "TCP_SYSCTLS", "Endpoints", "endpoint_conditions"]
 
 #: Sysctls recorded with every result: the ones that change what TCP does on a path.
 TCP_SYSCTLS = (
@@ -45,6 +46,28 @@ TCP_SYSCTLS = (
     "net.core.rmem_default",
     "net.core.wmem_default",
 )
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """The kernel and both ends' sysctls a measurement ran under: what every result kind records of its endpoints."""
+
+    kernel: str
+    #: {"client": {name: value}, "server": {...}}: TCP_SYSCTLS and those the pair's Hosts set.
+    sysctls: dict
+
+
+def endpoint_conditions(pair) -> Endpoints:
+    """The one reading of a pair's endpoint conditions, for a flow's result and a workload's own alike."""
+    return Endpoints(
+        kernel=netlink.kernel_release(),
+        sysctls={
+            "client": pair.client.sysctls(TCP_SYSCTLS + tuple(pair.client_host.sysctls)),
+            "server": pair.server.sysctls(TCP_SYSCTLS + tuple(pair.server_host.sysctls)),
+        },
+    )
+
+
 _FIN_RECEIVED = (8, 9, 11)  # TCP_CLOSE_WAIT, TCP_LAST_ACK, TCP_CLOSING
 _FIN_QUEUED = (4, 9, 11)  # TCP_FIN_WAIT1, TCP_LAST_ACK, TCP_CLOSING: close() has added our FIN to the queue
 
@@ -75,6 +98,7 @@ class PathCounters:
         """The TransferResult fields every flow of the measurement shares: conditions and counter deltas."""
         pair = self.pair
         (stats_before, counters_before, mib_before), (stats_after, counters_after, mib_after) = self.before, self.after
+        endpoints = endpoint_conditions(pair)
         return dict(
             tcp_counters={
                 role: {
@@ -84,14 +108,11 @@ class PathCounters:
                 }
                 for role in mib_after
             },
-            kernel=netlink.kernel_release(),
+            kernel=endpoints.kernel,
             link=pair.link,
             client=pair.client_host,
             server=pair.server_host,
-            sysctls={
-                "client": pair.client.sysctls(TCP_SYSCTLS + tuple(pair.client_host.sysctls)),
-                "server": pair.server.sysctls(TCP_SYSCTLS + tuple(pair.server_host.sysctls)),
-            },
+            sysctls=endpoints.sysctls,
             offloads=dict(pair.offloads),
             qdiscs=_stats_delta(stats_before, stats_after),
             interfaces={

@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from .. import netlink
+from ..measure.observe import endpoint_conditions
 from ..model.app import Cbr, Flow
 from ..model.units import parse_time
 from ..results import ConcurrentResult, LatencyResult
@@ -105,7 +105,7 @@ class UnderLoad(Workload):
             loaded_to=min(loaded_to, self.idle + self.duration),
             interval=self.interval,
             link=pair.link,
-            kernel=flows[0].kernel if flows else netlink.kernel_release(),
+            kernel=flows[0].kernel if flows else endpoint_conditions(pair).kernel,
             flows=ConcurrentResult(flows=pair.lab.share(flows, udp, pair.link, what="the link"), udp=udp)
             if flows
             else None,

@@ -1,7 +1,6 @@
 """Request/response: N requests of one size answered by responses of another, on one connection or a new one each."""
 
-from .. import netlink
-from ..measure.run import TCP_SYSCTLS
+from ..measure.observe import endpoint_conditions
 from ..model import Conditions, check_congestion_control, format_rate, format_size, format_time, request_response_times
 from ..model.app import Flow, check_buffer_bytes
 from ..model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6, link_goodput, sustained_window
@@ -104,8 +103,8 @@ class RequestResponse(Workload):
     def results(self, pair, flows):
         """[The RequestsResult]: each request's times beside the model's, on pair's path as its kernel and sysctls
         set it."""
-        kernel = netlink.kernel_release()
-        sysctls = {"client": pair.client.sysctls(TCP_SYSCTLS), "server": pair.server.sysctls(TCP_SYSCTLS)}
+        endpoints = endpoint_conditions(pair)
+        kernel, sysctls = endpoints.kernel, endpoints.sysctls
         link, server_info = pair.link, self.server_record["tcp_info"]
         way = link.toward_client
         mss = PAYLOAD_PER_FRAME_IPV6 if ":" in str(pair.server.address) else PAYLOAD_PER_FRAME
