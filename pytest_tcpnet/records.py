@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["TCP_INFO_SERIES", "SKMEM_FIELDS", "SERIES_FIELDS", "ConnectionEnd"]
+__all__ = ["TCP_INFO_SERIES", "SKMEM_FIELDS", "SERIES_FIELDS", "SocketSample", "ConnectionEnd"]
 
 #: TCP_INFO fields kept per sample (the rest of the struct is in each end's final record).
 TCP_INFO_SERIES = (
@@ -63,6 +63,64 @@ SKMEM_FIELDS = (
 )
 #: One socket sample's values, in this order.
 SERIES_FIELDS = TCP_INFO_SERIES + SKMEM_FIELDS
+
+
+class SocketSample(NamedTuple):
+    """One sample of one socket: its TCP_INFO fields (TCP_INFO_SERIES), then its socket memory (SKMEM_FIELDS), by the
+    kernel's names; None where the kernel did not report one (a socket in TIME_WAIT has no TCP_INFO).
+
+    A tuple, so a long run's samples cost what plain rows do; `SERIES_FIELDS` is its field order.
+    """
+
+    state: int | None = None
+    ca_state: int | None = None
+    retransmits: int | None = None
+    probes: int | None = None
+    backoff: int | None = None
+    rto: int | None = None
+    unacked: int | None = None
+    lost: int | None = None
+    retrans: int | None = None
+    rtt: int | None = None
+    rttvar: int | None = None
+    snd_ssthresh: int | None = None
+    snd_cwnd: int | None = None
+    rcv_ssthresh: int | None = None
+    rcv_space: int | None = None
+    snd_mss: int | None = None
+    total_retrans: int | None = None
+    pacing_rate: int | None = None
+    bytes_acked: int | None = None
+    bytes_received: int | None = None
+    bytes_sent: int | None = None
+    notsent_bytes: int | None = None
+    min_rtt: int | None = None
+    delivery_rate: int | None = None
+    busy_time: int | None = None
+    rwnd_limited: int | None = None
+    sndbuf_limited: int | None = None
+    snd_wnd: int | None = None
+    rcv_wnd: int | None = None
+    bytes_retrans: int | None = None
+    dsack_dups: int | None = None
+    segs_out: int | None = None
+    rmem_alloc: int | None = None
+    rcvbuf: int | None = None
+    wmem_alloc: int | None = None
+    sndbuf: int | None = None
+    fwd_alloc: int | None = None
+    wmem_queued: int | None = None
+    optmem: int | None = None
+    backlog: int | None = None
+    drops: int | None = None
+
+    def tcp_info(self) -> dict:
+        """The TCP_INFO fields it holds (no socket memory), those the kernel reported."""
+        return {name: value for name, value in zip(TCP_INFO_SERIES, self) if value is not None}
+
+
+if SocketSample._fields != SERIES_FIELDS:  # the class above is written out for type checkers: keep it in step
+    raise ImportError("records.SocketSample's fields differ from SERIES_FIELDS")
 
 
 #: The fields of a ConnectionEnd that hold a dict (present, maybe empty, in every end).

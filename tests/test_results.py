@@ -122,3 +122,24 @@ def test_a_workload_s_record_becomes_a_typed_end_that_still_reads_as_a_mapping()
         "buffers": {},
         "buffers_at_connect": {},
     }
+
+
+def test_a_socket_sample_is_a_typed_row_in_the_series_order():
+    """The sampler's rows are records.SocketSamples: fields by the kernel's names, in SERIES_FIELDS order (a tuple, so
+    a series column is an index), and tcp_info() the TCP_INFO part the kernel reported."""
+    from pytest_tcpnet.measure.observe import first_value, last_tcp_info, sampled_values
+    from pytest_tcpnet.records import SERIES_FIELDS, SKMEM_FIELDS, SocketSample
+
+    assert SocketSample._fields == SERIES_FIELDS
+    early = SocketSample(state=1, rtt=20_000, rcvbuf=131_072, busy_time=10)
+    late = SocketSample(state=1, rtt=21_000, rcvbuf=262_144, drops=0)  # a closed socket's last: no chrono counters
+    assert early[SERIES_FIELDS.index("rtt")] == 20_000 and early.tcp_info() == {
+        "state": 1,
+        "rtt": 20_000,
+        "busy_time": 10,
+    }
+    assert not set(late.tcp_info()) & set(SKMEM_FIELDS)
+    values = sampled_values([(0.0, tuple(early)), (0.1, tuple(late))])  # rows as plain tuples too
+    assert values == [early, late] and all(isinstance(v, SocketSample) for v in values)
+    assert (first_value(values, "rcvbuf"), first_value(values[::-1], "rcvbuf")) == (131_072, 262_144)
+    assert last_tcp_info(values)["rtt"] == 20_000  # the last with the chrono counters

@@ -17,9 +17,9 @@ from .. import hostload, netlink
 from ..errors import LabError
 from ..model.validation import is_number, refuse
 from ..netlink.diag import tcp_counters
-from ..records import SKMEM_FIELDS
+from ..records import SocketSample
 from ..results import TransferResult
-from .sampler import DEFAULT_CPU_BUDGET, SERIES_FIELDS, SocketSampler, default_interval
+from .sampler import DEFAULT_CPU_BUDGET, SocketSampler, default_interval
 from .slots import measurement_slot, slot_wait_s
 
 __all__ = ["Observation", "PathCounters", "TCP_SYSCTLS", "Endpoints", "endpoint_conditions"]
@@ -432,7 +432,7 @@ def set_rcvbuf(values, sysctls):
     the default was set, and the model needs the request. A request whose double is the default
     itself (64 KB on tcp_rmem's 128 KB) cannot be told from autotuning that never grew.
     """
-    buffers = [v["rcvbuf"] for v in values if v.get("rcvbuf")]
+    buffers = [v.rcvbuf for v in values if v.rcvbuf]
     try:
         default = int(str(sysctls.get("net.ipv4.tcp_rmem", "")).split()[1])
     except (IndexError, ValueError):
@@ -443,8 +443,8 @@ def set_rcvbuf(values, sysctls):
 
 
 def sampled_values(rows):
-    """A socket's sampled rows as dicts (field: value), in time order."""
-    return [dict(zip(SERIES_FIELDS, v)) for _, v in rows]
+    """A socket's sampled rows as records.SocketSamples, in time order."""
+    return [SocketSample._make(v) for _, v in rows]
 
 
 def _end(rows, local, remote, cc, closed=None, packets=(None, None)):
@@ -455,12 +455,12 @@ def _end(rows, local, remote, cc, closed=None, packets=(None, None)):
     its final TCP_INFO (every byte counted), taken when it closed. packets: the kernel's stamps of the connection's
     first SYN and last FIN or RST in this end's namespace (None where not seen)."""
     full = list(zip((t for t, _ in rows), sampled_values(rows)))
-    full = [(t, v) for t, v in full if v["state"] is not None] or full
+    full = [(t, v) for t, v in full if v.state is not None] or full
     values = [v for _, v in full]
     closed_at, sample_before, final = closed or (None, None, None)
     # Written so far: sent at least once (bytes_sent counts payload, resends included), plus what still waits to
     # be sent (notsent_bytes, which holds our own FIN once close() queued it and it has not left yet).
-    sent = max(((v["bytes_sent"] or 0) - (v["bytes_retrans"] or 0) + _unsent_payload(v) for v in values), default=0)
+    sent = max(((v.bytes_sent or 0) - (v.bytes_retrans or 0) + _unsent_payload(v) for v in values), default=0)
     # bytes_received counts the peer's FIN too, once it came (CLOSE_WAIT, LAST_ACK, CLOSING; and a destroyed
     # socket's final count, when it closed in the usual way).
     received = max((_data_received(v) for v in values), default=0)
@@ -490,24 +490,25 @@ _TCP_CLOSE = 7
 
 def _data_received(v):
     """Payload bytes a sample says arrived: bytes_received less the peer's FIN where the state says it came."""
-    got = v["bytes_received"] or 0
-    return got - (got > 0 and v["state"] in (*_FIN_RECEIVED, _TCP_CLOSE))
+    got = v.bytes_received or 0
+    return got - (got > 0 and v.state in (*_FIN_RECEIVED, _TCP_CLOSE))
 
 
 def _unsent_payload(v):
-    notsent = v["notsent_bytes"] or 0
-    return notsent - (notsent > 0 and v["state"] in _FIN_QUEUED)
+    notsent = v.notsent_bytes or 0
+    return notsent - (notsent > 0 and v.state in _FIN_QUEUED)
 
 
 def first_value(values, field):
-    return next((v[field] for v in values if v.get(field) is not None), None)
+    """The first sample's value of field that the kernel reported (None: none did)."""
+    return next((getattr(v, field) for v in values if getattr(v, field) is not None), None)
 
 
 def last_tcp_info(values):
     """The last sample's TCP_INFO with the chrono counters (a closed socket's last sample may lack them); no
     socket memory."""
-    with_chrono = [v for v in values if v.get("busy_time") is not None] or values
-    return {k: v for k, v in with_chrono[-1].items() if k not in SKMEM_FIELDS and v is not None}
+    with_chrono = [v for v in values if v.busy_time is not None] or values
+    return with_chrono[-1].tcp_info()
 
 
 def _receiver_record(end, total):
@@ -585,12 +586,12 @@ def _extrapolated_end(got, total, gone_at):
 
 def _sender_record(end):
     times, values = end["times"], end["values"]
-    started = next((i for i, v in enumerate(values) if (v["bytes_sent"] or 0) > 0 or v["notsent_bytes"]), None)
+    started = next((i for i, v in enumerate(values) if (v.bytes_sent or 0) > 0 or v.notsent_bytes), None)
     acked = next(
         (
             t
             for t, v in zip(times, values)
-            if (v["bytes_sent"] or 0) >= end["sent"] and not v["unacked"] and not v["notsent_bytes"]
+            if (v.bytes_sent or 0) >= end["sent"] and not v.unacked and not v.notsent_bytes
         ),
         end["gone_at"] or times[-1],
     )

@@ -14,7 +14,7 @@ from .. import interrupts
 from ..errors import LabError
 from ..model.validation import check_number
 from ..netlink.diag import destroyed_sockets, watch_sockets
-from ..records import SERIES_FIELDS, SKMEM_FIELDS, TCP_INFO_SERIES
+from ..records import SERIES_FIELDS, SKMEM_FIELDS, TCP_INFO_SERIES, SocketSample
 from .lifecycle import connection_key, lifecycle_packets
 
 __all__ = ["SocketSampler", "SocketSamples", "SERIES_FIELDS", "default_interval", "DEFAULT_CPU_BUDGET"]
@@ -235,7 +235,7 @@ class SocketSampler:
     @staticmethod
     def _values(sock):
         info, skmem = sock["tcp_info"], sock["skmem"]
-        return tuple(info.get(f) for f in TCP_INFO_SERIES) + tuple(skmem.get(f) for f in SKMEM_FIELDS)
+        return SocketSample._make([*(info.get(f) for f in TCP_INFO_SERIES), *(skmem.get(f) for f in SKMEM_FIELDS)])
 
     def _record(self, role, table):
         now = time.monotonic()
