@@ -50,8 +50,8 @@ def test_a_core_module_importing_the_vm_runner_breaks_the_layers(tmp_path):
     """The contracts can fail: a copy of the package where results imports the VM runner is reported broken."""
     copy = tmp_path / "pytest_tcpnet"
     shutil.copytree(os.path.join(ROOT, "pytest_tcpnet"), copy, ignore=shutil.ignore_patterns("__pycache__"))
-    with open(copy / "results.py", "a", encoding="utf-8") as f:
-        f.write("\nfrom .vm import runner as _runner_breaks_the_layers  # noqa\n")
+    with open(copy / "results" / "transfer.py", "a", encoding="utf-8") as f:
+        f.write("\nfrom ..vm import runner as _runner_breaks_the_layers  # noqa\n")
     shutil.copy(os.path.join(ROOT, "pyproject.toml"), tmp_path / "pyproject.toml")
     done = subprocess.run(
         [_lint_imports(), "--no-cache"],
@@ -61,7 +61,7 @@ def test_a_core_module_importing_the_vm_runner_breaks_the_layers(tmp_path):
         timeout=300,
         env={**os.environ, "PYTHONPATH": str(tmp_path)},
     )
-    assert done.returncode != 0 and "pytest_tcpnet.results -> pytest_tcpnet.vm.runner" in done.stdout, done.stdout[
+    assert done.returncode != 0 and "pytest_tcpnet.results.transfer -> pytest_tcpnet.vm.runner" in done.stdout, done.stdout[
         -3000:
     ]
 

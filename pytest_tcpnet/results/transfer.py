@@ -1,37 +1,23 @@
-"""What a workload measured, with the conditions it ran under (kernel, sysctls, link, buffers)."""
+"""One flow's result (TransferResult) and its phases across a changing link: what it measured and why."""
 
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
-from . import guest
-from .hostload import CONTENTION_WARNING_CORES
-from .model import Host, Link, format_rate, format_size, format_time
-from .model.app import Pace, RateLimit
-from .model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6, Conditions
-from .model.shares import Share
-from .model.stats import percentile
-from .model.validation import check_number
-from .records import SERIES_FIELDS, ConnectionEnd
+from .. import guest
+from ..hostload import CONTENTION_WARNING_CORES
+from ..model import Host, Link, format_rate, format_size, format_time
+from ..model.app import Pace, RateLimit
+from ..model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6, Conditions
+from ..model.shares import Share
+from ..model.validation import check_number
+from ..records import SERIES_FIELDS, ConnectionEnd
 
 #: How late a software-emulated guest's (TCG's) timers may fire a netem delay: +1.61 ms at 10 ms and +0.92 ms at
 #: 50 ms on a quiet 2-core host (docs/vm.md, fidelity table); UML and the host: within 0.33 ms.
 EMULATED_TIMER_SLACK_S = 2e-3
 
-__all__ = [
-    "WorkloadRun",
-    "REPORTED_KINDS",
-    "TransferResult",
-    "ConcurrentResult",
-    "LatencyResult",
-    "RequestsResult",
-    "UdpResult",
-    "WindowProbe",
-    "Phase",
-    "jain_index",
-    "with_shares",
-]
+__all__ = ["TransferResult", "Phase", "KEY_COUNTERS", "EMULATED_TIMER_SLACK_S", "kernel_words"]
 
 _TC_H_ROOT = 0xFFFFFFFF
 #: What a sender's samples say it had written, with notsent_bytes (sent at least once, less resends).
@@ -171,7 +157,7 @@ class TransferResult:
         """Where the connection waited on a timer or its receiver, not on the path (analysis/stalls.py): delayed_ack,
         rto, zero_window from the capture (capture=True; without one, a timeout from the counters), receiver_limited
         from the sender's TCP_INFO; each with its count, lengths and evidence."""
-        from .analysis.stalls import find_stalls
+        from ..analysis.stalls import find_stalls
 
         packets = self.capture.packets if self.capture is not None else None
         try:
@@ -184,8 +170,8 @@ class TransferResult:
     def exchanges(self):
         """The connection's request/response exchanges (analysis/exchanges.py: start, end, bytes each way, latency),
         from its capture at the client (what the client waited), else the one it has; ValueError without one."""
-        from .analysis.exchanges import find_exchanges
-        from .capture.decode import endpoint_text
+        from ..analysis.exchanges import find_exchanges
+        from ..capture.decode import endpoint_text
 
         capture = self.captures.get("client") or self.capture
         if capture is None:
@@ -200,7 +186,7 @@ class TransferResult:
     def exchange_expected_s(self, exchange):
         """The model's time for one exchange on this path: a round trip, then the response in slow-start rounds from
         the initial window at the link's payload rate (model.request_response_times; no receive-window bound)."""
-        from .model import PAYLOAD_PER_FRAME, link_goodput, request_response_times
+        from ..model import PAYLOAD_PER_FRAME, link_goodput, request_response_times
 
         rate = self.link.toward_client.rate_bps
         (seconds,) = request_response_times(
@@ -400,7 +386,7 @@ class TransferResult:
 
     def limited_by_shares(self):
         """(label, {label: share}, basis) behind limited_by, or None without samples or chrono counters."""
-        from .analysis.limits import limited_by
+        from ..analysis.limits import limited_by
 
         try:
             return limited_by(self.sender_tcp_info, self.sender_active_s, self.sender_samples())
@@ -409,7 +395,7 @@ class TransferResult:
 
     def sender_samples(self):
         """The sender's sampled rows within the transfer (first write to last ACK) as dicts, in time order."""
-        from .analysis.limits import SAMPLE_FIELDS
+        from ..analysis.limits import SAMPLE_FIELDS
 
         columns = {field: dict(self.series(field)) for field in SAMPLE_FIELDS + _WRITTEN_FIELDS}
         start, end = self.sender.first_write_at, self.sender.acked_at
@@ -481,7 +467,7 @@ class TransferResult:
 
     def plot(self, directory=None):
         """Write the plots (needs matplotlib: pip install 'pytest-tcpnet[plots]'); return their paths."""
-        from .analysis.plots import plot_result
+        from ..analysis.plots import plot_result
 
         return _plot_into(self, plot_result, directory)
 
@@ -509,7 +495,7 @@ class TransferResult:
     @property
     def applied_impairments(self):
         """[AppliedLoss] per shaped interface asked to lose packets: what the traffic met against what was asked."""
-        from .analysis.impairments import applied_losses
+        from ..analysis.impairments import applied_losses
 
         return applied_losses(self.qdiscs, self.shaped_ways)
 
@@ -518,7 +504,7 @@ class TransferResult:
         """The round trip's floor the flow met (its sender's min_rtt) against the Link's delays (AppliedDelay), or
         None where it says nothing (no delay asked, a changing link, no sender TCP_INFO). Beside other traffic on its
         shapers only a floor too low is judged: their packets may hold the queue all along."""
-        from .analysis.impairments import applied_delay
+        from ..analysis.impairments import applied_delay
 
         try:
             floor = self.min_rtt_s
@@ -534,7 +520,7 @@ class TransferResult:
     def applied_duplicate(self):
         """The duplicates of this flow's data segments its receiver saw (D-SACKs) against the Link's duplicate rate on
         the data's way (AppliedDuplicate), or None where it says nothing (none asked, a changing link, no TCP_INFO)."""
-        from .analysis.impairments import applied_duplicate
+        from ..analysis.impairments import applied_duplicate
 
         return self._on_data_way(applied_duplicate)
 
@@ -542,7 +528,7 @@ class TransferResult:
     def applied_reorder(self):
         """Whether the sender saw its data reordered (TCP_INFO reord_seen) on a way asked to reorder
         (AppliedReorder), or None where it says nothing (none asked, no delay to overtake, a changing link)."""
-        from .analysis.impairments import applied_reorder
+        from ..analysis.impairments import applied_reorder
 
         return self._on_data_way(applied_reorder)
 
@@ -572,7 +558,7 @@ class TransferResult:
     def _others_packets(self):
         """Packets of other traffic the path's shapers carried beside this connection's own (0: the path was its
         own; analysis.impairments.others_packets)."""
-        from .analysis.impairments import others_packets
+        from ..analysis.impairments import others_packets
 
         sent, acked = self.sender_tcp_info.get("segs_out"), self.receiver_tcp_info.get("segs_out")
         own = {"toward_client": sent, "toward_server": acked}
@@ -584,7 +570,7 @@ class TransferResult:
     def applied_rate(self):
         """The payload rate the flow's ACKs came back at while its queue stood, against the Link's (AppliedRate), or
         None where that says nothing (no rate, an AQM or policer, loss, other traffic, too little standing queue)."""
-        from .analysis.impairments import RateSample, applied_rate
+        from ..analysis.impairments import RateSample, applied_rate
 
         if self.link is None or self.link.ports or self.samples is None:
             return None
@@ -859,360 +845,6 @@ def _plot_into(result, draw, directory):
     return paths
 
 
-def jain_index(values):
-    """Jain's fairness index of some rates: 1 when all are equal, 1/n when one takes everything."""
-    values = list(values)
-    if not values or any(v < 0 for v in values):
-        raise ValueError(f"values: need one or more non-negative rates, got {values!r}")
-    total = sum(values)
-    squares = sum(v * v for v in values)
-    return 1.0 if squares == 0 else total * total / (len(values) * squares)
-
-
-@dataclass(frozen=True, eq=False)
-class UdpResult:
-    """A CBR stream (model.Cbr) as its receiver saw it: loss, one-way delay (the lab's one clock), rate."""
-
-    spec: object
-    sent: int
-    send_errors: int
-    arrivals: list  # [(seq, sent_at, received_at)], monotonic seconds
-    packet_size: int
-    started_at: float
-    ended_at: float
-    link: object = None
-
-    @property
-    def received(self):
-        return len(self.arrivals)
-
-    @property
-    def loss(self):
-        """The share of sent datagrams that never arrived."""
-        return 1 - self.received / self.sent if self.sent else 0.0
-
-    @property
-    def one_way_delays_s(self):
-        """Each received datagram's one-way delay (s), in arrival order."""
-        return [received - sent for _, sent, received in self.arrivals]
-
-    def one_way_delay_s(self, p=50):
-        """A percentile (0..100) of the one-way delay."""
-        return percentile(self.one_way_delays_s, p)
-
-    @property
-    def throughput_bps(self):
-        """Payload received per second, from the first send to the last arrival (a queue drains after the sender ends)."""
-        end = max((received for _, _, received in self.arrivals), default=self.ended_at)
-        return self.received * self.packet_size * 8 / max(1e-6, end - self.started_at)
-
-    def describe(self):
-        """Rate, loss and one-way delay, one line."""
-        delays = (
-            f"one-way delay p50 {format_time(self.one_way_delay_s(50))}, p95 {format_time(self.one_way_delay_s(95))}"
-            if self.arrivals
-            else "nothing arrived"
-        )
-        return (
-            f"{self.spec.describe()}: {self.sent} sent ({self.send_errors} refused locally), {self.received} "
-            f"received, loss {self.loss * 100:.3g}%, {format_rate(self.throughput_bps)} received; {delays}"
-        )
-
-
-def with_shares(flows, streams, bottleneck, *, what="the bottleneck"):
-    """The flows (TransferResults that crossed `bottleneck`, a Link, at once) each with its share of it, per direction.
-
-    UDP streams (UdpResults) on it take their rate first. Shares follow who ran beside whom (the measured spans: a
-    flow that ran alone part of its time is owed the whole link then), each flow capped by its own bounds
-    (model.shares). An unshaped or changing direction, or a flow with nothing beside it, is left as it is.
-    """
-    from .model import link_goodput
-
-    shared = list(flows)
-    for direction, way in (("download", bottleneck.toward_client), ("upload", bottleneck.toward_server)):
-        group = [i for i, f in enumerate(flows) if f.direction == direction]
-        beside = [u for u in streams if getattr(u.spec, "direction", "download") == direction]
-        if not group or len(group) + len(beside) < 2 or not way.rate_bps or way.changes:
-            continue
-        conditions = [flows[i].model_conditions() for i in group]
-        capacity = link_goodput(way.rate_bps, conditions[0].mss_bytes)
-        contenders = [_contender(flows[i], c, way) for i, c in zip(group, conditions)]
-        shares = _time_weighted_shares([flows[i] for i in group], contenders, beside, way, capacity, what)
-        for i, share in zip(group, shares):
-            if share is not None:
-                shared[i] = dataclasses.replace(flows[i], share=share)
-    return shared
-
-
-def _contender(flow, conditions, way):
-    """A flow (with its model Conditions) as its share needs it: its own bound alone (the model's, the shared link
-    left out), cc and RTT."""
-    from .model import expected_throughput
-    from .model.shares import Contender
-
-    alone = expected_throughput(dataclasses.replace(conditions, nbytes=None))
-    own = [bps for name, bps in alone.bounds.items() if name != "link"]
-    if conditions.rate_bps and conditions.rate_bps < way.rate_bps:
-        own.append(alone.bounds["link"])  # an access link slower than the bottleneck
-    return Contender(min(own) if own else None, conditions.cc or "cubic", flow.link.rtt_s)
-
-
-def _time_weighted_shares(flows, contenders, streams, way, capacity, what):
-    """Each flow's Share averaged over its measured span, cut where a flow or stream starts or ends (None: a flow
-    with no span); every share unestablished where any set of flows has no established model."""
-    from .model.shares import FLOW_QUEUEING_KINDS, Share, bottleneck_shares
-
-    spans = [(f.first_byte_at, f.receiver.last_byte_at or f.first_byte_at) for f in flows]
-    cuts = sorted({t for span in spans for t in span} | {t for u in streams for t in (u.started_at, u.ended_at)})
-    owed = [0.0] * len(flows)
-    spent: list[dict] = [{} for _ in flows]  # per flow: {(why, flows): seconds spent with that set}
-    for start, end in zip(cuts, cuts[1:]):
-        running = [i for i, (first, last) in enumerate(spans) if first <= start and end <= last]
-        if not running:
-            continue
-        # A stream takes its datagrams' wire rate (payload + UDP, IP and Ethernet headers), in TCP goodput's terms.
-        udp = [
-            u.spec.rate * (u.packet_size + 42) / u.packet_size * capacity / way.rate_bps
-            for u in streams
-            if u.started_at <= start and end <= u.ended_at
-        ]
-        found = bottleneck_shares(
-            capacity,
-            [contenders[i] for i in running],
-            unresponsive=udp,
-            what=what,
-            fair_queue=way.queue.kind if way.queue is not None and way.queue.kind in FLOW_QUEUEING_KINDS else None,
-        )
-        if any(share.bps is None for share in found):
-            return [Share(None, found[0].why, len(flows))] * len(flows)
-        for i, share in zip(running, found):
-            owed[i] += share.bps * (end - start)
-            spent[i][(share.why, share.flows)] = spent[i].get((share.why, share.flows), 0.0) + end - start
-    shares = []
-    for i, (first, last) in enumerate(spans):
-        if last <= first or not spent[i]:
-            shares.append(None)
-            continue
-        why, n = max(spent[i], key=spent[i].get)  # the set it ran beside longest names its share
-        if len(cuts) > 2:
-            why += "; averaged over its time beside each set of flows"
-        shares.append(Share(owed[i] / (last - first), why, n))
-    return shares
-
-
-@dataclass(frozen=True, eq=False)
-class ConcurrentResult:
-    """Several flows that shared a pair at once (Pair.concurrent): each flow's result, their sum and fairness.
-
-    udp: the CBR streams (UdpResult) that ran beside them, if any; the TCP figures count TCP only.
-    """
-
-    flows: list
-    udp: list = field(default_factory=list)
-
-    @property
-    def total_bps(self):
-        """Bytes of every flow over the span from the first flow's first byte to the last flow's last byte."""
-        start = min(f.first_byte_at for f in self.flows)
-        end = max(f.receiver.last_byte_at for f in self.flows)
-        return sum(f.nbytes for f in self.flows) * 8 / max(1e-6, end - start)
-
-    @property
-    def jain_index(self):
-        """Jain's fairness index over the flows' goodputs."""
-        return jain_index(f.throughput_bps for f in self.flows)
-
-    def rates_between(self, start_s, end_s):
-        """Each flow's goodput between two times (seconds from the earliest first byte): steady state without start-up."""
-        if not 0 <= start_s < end_s:
-            raise ValueError(f"start_s/end_s: need 0 <= start_s < end_s, got {start_s!r}, {end_s!r}")
-        origin = min(f.first_byte_at for f in self.flows)
-        rates = []
-        for flow in self.flows:
-            points = flow._cumulative_bytes()
-            moved = _bytes_at(points, origin + end_s) - _bytes_at(points, origin + start_s)
-            rates.append(moved * 8 / (end_s - start_s))
-        return rates
-
-    def describe(self):
-        """Each flow's goodput and cc, the sum and the fairness index."""
-        lines = [f"{len(self.flows)} flows: total {format_rate(self.total_bps)}, Jain index {self.jain_index:.3f}"]
-        lines += [
-            f"  flow {i}: {format_rate(f.throughput_bps)}, cc {f.cc}, {format_size(f.nbytes)}"
-            for i, f in enumerate(self.flows)
-        ]
-        lines += [f"  {u.describe()}" for u in self.udp]
-        lines.append(f"link: {self.flows[0].link.describe()}; kernel: {kernel_words(self.flows[0].kernel)}")
-        return "\n".join(lines)
-
-
-@dataclass
-class LatencyResult:
-    """A latency probe's RTTs idle and beside load (Pair.latency_under_load): the queue a path adds under load.
-
-    samples: [(seconds since the probe started, rtt_s)], the path's RTT as ping sees it (kernel receive
-    timestamps, the echo server's hold time taken out); app_samples: the same exchanges timed by the
-    application, which adds both ends' wake-ups; stamped: False where the kernel gave no timestamps
-    (samples are then the application's); loaded_from/loaded_to: the span (same clock) in which the
-    flows moved data; flows: their ConcurrentResult (None without flows).
-    """
-
-    samples: list
-    app_samples: list
-    stamped: bool
-    idle_to: float
-    loaded_from: float
-    loaded_to: float
-    interval: float
-    link: object
-    kernel: str
-    flows: "ConcurrentResult | None" = None
-    udp: list = field(default_factory=list)
-    artifact_dir: "str | None" = None
-
-    def __post_init__(self):
-        self._artifacts = []
-
-    @property
-    def idle_samples(self):
-        """RTTs before the flows started (s)."""
-        return [rtt for t, rtt in self.samples if t < self.idle_to]
-
-    def loaded_samples(self, after=0.0):
-        """RTTs while the flows moved data (s); `after` skips that many seconds of their start-up."""
-        return [rtt for t, rtt in self.samples if self.loaded_from + after <= t <= self.loaded_to]
-
-    @property
-    def idle_rtt_s(self):
-        """The median idle RTT."""
-        return percentile(self.idle_samples, 50)
-
-    def loaded_rtt_s(self, p=50, *, after=0.0):
-        """The p-th percentile of the RTT under load."""
-        return percentile(self.loaded_samples(after), p)
-
-    def induced_latency_s(self, p=95, *, after=0.0):
-        """What the load added: the loaded RTT's p-th percentile minus the idle median."""
-        return self.loaded_rtt_s(p, after=after) - self.idle_rtt_s
-
-    def describe(self):
-        """Idle and loaded RTTs, the load, the link."""
-        app_idle = percentile([rtt for t, rtt in self.app_samples if t < self.idle_to], 50)
-        lines = [
-            f"latency probe (TCP request/response every {format_time(self.interval)}"
-            + ("" if self.stamped else ", no kernel timestamps: application times")
-            + "): "
-            f"{len(self.idle_samples)} idle samples, median {format_time(self.idle_rtt_s)}"
-            + (f" (the application saw {format_time(app_idle)}: the endpoints' wake-ups)" if self.stamped else "")
-        ]
-        loaded = self.loaded_samples()
-        if loaded:
-            lines.append(
-                "under load: "
-                + ", ".join(f"p{p} {format_time(percentile(loaded, p))}" for p in (50, 95, 99))
-                + f" ({len(loaded)} samples); induced p95 {format_time(self.induced_latency_s(95))}"
-            )
-        if self.flows is not None:
-            lines.append(self.flows.describe())
-        else:
-            lines += [u.describe() for u in self.udp]
-            lines.append(f"link: {self.link.describe()}; kernel: {kernel_words(self.kernel)}")
-        return "\n".join(lines)
-
-    @property
-    def artifacts(self):
-        return list(self._artifacts)
-
-    def plot(self, directory=None):
-        """RTT over time (idle and loaded spans shaded) and the CDFs of idle and loaded RTT; returns the paths."""
-        from .analysis.plots import plot_latency
-
-        return _plot_into(self, plot_latency, directory)
-
-
-@dataclass
-class RequestsResult:
-    """Request/response exchanges (Pair.requests): each request's completion time beside the model's.
-
-    records: per request {started, connected, first_byte, done} (monotonic seconds);
-    expected_s: the model's time for each (model.request_response_times) and `why`, its inputs.
-    """
-
-    records: list
-    request_size: int
-    response_size: int
-    new_connection: bool
-    interval: float
-    link: object
-    kernel: str
-    sysctls: dict
-    sndbuf_requested: "int | None"
-    rcvbuf_requested: "int | None"
-    expected_s: list
-    why: str
-    server_tcp_info: list = field(default_factory=list)
-    #: The server's connections' smoothed RTT (their srtt after each write, averaged) and the model's times at it:
-    #: the window-per-round law alone, without the endpoints' own share of the RTT to explain.
-    observed_rtt_s: "float | None" = None
-    observed_expected_s: "list | None" = None
-
-    @property
-    def fct_s(self):
-        """Each request's completion time: from its start (before connecting, on a new connection) to the last byte."""
-        return [r["done"] - r["started"] for r in self.records]
-
-    def fct_percentile(self, p=50):
-        """A percentile (0..100) of the completion times."""
-        return percentile(self.fct_s, p)
-
-    @property
-    def first_byte_s(self):
-        """Each request's time to the response's first byte."""
-        return [r["first_byte"] - r["started"] for r in self.records]
-
-    def describe(self):
-        """The exchanges, their times and the model's, the conditions."""
-        fct = self.fct_s
-        lines = [
-            f"{len(fct)} requests of {format_size(self.request_size)} answered by "
-            f"{format_size(self.response_size)}, "
-            + ("a new connection each" if self.new_connection else "on one connection")
-            + (f", one every {format_time(self.interval)}" if self.interval else ", back to back"),
-            "FCT: "
-            + ", ".join(f"p{p} {format_time(percentile(fct, p))}" for p in (0, 50, 95, 100))
-            + f"; model: first {format_time(self.expected_s[0])}"
-            + (f", then {format_time(self.expected_s[-1])}" if len(self.expected_s) > 1 else ""),
-            f"model: {self.why}"
-            + (
-                f"; at the server's mean srtt ({format_time(self.observed_rtt_s)}): first "
-                f"{format_time(self.observed_expected_s[0])}"
-                if self.observed_expected_s
-                else ""
-            ),
-            "per request (measured / model): "
-            + ", ".join(f"{format_time(m)}/{format_time(e)}" for m, e in list(zip(fct, self.expected_s))[:8])
-            + (" ..." if len(fct) > 8 else ""),
-            f"link: {self.link.describe()}; server SO_SNDBUF "
-            f"{format_size(self.sndbuf_requested) if self.sndbuf_requested else 'auto'}, client SO_RCVBUF "
-            f"{format_size(self.rcvbuf_requested) if self.rcvbuf_requested else 'auto'}; slow start after idle "
-            f"{self.sysctls.get('server', {}).get('net.ipv4.tcp_slow_start_after_idle', '?')}; "
-            f"kernel {kernel_words(self.kernel)}",
-        ]
-        return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class WindowProbe:
-    """The largest receive window a socket advertised for a given SO_RCVBUF, and where it was measured."""
-
-    window_bytes: int
-    rcvbuf_requested: "int | None"
-    rcvbuf_effective: int
-    kernel: str
-    sysctls: dict
-    transfer: TransferResult = field(repr=False)
-
-
 def _check_interval(interval):
     check_number("interval", interval, 0, 3600, low_open=True, must="in (0, 3600] seconds")
 
@@ -1232,16 +864,3 @@ def _bytes_at(points, t):
     if t >= t1:
         return b1
     return b0 + (b1 - b0) * (t - t0) / (t1 - t0) if t1 > t0 else b1
-
-
-class WorkloadRun(NamedTuple):
-    """What one workload run on a pair gave: its connections' TransferResults and its own results (UdpResults, a
-    RequestsResult, a LatencyResult), every one registered with the lab."""
-
-    flows: list
-    results: list
-
-
-#: The result kinds the session table, the results file and the failure artifacts report (a workload's own results
-#: must be of these; its own figures go in its FlowOutcomes' details, kept on each TransferResult).
-REPORTED_KINDS = (TransferResult, UdpResult, RequestsResult, LatencyResult)

@@ -1,0 +1,32 @@
+"""What a workload measured, with the conditions it ran under (kernel, sysctls, link, buffers).
+
+transfer: one flow (TransferResult, Phase); kinds: every other result kind and the ones the reports show; shares: a
+flow's share of a bottleneck it crossed beside others.
+"""
+
+from .kinds import (
+    REPORTED_KINDS,
+    ConcurrentResult,
+    LatencyResult,
+    RequestsResult,
+    UdpResult,
+    WindowProbe,
+    WorkloadRun,
+    jain_index,
+)
+from .shares import with_shares
+from .transfer import Phase, TransferResult
+
+__all__ = [
+    "WorkloadRun",
+    "REPORTED_KINDS",
+    "TransferResult",
+    "ConcurrentResult",
+    "LatencyResult",
+    "RequestsResult",
+    "UdpResult",
+    "WindowProbe",
+    "Phase",
+    "jain_index",
+    "with_shares",
+]

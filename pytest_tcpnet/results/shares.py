@@ -1,0 +1,86 @@
+"""Each flow's share of a bottleneck it crossed beside others (model.shares), from who ran beside whom."""
+
+import dataclasses
+
+__all__ = ["with_shares"]
+
+
+def with_shares(flows, streams, bottleneck, *, what="the bottleneck"):
+    """The flows (TransferResults that crossed `bottleneck`, a Link, at once) each with its share of it, per direction.
+
+    UDP streams (UdpResults) on it take their rate first. Shares follow who ran beside whom (the measured spans: a
+    flow that ran alone part of its time is owed the whole link then), each flow capped by its own bounds
+    (model.shares). An unshaped or changing direction, or a flow with nothing beside it, is left as it is.
+    """
+    from ..model import link_goodput
+
+    shared = list(flows)
+    for direction, way in (("download", bottleneck.toward_client), ("upload", bottleneck.toward_server)):
+        group = [i for i, f in enumerate(flows) if f.direction == direction]
+        beside = [u for u in streams if getattr(u.spec, "direction", "download") == direction]
+        if not group or len(group) + len(beside) < 2 or not way.rate_bps or way.changes:
+            continue
+        conditions = [flows[i].model_conditions() for i in group]
+        capacity = link_goodput(way.rate_bps, conditions[0].mss_bytes)
+        contenders = [_contender(flows[i], c, way) for i, c in zip(group, conditions)]
+        shares = _time_weighted_shares([flows[i] for i in group], contenders, beside, way, capacity, what)
+        for i, share in zip(group, shares):
+            if share is not None:
+                shared[i] = dataclasses.replace(flows[i], share=share)
+    return shared
+
+
+def _contender(flow, conditions, way):
+    """A flow (with its model Conditions) as its share needs it: its own bound alone (the model's, the shared link
+    left out), cc and RTT."""
+    from ..model import expected_throughput
+    from ..model.shares import Contender
+
+    alone = expected_throughput(dataclasses.replace(conditions, nbytes=None))
+    own = [bps for name, bps in alone.bounds.items() if name != "link"]
+    if conditions.rate_bps and conditions.rate_bps < way.rate_bps:
+        own.append(alone.bounds["link"])  # an access link slower than the bottleneck
+    return Contender(min(own) if own else None, conditions.cc or "cubic", flow.link.rtt_s)
+
+
+def _time_weighted_shares(flows, contenders, streams, way, capacity, what):
+    """Each flow's Share averaged over its measured span, cut where a flow or stream starts or ends (None: a flow
+    with no span); every share unestablished where any set of flows has no established model."""
+    from ..model.shares import FLOW_QUEUEING_KINDS, Share, bottleneck_shares
+
+    spans = [(f.first_byte_at, f.receiver.last_byte_at or f.first_byte_at) for f in flows]
+    cuts = sorted({t for span in spans for t in span} | {t for u in streams for t in (u.started_at, u.ended_at)})
+    owed = [0.0] * len(flows)
+    spent: list[dict] = [{} for _ in flows]  # per flow: {(why, flows): seconds spent with that set}
+    for start, end in zip(cuts, cuts[1:]):
+        running = [i for i, (first, last) in enumerate(spans) if first <= start and end <= last]
+        if not running:
+            continue
+        # A stream takes its datagrams' wire rate (payload + UDP, IP and Ethernet headers), in TCP goodput's terms.
+        udp = [
+            u.spec.rate * (u.packet_size + 42) / u.packet_size * capacity / way.rate_bps
+            for u in streams
+            if u.started_at <= start and end <= u.ended_at
+        ]
+        found = bottleneck_shares(
+            capacity,
+            [contenders[i] for i in running],
+            unresponsive=udp,
+            what=what,
+            fair_queue=way.queue.kind if way.queue is not None and way.queue.kind in FLOW_QUEUEING_KINDS else None,
+        )
+        if any(share.bps is None for share in found):
+            return [Share(None, found[0].why, len(flows))] * len(flows)
+        for i, share in zip(running, found):
+            owed[i] += share.bps * (end - start)
+            spent[i][(share.why, share.flows)] = spent[i].get((share.why, share.flows), 0.0) + end - start
+    shares = []
+    for i, (first, last) in enumerate(spans):
+        if last <= first or not spent[i]:
+            shares.append(None)
+            continue
+        why, n = max(spent[i], key=spent[i].get)  # the set it ran beside longest names its share
+        if len(cuts) > 2:
+            why += "; averaged over its time beside each set of flows"
+        shares.append(Share(owed[i] / (last - first), why, n))
+    return shares
