@@ -160,3 +160,32 @@ def test_a_writer_pause_past_the_rto_restarts_slow_start_unless_told_not_to(tcpn
         assert "idle_restart" in kinds and kinds["idle_restart"].count == 1, result.capture.describe()
     else:
         assert "idle_restart" not in kinds, kinds["idle_restart"].describe()
+
+
+def test_an_absence_is_not_judged_on_a_capture_that_misses_packets(tcpnet, tmp_path):
+    """A capture whose file lacks packets the kernel handed dumpcap cannot show that something never happened: the
+    missing packets may be the ones that did. A real capture of a flow into a 4 KB receive buffer (Window Full from
+    its first round trips), cut by editcap just before its first Window Full, with dumpcap's own counts: without
+    the check assert_no_window_full would pass on it."""
+    import shutil
+    import subprocess
+
+    if shutil.which("editcap") is None:
+        pytest.skip("editcap (wireshark's) is not installed")
+    pair = tcpnet.pair(server=TINY_RMEM)
+    with Capture(pair.server, directory=tmp_path) as cap:
+        pair.transfer(nbytes=200_000, direction="upload")
+    whole = cap.result
+    assert whole.missing == 0, whole.describe()  # a complete capture: the file holds all the kernel handed it
+    first = next(i for i, p in enumerate(whole.packets) if "window_full" in p.expert)
+    cut = tmp_path / "cut.pcapng"
+    subprocess.run(["editcap", "-r", str(whole.pcap), str(cut), f"1-{first}"], check=True, capture_output=True)
+    lacking = CaptureResult(cut, whole.point, whole.filter, whole.snaplen, received=whole.received, dropped=0)
+    assert lacking.events["window_full"] == 0 and lacking.missing == whole.received - first
+    with pytest.raises(
+        AssertionError, match=rf"cannot judge 'no TCP Window Full': the capture misses {lacking.missing} "
+    ):
+        assert_no_window_full(lacking)
+    with pytest.raises(AssertionError, match=r"0 TCP Window Full events, expected at least 1 \(the capture misses"):
+        assert_window_full(lacking)
+    assert_window_full(whole)

@@ -61,9 +61,9 @@ def test_a_core_module_importing_the_vm_runner_breaks_the_layers(tmp_path):
         timeout=300,
         env={**os.environ, "PYTHONPATH": str(tmp_path)},
     )
-    assert done.returncode != 0 and "pytest_tcpnet.results.transfer -> pytest_tcpnet.vm.runner" in done.stdout, done.stdout[
-        -3000:
-    ]
+    assert done.returncode != 0 and "pytest_tcpnet.results.transfer -> pytest_tcpnet.vm.runner" in done.stdout, (
+        done.stdout[-3000:]
+    )
 
 
 def test_lab_names_workload_modules_so_the_linter_sees_each_import():

@@ -31,6 +31,7 @@ def assert_no_window_full(result, *, after=None):
     start-up, not a window that bounds the flow (docs/design.md, pitfall 9).
     """
     capture = _capture_of(result)
+    _refuse_incomplete(result, capture, "no TCP Window Full")
     start = _window_full_start(capture, after)
     if start is None:
         count, skipped, since = capture.events["window_full"], 0, ""
@@ -78,12 +79,15 @@ def _assert_at_least(result, kind, label, at_least):
     capture = _capture_of(result)
     count = capture.events[kind]
     if count < at_least:
-        _fail(result, capture, f"{count} {label} events, expected at least {at_least}", None)
+        missing = capture.missing
+        gap = f" (the capture misses {missing} packets: some may have been among them)" if missing else ""
+        _fail(result, capture, f"{count} {label} events, expected at least {at_least}{gap}", None)
 
 
 def assert_no_retransmissions(result):
     """Assert no segment was retransmitted (any kind: timeout, fast, spurious)."""
     capture = _capture_of(result)
+    _refuse_incomplete(result, capture, "no retransmissions")
     kinds = ("retransmission", "fast_retransmission", "spurious_retransmission")
     if any(capture.events[k] for k in kinds):
         first = next(k for k in kinds if capture.events[k])
@@ -159,6 +163,21 @@ def _capture_of(result):
     if not hasattr(capture, "events") or not hasattr(capture, "offending"):
         raise TypeError(f"result.capture: expected a CaptureResult, got {capture!r}")
     return capture
+
+
+def _refuse_incomplete(result, capture, claim):
+    """An absence cannot be shown by a capture that misses packets (dumpcap dropped some, or lost a block when it
+    stopped): the packet that disproves the claim may be one of them. Fail, saying so, rather than pass."""
+    missing = capture.missing
+    if missing:
+        _fail(
+            result,
+            capture,
+            f"cannot judge '{claim}': the capture misses {missing} of the {capture.received} packets the kernel handed "
+            "it (dropped, or lost when it stopped), so the packets that show otherwise may be among them; "
+            "capture fewer packets (a narrower filter, a smaller snaplen) or a shorter flow",
+            None,
+        )
 
 
 def _conditions(result):

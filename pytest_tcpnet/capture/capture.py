@@ -187,6 +187,19 @@ class CaptureResult:
         """Per-packet records (capture.decode.Packet), decoded by tshark on first use."""
         return decode_pcap(self.pcap)
 
+    @property
+    def missing(self):
+        """Packets the kernel handed the capture that its file lacks: dropped by dumpcap, or held in a block lost when
+        it stopped (received counts both); None where dumpcap gave no counts. Counted over the whole capture: which
+        connection they belonged to is unknown."""
+        if self.received is None or self.dropped is None:
+            return None
+        return max(self.dropped, self.received - len(self._all_packets))
+
+    @property
+    def _all_packets(self):
+        return self.packets
+
     def for_connection(self, local, remote):
         """The same capture seen through one TCP connection's packets only (decoded once, shared)."""
         return ConnectionCapture(self, local, remote)
@@ -235,7 +248,8 @@ class CaptureResult:
     def describe(self):
         """Where and how the capture was taken, and what it holds, one per line."""
         counts = ", ".join(f"{k} {v}" for k, v in self.events.items() if v) or "no expert events"
-        drops = "" if self.dropped is None else f", {self.dropped} dropped by the capture"
+        missing = self.missing
+        drops = "" if missing is None else f", {missing} missing (dumpcap: {self.received} from the kernel)"
         return (
             f"capture at {self.point} (filter {self.filter!r}, snaplen {self.snaplen}): "
             f"{len(self.packets)} packets, {self.data_segments} data segments{drops}\n"
@@ -258,6 +272,10 @@ class ConnectionCapture(CaptureResult):
         super().__init__(whole.pcap, whole.point, whole.filter, whole.snaplen, whole.received, whole.dropped)
         self.whole = whole
         self.connection = (_endpoint(local), _endpoint(remote))
+
+    @property
+    def _all_packets(self):
+        return self.whole.packets
 
     @functools.cached_property
     def packets(self):
