@@ -213,6 +213,17 @@ def test_the_applications_own_window_and_pace_bound_the_flow():
     assert p.bound == "app" and p.bps == pytest.approx(16384 * 8 / (0.04 + 16384 * 8 * 1514 / 1448 / 20e6))
     assert p.bps == pytest.approx(2.80e6, rel=0.01)
     assert "keeps 16.38 kB outstanding per round of 46.85 ms" in p.why
+    # The lab's shaper sends its burst at once after each idle round trip: under UML's 10 kB (4 ms of 20 Mbit/s),
+    # 9.56 kB of the chunk's payload skips the link's pace, and the round is 42.85 ms (measured: 42.6-43.1 ms).
+    uml = model.expected_throughput(dataclasses.replace(c, burst_bytes=10_000))
+    assert uml.bps == pytest.approx(16384 * 8 / (0.04 + (16384 - 10_000 * 1448 / 1514) * 8 * 1514 / 1448 / 20e6))
+    assert "round of 42.85 ms" in uml.why and "9.564 kB of payload leaves in its 10 kB burst" in uml.why
+    tcg = model.expected_throughput(dataclasses.replace(c, burst_bytes=20_000))  # 8 ms: the whole chunk at once
+    assert tcg.bps == pytest.approx(16384 * 8 / 0.04) and "sends the whole window at once" in tcg.why
+    # What it sends at once is what it gathered while the flow waited: at 0 RTT nothing, and a window above the
+    # path's BDP keeps the link busy, so the link binds, not the application.
+    busy = model.expected_throughput(dataclasses.replace(c, burst_bytes=10_000, rtt_s=100e-6))
+    assert busy.bound == "link" and "app" not in busy.bounds
     unshaped = model.expected_throughput(model.Conditions(kernel="6.1", rtt_s=0.04, app_window_bytes=16384))
     assert unshaped.bps == pytest.approx(16384 * 8 / 0.04)
     paced = model.expected_throughput(model.Conditions(kernel="6.1", rtt_s=0.0, rate_bps=20e6, app_rate_bps=3.2e6))

@@ -11,6 +11,7 @@ from .predict import (
     expected_throughput,
     link_goodput,
     loss_bound,
+    shaper_burst_bytes,
 )
 from .schedule import Schedule
 from .specs import (
@@ -78,6 +79,7 @@ __all__ = [
     "expected_throughput",
     "link_goodput",
     "loss_bound",
+    "shaper_burst_bytes",
     "LOSS_BASED_CCS",
     "PAYLOAD_PER_FRAME",
     "PAYLOAD_PER_FRAME_IPV6",

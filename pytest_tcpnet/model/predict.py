@@ -22,6 +22,7 @@ __all__ = [
     "LOSS_BASED_CCS",
     "link_goodput",
     "loss_bound",
+    "shaper_burst_bytes",
 ]
 
 #: Payload bytes per full frame with TCP timestamps (1500 MTU - 20 IP - 32 TCP).
@@ -39,6 +40,12 @@ LOSS_BASED_CCS = frozenset(
 def link_goodput(rate_bps, mss_bytes=PAYLOAD_PER_FRAME):
     """Payload rate a shaped link carries: the shaper counts whole frames, 1448 payload per 1514 bytes (IPv6: 1428)."""
     return rate_bps * mss_bytes / MTU_FRAME_BYTES
+
+
+def shaper_burst_bytes(rate_bps, burst_s):
+    """Bytes a token-bucket shaper at rate_bps sends at once after an idle spell: burst_s of its rate, at least two
+    frames (the lab's htb burst: netlink.htb_burst_bytes)."""
+    return max(2 * MTU_FRAME_BYTES, math.ceil(rate_bps / 8 * burst_s))
 
 
 def loss_bound(cc, rtt_s, loss, mss_bytes=PAYLOAD_PER_FRAME):
@@ -69,6 +76,9 @@ class Conditions:
     #: The application's own bounds: bytes it keeps outstanding per round trip (a stop-and-wait
     #: protocol's chunk per application ACK), and the rate it writes or reads at (a paced end).
     app_window_bytes: "int | None" = None
+    #: What the bottleneck's shaper sends at once after an idle spell (bytes on the wire; None: unknown, taken as 0):
+    #: an application window that waits idle each round leaves this much of itself at line rate.
+    burst_bytes: "int | None" = None
     app_rate_bps: "float | None" = None
     #: What sets app_rate_bps, for the model's `why` ("paced", or a program's option: "curl --limit-rate 200k").
     app_rate_by: str = "paced"
@@ -90,7 +100,7 @@ class Conditions:
             raise ValueError(f"rate_bps: must be > 0 or None (unlimited), got {self.rate_bps!r}")
         if not 0 <= self.loss < 1:
             raise ValueError(f"loss: must be in [0, 1), got {self.loss!r}")
-        for name in ("queue_packets", "app_window_bytes", "app_rate_bps", "share_bps"):
+        for name in ("queue_packets", "app_window_bytes", "burst_bytes", "app_rate_bps", "share_bps"):
             value = getattr(self, name)
             if value is not None:
                 check_number(name, value, 0, low_open=True, must="a finite number > 0 or None")
@@ -207,17 +217,33 @@ def expected_throughput(conditions_or_result: "Conditions | Predictable", *, obs
     if c.app_rate_bps:
         app.append((c.app_rate_bps, f"the application moves {format_rate(c.app_rate_bps)} ({c.app_rate_by})"))
     if c.app_window_bytes and c.rtt_s > 0:
-        # Each application round sends its window, then waits a round trip for the application's ACK: the
-        # window's time on the bottleneck counts too (16 KB at 20 Mbit/s is 6.6 ms beside a 40 ms RTT).
-        round_s = c.rtt_s + (c.app_window_bytes * 8 / link_goodput(c.rate_bps, c.mss_bytes) if c.rate_bps else 0.0)
-        app.append(
-            (
-                c.app_window_bytes * 8 / round_s,
-                f"the application keeps {format_size(c.app_window_bytes)} outstanding per round of "
-                f"{format_time(round_s)} (its own protocol: the {format_time(c.rtt_s)} RTT"
-                + (" plus the window's time on the link)" if c.rate_bps else ")"),
+        # Each application round sends its window, then waits a round trip for the application's ACK. The window's
+        # time on the bottleneck counts too (16 KB at 20 Mbit/s is 6.6 ms beside a 40 ms RTT), less what the shaper
+        # sends at once: the tokens it gathered while the flow waited, up to its burst (10 kB at 20 Mbit/s under
+        # UML). A window above the path's BDP thus keeps the link busy, and the link's own bound takes over.
+        on_link, note, goodput = 0.0, ")", math.inf
+        if c.rate_bps:
+            goodput = link_goodput(c.rate_bps, c.mss_bytes)
+            head_start = min((c.burst_bytes or 0) * c.mss_bytes / MTU_FRAME_BYTES, goodput * c.rtt_s / 8)
+            on_link = max(0.0, c.app_window_bytes - head_start) * 8 / goodput
+            if not c.burst_bytes:
+                note = " plus the window's time on the link)"
+            elif on_link:
+                note = (
+                    f" plus {format_time(on_link)} on the link for what the shaper does not send at once: "
+                    f"{format_size(head_start)} of payload leaves in its {format_size(c.burst_bytes)} burst)"
+                )
+            else:
+                note = f"; the shaper sends the whole window at once, in its {format_size(c.burst_bytes)} burst)"
+        round_s = c.rtt_s + on_link
+        if c.app_window_bytes * 8 / round_s < goodput * (1 - 1e-9):  # else the window keeps the link busy
+            app.append(
+                (
+                    c.app_window_bytes * 8 / round_s,
+                    f"the application keeps {format_size(c.app_window_bytes)} outstanding per round of "
+                    f"{format_time(round_s)} (its own protocol: the {format_time(c.rtt_s)} RTT{note}",
+                )
             )
-        )
     if app:
         bounds["app"], reasons["app"] = min(app)
     # A share at the flow's own bound (to rounding: a time-weighted mean of it) leaves that bound binding, by its name.

@@ -31,6 +31,7 @@ from .qdisc import (
     read_back_egress,
     shape_egress,
     shape_egress_classes,
+    shaper_burst_s,
     timed_change,
     u32_keys,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "read_back_egress",
     "timed_change",
     "htb_burst_bytes",
+    "shaper_burst_s",
     "qdisc_stats",
     "qdisc_stats_of",
     "shape_egress",

@@ -2,14 +2,13 @@
 
 import functools
 import ipaddress
-import math
 import struct
 
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ..errors import LabError
 from ..guest import backend, software_emulated
-from ..model import MTU_FRAME_BYTES
+from ..model import MTU_FRAME_BYTES, shaper_burst_bytes
 from ..model.specs import distribution_table
 from .namespaces import with_iproute
 from .queues import options_flagged_nested, queue_options, read_queue
@@ -27,6 +26,7 @@ __all__ = [
     "qdisc_stats",
     "qdisc_stats_of",
     "htb_burst_bytes",
+    "shaper_burst_s",
     "u32_keys",
     "UNLIMITED_CLASS_BPS",
 ]
@@ -49,16 +49,19 @@ EMULATED_TIMER_LATENCY_S = 8e-3
 UML_TIMER_LATENCY_S = 4e-3
 
 
-def htb_burst_bytes(rate_bps):
-    """HTB burst: the rate over the platform's timer latency (1 ms; 4 ms under UML, 8 ms under emulation), at least
-    two frames."""
+def shaper_burst_s():
+    """The platform's timer latency, which the lab's htb burst holds at its rate: 1 ms; 4 ms under UML, 8 ms under
+    emulation."""
     if software_emulated():
-        latency = EMULATED_TIMER_LATENCY_S
-    elif backend() == "uml":
-        latency = UML_TIMER_LATENCY_S
-    else:
-        latency = HOST_TIMER_LATENCY_S
-    return max(2 * MTU_FRAME_BYTES, math.ceil(rate_bps / 8 * latency))
+        return EMULATED_TIMER_LATENCY_S
+    if backend() == "uml":
+        return UML_TIMER_LATENCY_S
+    return HOST_TIMER_LATENCY_S
+
+
+def htb_burst_bytes(rate_bps):
+    """HTB burst: the rate over the platform's timer latency (shaper_burst_s), at least two frames."""
+    return shaper_burst_bytes(rate_bps, shaper_burst_s())
 
 
 def _netem_kwargs(way, *, every_field=False):

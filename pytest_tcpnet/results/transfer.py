@@ -8,7 +8,7 @@ from .. import guest
 from ..hostload import CONTENTION_WARNING_CORES
 from ..model import Host, Link, format_rate, format_size, format_time
 from ..model.app import Pace, RateLimit
-from ..model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6, Conditions
+from ..model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6, Conditions, shaper_burst_bytes
 from ..model.shares import Share
 from ..model.validation import check_number
 from ..records import SERIES_FIELDS, ConnectionEnd
@@ -95,6 +95,9 @@ class TransferResult:
     #: {ifname: (direction, OneWay)}: what each shaped router interface on the path was asked to do (qdiscs has
     #: what it did), for applied_impairments().
     shaped_ways: dict = field(default_factory=dict, repr=False)
+    #: The lab's htb burst in seconds of its rate (netlink.shaper_burst_s: 1 ms on the host, 4 ms under UML): what a
+    #: shaped way sends at once after an idle spell, which a stop-and-wait window's rounds skip (None: unknown).
+    shaper_burst_s: "float | None" = None
     #: Its share of a bottleneck it crossed beside other flows (model.shares.Share; None: it ran alone), which the
     #: model predicts instead of the whole link: set by whoever ran them together (Pair.concurrent, a dumbbell's).
     share: "Share | None" = None
@@ -705,6 +708,9 @@ class TransferResult:
             share_bps=self.share.bps if self.share is not None else None,
             share_why=self.share.why if self.share is not None else "",
             app_window_bytes=self.app_window_bytes,
+            burst_bytes=shaper_burst_bytes(way.rate_bps, self.shaper_burst_s)
+            if way.rate_bps and self.shaper_burst_s
+            else None,
             cc=self.cc or self.sysctls.get(sender_role, {}).get("net.ipv4.tcp_congestion_control"),
             so_sndbuf=self.sndbuf_requested,
             so_rcvbuf=self.rcvbuf_requested,
