@@ -262,6 +262,14 @@ class _PlottingResult(TransferResult):
         return [path]
 
 
+@dataclasses.dataclass(frozen=True)
+class _UnplottableResult(TransferResult):
+    """A result whose plot fails as one without a capture does."""
+
+    def plot(self, directory=None):
+        raise RuntimeError("no capture: pass capture=True")
+
+
 def test_a_failure_gets_each_transfer_plotted_once_and_the_reasons_for_missing_plots(tmp_path):
     from pytest_tcpnet.report.artifacts import explain_failure
 
@@ -276,16 +284,10 @@ def test_a_failure_gets_each_transfer_plotted_once_and_the_reasons_for_missing_p
         transfer=plotting,
     )
 
-    class Unplottable:
-        def __getattr__(self, name):
-            return getattr(base, name)
-
-        def plot(self, directory=None):
-            raise RuntimeError("no capture: pass capture=True")
-
-    section, images = explain_failure(
-        [plotting, probe, Unplottable(), Unplottable()], tmp_path, test="t.py::t", keep="failed"
-    )
+    unplottable = [
+        _UnplottableResult(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)}) for _ in "ab"
+    ]
+    section, images = explain_failure([plotting, probe, *unplottable], tmp_path, test="t.py::t", keep="failed")
     assert images == [tmp_path / "tsg-10000000.png"]
     assert section.splitlines() == [
         f"artifacts (--tcpnet-keep=failed): {tmp_path}",
@@ -335,3 +337,11 @@ def test_a_flow_within_the_initial_window_is_not_given_a_rate():
     assert "too short to judge a rate" in summary_table([tiny])
     just_over = flow_row(fake_result(nbytes=14_481, duration_s=0.01, link=Link(rate="20mbit")), test="t.py::t")
     assert just_over["measured_bps"] > 0 and just_over["notes"] == ""
+
+
+def test_a_row_is_made_by_kind_and_an_unknown_kind_is_refused_by_name():
+    from pytest_tcpnet.report.rows import result_row
+
+    assert result_row(_result())["kind"] == "transfer"
+    with pytest.raises(TypeError, match="no row for a dict: a lab registers only RequestsResult, .*WindowProbe"):
+        result_row({"throughput_bps": 1e6})

@@ -19,7 +19,7 @@ from ..measure.run import run_workloads
 from ..model import Host, OneWay
 from ..model.validation import check_number
 from ..requirements import check_need
-from ..results import REPORTED_KINDS, WorkloadRun
+from ..results import WorkloadRun
 from ..workload.base import Workload
 from .node import Node
 
@@ -453,15 +453,8 @@ class WorldView:
         )
         runs = []
         for (pair, workload), flows in zip(jobs, measured):
-            own = list(workload.results(pair, flows))
-            for result in own:
-                if not isinstance(result, REPORTED_KINDS):
-                    raise TypeError(
-                        f"{type(workload).__name__}.results(): expected results of the kinds the plugin reports "
-                        f"({', '.join(kind.__name__ for kind in REPORTED_KINDS)}), got {type(result).__name__}; "
-                        "a workload's own figures go in its FlowOutcomes' details (result.details)"
-                    )
-            runs.append(WorkloadRun(flows, lab.register(*own)))
+            own = lab.register(*workload.results(pair, flows), by=f"{type(workload).__name__}.results()")
+            runs.append(WorkloadRun(flows, own))
         return runs
 
 

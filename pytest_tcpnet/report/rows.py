@@ -98,11 +98,12 @@ def flow_rows(results, *, test, outcome=None):
 
 
 def result_row(result, *, test="", flow=0, outcome=None):
-    """The row of any registered result: its kind's builder, or a transfer's for anything else (fakes included)."""
+    """The row of any registered result, by its kind (results.REPORTED_KINDS, or a WindowProbe)."""
     for kind, build in _builders():
         if isinstance(result, kind):
             return build(result, test=test, flow=flow, outcome=outcome)
-    return flow_row(result, test=test, flow=flow, outcome=outcome)
+    kinds = ", ".join(kind.__name__ for kind, _ in _builders())
+    raise TypeError(f"no row for a {type(result).__name__}: a lab registers only {kinds}")
 
 
 def _skeleton(kind, result, *, test, flow, outcome):
@@ -211,7 +212,7 @@ def latency_row(result, *, test="", flow=0, outcome=None):
     flows = result.flows.flows if result.flows is not None else []
     if flows:
         prediction = predict(flows[0])
-        loaded_rtt, base = getattr(prediction, "loaded_rtt_s", None), getattr(prediction, "conditions", None)
+        loaded_rtt, base = (prediction.loaded_rtt_s, prediction.conditions) if prediction else (None, None)
         if is_number(loaded_rtt) and base is not None:
             expected = max(0.0, loaded_rtt - base.rtt_s)
     row.update(
@@ -261,13 +262,13 @@ def udp_row(result, *, test="", flow=0, outcome=None):
 
 def flow_row(result, *, test="", flow=0, outcome=None):
     """The row of one TransferResult (or WindowProbe): full conditions plus key figures."""
-    probe = result if _is_probe(result) else None
+    probe = result if _is_probe(result) else None  # else a TransferResult (result_row dispatched by kind)
     transfer = probe.transfer if probe else result
     buffers, rbuffers = transfer.sender.buffers, transfer.receiver.buffers
     too_short = too_short_for_a_rate(transfer)
     measured = None if too_short else _number(_attr(transfer, "throughput_bps"))
     prediction = predict(transfer)
-    expected = _number(getattr(prediction, "bps", None))
+    expected = _number(prediction.bps) if prediction else None
     label, shares = _limited_by(transfer)
     events = _events(transfer)
     row = {
@@ -276,30 +277,30 @@ def flow_row(result, *, test="", flow=0, outcome=None):
         "flow": flow,
         "outcome": outcome,
         "kind": "window_probe" if probe else "transfer",
-        "kernel": getattr(transfer, "kernel", None),
+        "kernel": transfer.kernel,
         "backend": guest.backend(),
-        "direction": getattr(transfer, "direction", None),
-        "nbytes": getattr(transfer, "nbytes", None),
-        "upload_bytes": getattr(transfer, "upload_bytes", None),
-        "download_bytes": getattr(transfer, "download_bytes", None),
-        "duration_s": _number(getattr(transfer, "duration_s", None)),
-        "lifetime_s": _number(getattr(transfer, "lifetime_s", None)),
-        "link": link_record(getattr(transfer, "link", None)),
-        "client": host_record(getattr(transfer, "client", None)),
-        "server": host_record(getattr(transfer, "server", None)),
-        "sysctls": getattr(transfer, "sysctls", None) or {},
+        "direction": transfer.direction,
+        "nbytes": transfer.nbytes,
+        "upload_bytes": transfer.upload_bytes,
+        "download_bytes": transfer.download_bytes,
+        "duration_s": _number(_attr(transfer, "duration_s")),
+        "lifetime_s": _number(transfer.lifetime_s),
+        "link": link_record(transfer.link),
+        "client": host_record(transfer.client),
+        "server": host_record(transfer.server),
+        "sysctls": transfer.sysctls or {},
         "buffers": {
-            "sndbuf_requested": getattr(transfer, "sndbuf_requested", None),
+            "sndbuf_requested": transfer.sndbuf_requested,
             "sndbuf": _attr(transfer, "effective_sndbuf", buffers.get("sndbuf")),
-            "rcvbuf_requested": getattr(transfer, "rcvbuf_requested", None),
+            "rcvbuf_requested": transfer.rcvbuf_requested,
             "rcvbuf": _attr(transfer, "effective_rcvbuf", rbuffers.get("rcvbuf")),
         },
         "cc": _attr(transfer, "cc", buffers.get("cc")),
         "measured_bps": measured,
         "active_bps": _number(_attr(transfer, "active_throughput_bps")),
         "expected_bps": expected,
-        "bound": getattr(prediction, "bound", None),
-        "why": getattr(prediction, "why", None),
+        "bound": prediction.bound if prediction else None,
+        "why": prediction.why if prediction else None,
         "ratio": measured / expected if measured and expected else None,
         "limited_by": label,
         "limited_shares": shares,
@@ -324,9 +325,9 @@ def flow_row(result, *, test="", flow=0, outcome=None):
             }
             for p in (_attr(transfer, "phases") or [])
         ],
-        "link_changes": list(getattr(transfer, "link_changes", None) or []),
-        "offloads": getattr(transfer, "offloads", None) or {},
-        "host_contention_cpus": _number(getattr(transfer, "host_contention_cpus", None)),
+        "link_changes": list(transfer.link_changes),
+        "offloads": transfer.offloads or {},
+        "host_contention_cpus": _number(transfer.host_contention_cpus),
         # What each shaped interface applied against what it was asked (analysis/impairments.py).
         "applied": [
             {
@@ -402,7 +403,7 @@ MIN_EXCHANGES = 2
 def _judge_exchanges(row, transfer):
     """A captured connection of several request/response exchanges: judged by its p50 exchange time against the
     model's (a round trip, then the response's rounds), not by a rate; the spread in the notes."""
-    if getattr(transfer, "capture", None) is None:
+    if transfer.capture is None:
         return
     exchanges = _attr(transfer, "exchanges") or []
     if len(exchanges) < MIN_EXCHANGES:
@@ -449,13 +450,13 @@ def too_short_for_a_rate(transfer):
     """Why a connection's goodput says nothing about the path ("" if it does): bytes that fit in one initial window
     never fill the path (sent at once, or a few small requests apart), so bytes over time measure the sender's
     stack or the application's pauses, not the path (docs/reports.md, "Session summary")."""
-    nbytes = getattr(transfer, "nbytes", None)
+    nbytes = transfer.nbytes
     if isinstance(nbytes, int) and nbytes <= INITIAL_WINDOW_BYTES:
         return f"too short to judge a rate: {nbytes} B, within one initial window ({INITIAL_WINDOW_BYTES} B)"
-    if getattr(transfer, "between_samples", False):
-        interval = getattr(getattr(transfer, "samples", None), "interval", None)
+    if transfer.between_samples:
+        interval = getattr(transfer.samples, "interval", None)  # samples: None when none were taken
         apart = f" ({interval * 1e3:g} ms apart)" if interval else ""
-        lifetime = getattr(transfer, "lifetime_s", None)
+        lifetime = transfer.lifetime_s
         lived = f", lived {format_time(lifetime)} from SYN to last FIN" if lifetime is not None else ""
         return (
             f"opened and closed between two samples{apart}{lived}: its {nbytes} B are exact, its rate is not timed "
@@ -481,10 +482,8 @@ def link_record(link):
     if link is None:
         return None
     record = {"describe": link.describe(), "rtt_s": link.rtt_s}
-    for side in ("toward_client", "toward_server"):
-        way = getattr(link, side, None)
-        if dataclasses.is_dataclass(way):
-            record[side] = dataclasses.asdict(way)
+    record["toward_client"] = dataclasses.asdict(link.toward_client)
+    record["toward_server"] = dataclasses.asdict(link.toward_server)
     return record
 
 
@@ -492,19 +491,27 @@ def host_record(host):
     """An endpoint as data: the sysctls and cc the test asked for (the effective ones are in 'sysctls')."""
     if host is None:
         return None
-    return {"sysctls": dict(getattr(host, "sysctls", None) or {}), "cc": getattr(host, "cc", None)}
+    return {"sysctls": dict(host.sysctls or {}), "cc": host.cc}
 
 
 def _is_probe(result):
-    return hasattr(result, "window_bytes") and hasattr(result, "transfer")
+    from ..results import WindowProbe
+
+    return isinstance(result, WindowProbe)
 
 
 def _builders():
-    """(result type, row builder) of every kind a lab registers; anything else is read as a transfer. (Imported when
-    a row is made: a session that measures nothing never loads the result types.)"""
-    from ..results import LatencyResult, RequestsResult, UdpResult
+    """(result type, row builder) of every kind a lab registers. (Imported when a row is made: a session that
+    measures nothing never loads the result types.)"""
+    from ..results import LatencyResult, RequestsResult, TransferResult, UdpResult, WindowProbe
 
-    return ((RequestsResult, requests_row), (LatencyResult, latency_row), (UdpResult, udp_row))
+    return (
+        (RequestsResult, requests_row),
+        (LatencyResult, latency_row),
+        (UdpResult, udp_row),
+        (TransferResult, flow_row),
+        (WindowProbe, flow_row),
+    )
 
 
 def _attr(obj, name, default=None):
