@@ -17,7 +17,7 @@ from .. import hostload, netlink
 from ..errors import LabError
 from ..model.validation import is_number, refuse
 from ..netlink.diag import tcp_counters
-from ..records import SocketSample
+from ..records import ConnectionEnd, SocketSample
 from ..results import TransferResult
 from .sampler import DEFAULT_CPU_BUDGET, SocketSampler, default_interval
 from .slots import measurement_slot, slot_wait_s
@@ -383,17 +383,17 @@ def connection_results(samples, captures, shared, *, artifact_dir, app_window_by
         receiver_role = "client" if sender_role == "server" else "server"
         sender, receiver = ends[sender_role], ends[receiver_role]
         both = {
-            role: found.for_connection(ends[role]["local"], ends[role]["remote"])
+            role: found.for_connection(ends[role].local, ends[role].remote)
             for role, found in captures.items()
             if found is not None
         }
         capture = captures.get(sender_role)
         total = sent[sender_role]
         if capture is not None:
-            capture = capture.for_connection(sender["local"], sender["remote"])
+            capture = capture.for_connection(sender.local, sender.remote)
             # The packets count every byte exactly; samples miss what moved after the last one before the sockets
             # closed, and a receiver's sample can count the FIN while its state still reads ESTABLISHED (seen).
-            if not sender["final"]:  # the sender's final TCP_INFO is exact too, and a capture can drop packets
+            if not sender.final:  # the sender's final TCP_INFO is exact too, and a capture can drop packets
                 total = capture.data_bytes or total
         results.append(
             TransferResult(
@@ -407,7 +407,7 @@ def connection_results(samples, captures, shared, *, artifact_dir, app_window_by
                 capture=capture,
                 artifact_dir=artifact_dir,
                 app_window_bytes=app_window_bytes,
-                rcvbuf_requested=set_rcvbuf(receiver["values"], shared["sysctls"].get(receiver_role, {})),
+                rcvbuf_requested=set_rcvbuf(receiver.values, shared["sysctls"].get(receiver_role, {})),
                 sent_bytes=dict(sent),
                 captures=both,
                 **shared,
@@ -419,9 +419,9 @@ def connection_results(samples, captures, shared, *, artifact_dir, app_window_by
 def _sent_by(end, peer):
     """Payload bytes one end sent: exact from its final TCP_INFO where its destruction was watched; else the most its
     samples show written or its peer's show received (which can count the FIN: one byte over)."""
-    if end["final"]:
-        return (end["final"].get("bytes_sent") or 0) - (end["final"].get("bytes_retrans") or 0)
-    return max(end["sent"], peer["received"])
+    if end.final:
+        return (end.final.get("bytes_sent") or 0) - (end.final.get("bytes_retrans") or 0)
+    return max(end.sent, peer.received)
 
 
 def set_rcvbuf(values, sysctls):
@@ -468,22 +468,44 @@ def _end(rows, local, remote, cc, closed=None, packets=(None, None)):
     times = [t for t, _ in full]
     syn_at, fin_at = packets
     unsampled = closed_at is not None and times and times[0] >= closed_at
-    return {
-        "times": times,
-        "values": values,
-        "local": tuple(local),
-        "remote": tuple(remote),
-        "cc": cc,
-        "received": received,
-        "sent": sent,
-        "gone_at": rows[-1][0] if len(rows) > len(full) else None,
-        "closed_at": closed_at,
-        "final": final,
+    return _SampledEnd(
+        times=times,
+        values=values,
+        local=tuple(local),
+        remote=tuple(remote),
+        cc=cc,
+        received=received,
+        sent=sent,
+        gone_at=rows[-1][0] if len(rows) > len(full) else None,
+        closed_at=closed_at,
+        final=final,
         # A connection no sample saw alive opened after the sample before its close; its SYN says exactly when.
-        "opened_at": (syn_at if syn_at is not None else sample_before) if unsampled else None,
-        "syn_at": syn_at,
-        "fin_at": fin_at,
-    }
+        opened_at=(syn_at if syn_at is not None else sample_before) if unsampled else None,
+        syn_at=syn_at,
+        fin_at=fin_at,
+    )
+
+
+@dataclass(frozen=True)
+class _SampledEnd:
+    """What one end's samples say (_end): its rows with TCP_INFO, bytes each way, and the kernel's stamps."""
+
+    times: list
+    values: list
+    local: tuple
+    remote: tuple
+    cc: "str | None"
+    #: Payload bytes it received, and wrote (resends taken off).
+    received: int
+    sent: int
+    #: When the socket was last seen gone (a sample without TCP_INFO), closed (its destruction watched: `final` is
+    #: then its final TCP_INFO), opened (only for one no sample saw alive), and its SYN's and last FIN's stamps.
+    gone_at: "float | None"
+    closed_at: "float | None"
+    final: "dict | None"
+    opened_at: "float | None"
+    syn_at: "float | None"
+    fin_at: "float | None"
 
 
 _TCP_CLOSE = 7
@@ -519,62 +541,55 @@ def _receiver_record(end, total):
     A socket whose destruction was watched has its final count: its last byte came when its final TCP_INFO says
     (last_data_recv before the close, to the kernel's clock tick); one no sample saw alive is timed from the sample
     before its close (marked "between_samples": its rate is a lower bound)."""
-    times, values = end["times"], end["values"]
+    times, values = end.times, end.values
     got = [(t, min(total, _data_received(v))) for t, v in zip(times, values)]
     if got and got[-1][1] >= total:
         # Two bounds on the last byte, the earlier wins: the destruction's final TCP_INFO (last_data_recv before the
         # close) and the sender's FIN, which this namespace saw by fin_at (the destruction is read later: the kernel
         # broadcasts it from a work queue). Never before the checkpoints already seen, nor before the connection.
         bounds = [got[-1][0]]
-        if end["closed_at"] is not None and end["final"]:
-            bounds[0] = end["closed_at"] - (end["final"].get("last_data_recv") or 0) / 1e3
-        if end["fin_at"] is not None:
-            bounds.append(end["fin_at"])
-        got[-1] = (max(min(bounds), end["opened_at"] or -math.inf, *(t for t, _ in got[:-1])), got[-1][1])
+        if end.closed_at is not None and end.final:
+            bounds[0] = end.closed_at - (end.final.get("last_data_recv") or 0) / 1e3
+        if end.fin_at is not None:
+            bounds.append(end.fin_at)
+        got[-1] = (max(min(bounds), end.opened_at or -math.inf, *(t for t, _ in got[:-1])), got[-1][1])
     first = next(((t, n) for t, n in got if n > 0), None)
     last = next((t for t, n in got if n >= total), None)
     if last is None:
-        last = _extrapolated_end(got, total, end["gone_at"])
+        last = _extrapolated_end(got, total, end.gone_at)
         got.append((last, total))
-    record = {
-        "nbytes": total,
-        "connected_at": end["opened_at"] if end["opened_at"] is not None else times[0],
-        "checkpoints": got,
-        "local": end["local"],
-        "remote": end["remote"],
-        "tcp_info": _final_tcp_info(end),
-        "buffers": {"rcvbuf": first_value(values[::-1], "rcvbuf")},
-        "buffers_at_connect": {"rcvbuf": first_value(values, "rcvbuf")},
-    }
-    _stamp_lifecycle(record, end)
-    if end["opened_at"] is not None:
+    record = ConnectionEnd(
+        nbytes=total,
+        connected_at=end.opened_at if end.opened_at is not None else times[0],
+        checkpoints=got,
+        local=end.local,
+        remote=end.remote,
+        tcp_info=_final_tcp_info(end),
+        buffers={"rcvbuf": first_value(values[::-1], "rcvbuf")},
+        buffers_at_connect={"rcvbuf": first_value(values, "rcvbuf")},
+        closed_at=end.closed_at,
+        syn_at=end.syn_at,
+        fin_at=end.fin_at,
+        last_byte_at=times[-1],
+    )
+    if end.opened_at is not None:
         # No sample saw it alive: its bytes are timed from the sample before it closed, not from a first read.
-        record.update(first_byte_at=end["opened_at"], first_read=0, last_byte_at=last, between_samples=True)
-    elif first is not None:
+        return record.replace(first_byte_at=end.opened_at, first_read=0, last_byte_at=last, between_samples=True)
+    if first is not None:
         # The first sample with data stands for the first read: its bytes are not timed (as for a bulk flow). If it
         # shows them all, they came between two samples: nothing timed them.
-        record.update(first_byte_at=first[0], first_read=first[1], last_byte_at=last)
-        if first[1] >= total:
-            record["between_samples"] = True
-    else:
-        record["last_byte_at"] = times[-1]
+        return record.replace(
+            first_byte_at=first[0], first_read=first[1], last_byte_at=last, between_samples=first[1] >= total
+        )
     return record
-
-
-def _stamp_lifecycle(record, end):
-    """Put the end's close (the destruction's reading) and the kernel's stamps of its SYN and last FIN or RST in
-    its record, where known."""
-    for field, value in (("closed_at", end["closed_at"]), ("syn_at", end["syn_at"]), ("fin_at", end["fin_at"])):
-        if value is not None:
-            record[field] = value
 
 
 def _final_tcp_info(end):
     """The end's last TCP_INFO: the kernel's final one (every field) if its destruction was watched, else the last
     sample's."""
-    if end["final"]:
-        return {k: v for k, v in end["final"].items() if v is not None}
-    return last_tcp_info(end["values"])
+    if end.final:
+        return {k: v for k, v in end.final.items() if v is not None}
+    return last_tcp_info(end.values)
 
 
 def _extrapolated_end(got, total, gone_at):
@@ -586,35 +601,35 @@ def _extrapolated_end(got, total, gone_at):
 
 
 def _sender_record(end):
-    times, values = end["times"], end["values"]
+    """The sending end's record: its first write and when its last byte was acknowledged, where the samples show."""
+    times, values = end.times, end.values
     started = next((i for i, v in enumerate(values) if (v.bytes_sent or 0) > 0 or v.notsent_bytes), None)
     acked = next(
-        (
-            t
-            for t, v in zip(times, values)
-            if (v.bytes_sent or 0) >= end["sent"] and not v.unacked and not v.notsent_bytes
-        ),
-        end["gone_at"] or times[-1],
+        (t for t, v in zip(times, values) if (v.bytes_sent or 0) >= end.sent and not v.unacked and not v.notsent_bytes),
+        end.gone_at or times[-1],
     )
-    if end["final"] and acked == end["closed_at"]:
+    if end.final and acked == end.closed_at:
         # Acknowledged before it closed: its final TCP_INFO says when the last ACK came.
-        acked = max(end["opened_at"] or -math.inf, acked - (end["final"].get("last_ack_recv") or 0) / 1e3)
-    opened = end["opened_at"]
-    record = {
-        "connected_at": opened if opened is not None else times[0],
-        "local": end["local"],
-        "remote": end["remote"],
-        "tcp_info": _final_tcp_info(end),
-        "buffers": {"sndbuf": first_value(values[::-1], "sndbuf"), "cc": end["cc"]},
-        "buffers_at_connect": {"sndbuf": first_value(values, "sndbuf")},
-    }
-    _stamp_lifecycle(record, end)
-    if started is not None:
-        # The write happened after the sample before the first that shows data, and after the connection's SYN.
-        bounds = [t for t in (times[started - 1] if started else None, end["syn_at"]) if t is not None]
-        record["first_write_at"] = opened if opened is not None else max(bounds, default=times[0])
-        record["acked_at"] = acked
-    return record
+        acked = max(end.opened_at or -math.inf, acked - (end.final.get("last_ack_recv") or 0) / 1e3)
+    opened = end.opened_at
+    record = ConnectionEnd(
+        connected_at=opened if opened is not None else times[0],
+        local=end.local,
+        remote=end.remote,
+        tcp_info=_final_tcp_info(end),
+        buffers={"sndbuf": first_value(values[::-1], "sndbuf"), "cc": end.cc},
+        buffers_at_connect={"sndbuf": first_value(values, "sndbuf")},
+        closed_at=end.closed_at,
+        syn_at=end.syn_at,
+        fin_at=end.fin_at,
+    )
+    if started is None:
+        return record
+    # The write happened after the sample before the first that shows data, and after the connection's SYN.
+    bounds = [t for t in (times[started - 1] if started else None, end.syn_at) if t is not None]
+    return record.replace(
+        first_write_at=opened if opened is not None else max(bounds, default=times[0]), acked_at=acked
+    )
 
 
 def _stats_delta(before, after):
