@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-__all__ = ["TCP_INFO_SERIES", "SKMEM_FIELDS", "SERIES_FIELDS", "SocketSample", "ConnectionEnd"]
+__all__ = ["TCP_INFO_SERIES", "SKMEM_FIELDS", "SERIES_FIELDS", "SocketSample", "ConnectionEnd", "RequestTimes"]
 
 #: TCP_INFO fields kept per sample (the rest of the struct is in each end's final record).
 TCP_INFO_SERIES = (
@@ -204,3 +204,13 @@ class ConnectionEnd(Mapping):
 
 
 _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(ConnectionEnd) if f.name != "extra")
+
+
+class RequestTimes(NamedTuple):
+    """One request/response exchange as its client timed it (monotonic seconds): when it started (before connecting,
+    on a new connection), connected, got the response's first byte, and its last."""
+
+    started: float
+    connected: float
+    first_byte: float
+    done: float

@@ -63,7 +63,7 @@ def test_requests_on_the_host_take_the_link_s_time(tcpnet):
     p0-p95 beside a CPU hog, so the median is judged within 15%."""
     pair = tcpnet.pair(Link(rate="100mbit"))
     result = pair.requests(20, response_size=650_000, sndbuf="32kb")
-    assert len(result.fct_s) == 20 and all(r["first_byte"] <= r["done"] for r in result.records)
+    assert len(result.fct_s) == 20 and all(r.connected <= r.first_byte <= r.done for r in result.records)
     assert result.fct_percentile(50) == pytest.approx(result.expected_s[-1], rel=0.15), result.describe()
     fresh = pair.requests(3, response_size=100_000, new_connection=True)
     assert len(fresh.server_tcp_info) == 3, fresh.describe()  # one connection each

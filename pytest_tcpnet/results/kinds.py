@@ -5,6 +5,7 @@ from typing import NamedTuple
 
 from ..model import format_rate, format_size, format_time
 from ..model.stats import percentile
+from ..records import RequestTimes
 from .transfer import TransferResult, _bytes_at, _plot_into, kernel_words
 
 __all__ = [
@@ -213,11 +214,11 @@ class LatencyResult:
 class RequestsResult:
     """Request/response exchanges (Pair.requests): each request's completion time beside the model's.
 
-    records: per request {started, connected, first_byte, done} (monotonic seconds);
+    records: per request its RequestTimes (started, connected, first_byte, done: monotonic seconds);
     expected_s: the model's time for each (model.request_response_times) and `why`, its inputs.
     """
 
-    records: list
+    records: "list[RequestTimes]"
     request_size: int
     response_size: int
     new_connection: bool
@@ -238,7 +239,7 @@ class RequestsResult:
     @property
     def fct_s(self):
         """Each request's completion time: from its start (before connecting, on a new connection) to the last byte."""
-        return [r["done"] - r["started"] for r in self.records]
+        return [r.done - r.started for r in self.records]
 
     def fct_percentile(self, p=50):
         """A percentile (0..100) of the completion times."""
@@ -247,7 +248,7 @@ class RequestsResult:
     @property
     def first_byte_s(self):
         """Each request's time to the response's first byte."""
-        return [r["first_byte"] - r["started"] for r in self.records]
+        return [r.first_byte - r.started for r in self.records]
 
     def describe(self):
         """The exchanges, their times and the model's, the conditions."""

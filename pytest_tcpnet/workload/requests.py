@@ -7,6 +7,7 @@ from ..model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6, link_good
 from ..model.units import parse_time
 from ..model.validation import check_flag, check_integer
 from ..model.window import send_window
+from ..records import RequestTimes
 from ..requirements import check_need
 from ..results import RequestsResult
 from .base import Workload, default_timeout
@@ -93,7 +94,8 @@ class RequestResponse(Workload):
 
     def wait(self, deadline):
         server, client = self._children
-        self.records = client.receive(deadline, "result")["requests"]
+        # The client process's dicts become typed here, at the adapter's boundary.
+        self.records = [RequestTimes(**times) for times in client.receive(deadline, "result")["requests"]]
         self.server_record = server.receive(deadline, "result")
         return []
 
