@@ -458,9 +458,9 @@ def test_request_latency_refuses_bad_bounds_and_results_without_exchanges(tcpnet
     assert_request_latency(result, max=5.0)  # Pair.requests() results are accepted too
     with pytest.raises(ValueError, match="at least one bound"):
         assert_request_latency(result)
-    with pytest.raises(ValueError, match="p99: an upper bound in seconds, a positive number, got -1"):
+    with pytest.raises(ValueError, match="p99: must be an upper bound in seconds, a number > 0, got -1"):
         assert_request_latency(result, p99=-1)
-    with pytest.raises(ValueError, match="p50: an upper bound in seconds"):
+    with pytest.raises(ValueError, match="p50: must be an upper bound in seconds"):
         assert_request_latency(result, p50="10ms")
     with pytest.raises(ValueError, match="0.99 reads as a fraction; percentiles are 0-100"):
         assert_request_latency(result, percentiles={0.99: 0.1})

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import math
-
 from ..model import format_time
 from ..model.stats import percentile
-from ..model.validation import is_number
+from ..model.validation import check_number, is_number
 
 __all__ = ["assert_request_latency"]
 
@@ -86,9 +84,7 @@ def _bounds(**named):
 
 
 def _bound(name, value):
-    if not is_number(value) or isinstance(value, bool) or not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name}: an upper bound in seconds, a positive number, got {value!r}")
-    return float(value)
+    return float(check_number(name, value, 0, low_open=True, must="an upper bound in seconds, a number > 0"))
 
 
 def _latencies(result):

@@ -1,6 +1,7 @@
 """Verdicts on flows that shared a bottleneck: each flow against its share, and the group's fairness."""
 
 from ..model import format_rate
+from ..model.validation import check_number
 from .throughput import assert_throughput_within
 
 __all__ = ["assert_share_within", "assert_fair"]
@@ -32,8 +33,7 @@ def assert_share_within(result, *, rel):
     """Assert each flow's goodput is within ±rel of its share of the bottleneck it shared (the model's, with each
     flow's own bounds). result: a ConcurrentResult (every flow is judged), a list of its flows, or one flow."""
     __tracebackhide__ = True
-    if not (isinstance(rel, (int, float)) and not isinstance(rel, bool) and 0 < rel < 1):
-        raise ValueError(f"rel: must be in (0, 1), got {rel!r}")
+    check_number("rel", rel, 0, 1, low_open=True, high_open=True)
     flows = _flows(result, "result")
     for flow in flows:
         if flow.share is None:
@@ -72,8 +72,7 @@ def assert_fair(result, *, jain):
         raise TypeError(
             f"result: expected a ConcurrentResult (Pair.concurrent, a dumbbell's) or a list of its flows, got {result!r}"
         )
-    if not (isinstance(jain, (int, float)) and not isinstance(jain, bool) and 0 < jain <= 1):
-        raise ValueError(f"jain: must be in (0, 1], got {jain!r}")
+    check_number("jain", jain, 0, 1, low_open=True)
     flows = list(result.flows)
     if len(flows) < 2:
         raise ValueError(f"result: fairness needs two flows or more, got {len(flows)}")
