@@ -4,6 +4,7 @@ transfer: one flow (TransferResult, Phase); kinds: every other result kind and t
 flow's share of a bottleneck it crossed beside others.
 """
 
+from .conditions import Phase
 from .kinds import (
     REPORTED_KINDS,
     ConcurrentResult,
@@ -15,7 +16,7 @@ from .kinds import (
     jain_index,
 )
 from .shares import with_shares
-from .transfer import Phase, TransferResult
+from .transfer import TransferResult
 
 __all__ = [
     "WorkloadRun",

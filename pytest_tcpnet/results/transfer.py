@@ -1,21 +1,16 @@
 """One flow's result (TransferResult) and its phases across a changing link: what it measured and why."""
 
-import dataclasses
 import functools
 from dataclasses import dataclass, field
 
 from .. import guest
 from ..hostload import CONTENTION_WARNING_CORES
 from ..model import Host, Link, format_rate, format_size, format_time
-from ..model.app import Pace, RateLimit
-from ..model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6, Conditions, shaper_burst_bytes
 from ..model.shares import Share
 from ..model.validation import check_number
 from ..records import SERIES_FIELDS, ConnectionEnd
-
-#: How late a software-emulated guest's (TCG's) timers may fire a netem delay: +1.61 ms at 10 ms and +0.92 ms at
-#: 50 ms on a quiet 2-core host (docs/vm.md, fidelity table); UML and the host: within 0.33 ms.
-EMULATED_TIMER_SLACK_S = 2e-3
+from .applied import EMULATED_TIMER_SLACK_S, AppliedChecks
+from .conditions import ModelInputs, Phase
 
 __all__ = ["TransferResult", "Phase", "KEY_COUNTERS", "EMULATED_TIMER_SLACK_S", "kernel_words"]
 
@@ -49,7 +44,7 @@ KEY_COUNTERS = (
 
 
 @dataclass(frozen=True, eq=False)
-class TransferResult:
+class TransferResult(AppliedChecks, ModelInputs):
     """One flow: goodput as the receiving application saw it, plus everything needed to explain it.
 
     Times in series are seconds from the receiver's first data byte.
@@ -496,129 +491,6 @@ class TransferResult:
         return "; ".join(parts)
 
     @property
-    def applied_impairments(self):
-        """[AppliedLoss] per shaped interface asked to lose packets: what the traffic met against what was asked."""
-        from ..analysis.impairments import applied_losses
-
-        return applied_losses(self.qdiscs, self.shaped_ways)
-
-    @property
-    def applied_delay(self):
-        """The round trip's floor the flow met (its sender's min_rtt) against the Link's delays (AppliedDelay), or
-        None where it says nothing (no delay asked, a changing link, no sender TCP_INFO). Beside other traffic on its
-        shapers only a floor too low is judged: their packets may hold the queue all along."""
-        from ..analysis.impairments import applied_delay
-
-        try:
-            floor = self.min_rtt_s
-        except (KeyError, TypeError, AttributeError):  # a result without the sender's TCP_INFO
-            return None
-        link = self._link_as_met()
-        slack = EMULATED_TIMER_SLACK_S if guest.software_emulated() else 0.0
-        return applied_delay(
-            link, floor, download=self.direction == "download", slack_s=slack, others_packets=self._others_packets
-        )
-
-    @property
-    def applied_duplicate(self):
-        """The duplicates of this flow's data segments its receiver saw (D-SACKs) against the Link's duplicate rate on
-        the data's way (AppliedDuplicate), or None where it says nothing (none asked, a changing link, no TCP_INFO)."""
-        from ..analysis.impairments import applied_duplicate
-
-        return self._on_data_way(applied_duplicate)
-
-    @property
-    def applied_reorder(self):
-        """Whether the sender saw its data reordered (TCP_INFO reord_seen) on a way asked to reorder
-        (AppliedReorder), or None where it says nothing (none asked, no delay to overtake, a changing link)."""
-        from ..analysis.impairments import applied_reorder
-
-        return self._on_data_way(applied_reorder)
-
-    def _on_data_way(self, check):
-        """check(the Link's way the data took, the sender's TCP_INFO), or None without a link or TCP_INFO."""
-        link = self._link_as_met()
-        if link is None:
-            return None
-        way = link.toward_client if self.direction == "download" else link.toward_server
-        try:
-            return check(way, self.sender_tcp_info)
-        except (KeyError, TypeError, AttributeError):  # a result without the sender's TCP_INFO
-            return None
-
-    def _link_as_met(self):
-        """The Link as this connection's packets met it: a link scoped to some ports as its ports see it (None:
-        no link, or a scoped one and no ports to tell)."""
-        link = self.link
-        if link is not None and link.ports:
-            ports = [end[1] for end in (self.sender.local, self.sender.remote) if end]
-            if not ports:
-                return None
-            link = link.seen_by(*ports)
-        return link
-
-    @functools.cached_property
-    def _others_packets(self):
-        """Packets of other traffic the path's shapers carried beside this connection's own (0: the path was its
-        own; analysis.impairments.others_packets)."""
-        from ..analysis.impairments import others_packets
-
-        sent, acked = self.sender_tcp_info.get("segs_out"), self.receiver_tcp_info.get("segs_out")
-        own = {"toward_client": sent, "toward_server": acked}
-        if self.direction != "download":
-            own = {"toward_server": sent, "toward_client": acked}
-        return others_packets(self.qdiscs, self.shaped_ways, {way: n for way, n in own.items() if n is not None})
-
-    @property
-    def applied_rate(self):
-        """The payload rate the flow's ACKs came back at while its queue stood, against the Link's (AppliedRate), or
-        None where that says nothing (no rate, an AQM or policer, loss, other traffic, too little standing queue)."""
-        from ..analysis.impairments import RateSample, applied_rate
-
-        if self.link is None or self.link.ports or self.samples is None:
-            return None
-        names = ("bytes_acked", "unacked", "snd_mss", "min_rtt", "busy_time", "rwnd_limited", "total_retrans")
-        columns = [dict(self.series(name)) for name in (*names, "ca_state", "snd_wnd")]
-        acked, unacked, mss, floor, busy, held, retrans, ca_state, window = columns
-        times = sorted(set.intersection(*(set(column) for column in columns)))
-        samples = [
-            RateSample(
-                t,
-                acked[t],
-                unacked[t] * mss[t],
-                floor[t] / 1e6,
-                # busy_time counts the time the receiver's window held the sender too (rwnd_limited): not sending.
-                (busy[t] - held[t]) / 1e6,
-                retrans[t],
-                ca_state[t],
-                window[t],
-            )
-            for t in times
-        ]
-        return applied_rate(
-            self.link,
-            samples,
-            download=self.direction == "download",
-            mss_bytes=self._mss_bytes,
-            others_packets=self._others_packets,
-        )
-
-    @property
-    def impairment_mismatches(self):
-        """The applied impairments (loss per interface, the round trip's delay) that are not what the Link asked
-        for, beyond chance ([] when all are)."""
-        found = [applied for applied in self.applied_impairments if not applied.as_configured]
-        found += [one for one in self._path_checks if not one.as_configured]
-        return found
-
-    @functools.cached_property
-    def _path_checks(self):
-        """The checks of the whole path beside the per-interface losses: delay, rate, duplicates, reordering (those
-        that say something)."""
-        checks = (self.applied_delay, self.applied_rate, self.applied_duplicate, self.applied_reorder)
-        return [one for one in checks if one is not None]
-
-    @property
     def interface_drops(self):
         """Packets the veths themselves dropped (e.g. a receive backlog overflow), by 'role/ifname'."""
         return {
@@ -673,91 +545,6 @@ class TransferResult:
                 )
             )
         return phases
-
-    # -- what the model predicts it from --------------------------------------------------------------
-
-    def model_conditions(self, *, observed: bool = False, link: "Link | None" = None) -> Conditions:
-        """The conditions the flow ran under, as the model takes them (model.Conditions): the link of its data
-        direction (`link`: another, e.g. a phase's), the kernel, both hosts' sysctls, the socket options, the cc.
-
-        The RTT is the link's (or the measured min_rtt when larger: the stack adds some); observed=True takes the
-        receive window and the RTT the flow saw (the sender's final TCP_INFO snd_wnd and its sampled srtt) instead
-        of predicting them, to test the window / RTT law alone (C1).
-        """
-        download = self.direction == "download"
-        ports = [end[1] for end in (self.sender.local, self.sender.remote) if end]
-        link = link or self.link
-        link = link.seen_by(*ports) if ports else link  # a link scoped to other ports: unimpaired for this flow
-        way = link.toward_client if download else link.toward_server
-        sender_role, receiver_role = ("server", "client") if download else ("client", "server")
-        rtt = max(link.rtt_s, self.min_rtt_s or 0.0)
-        window = None
-        if observed:
-            window = self.sender_tcp_info.get("snd_wnd") or None
-            rtt = max(rtt, self._sampled_srtt_s() or self.rtt_s or 0.0)
-        paced = [(p.rate_bps, p.by) for p in (self.writer, self.reader) if isinstance(p, (Pace, RateLimit))]
-        return Conditions(
-            kernel=self.kernel,
-            rtt_s=rtt,
-            rate_bps=way.rate_bps,
-            loss=self._loss_met(way, download),
-            queue_packets=way.queue_limit_packets() if way.rate_bps else None,
-            queue=way.queue if way.rate_bps else None,
-            app_rate_bps=min(paced)[0] if paced else None,
-            app_rate_by=min(paced)[1] if paced else "paced",
-            share_bps=self.share.bps if self.share is not None else None,
-            share_why=self.share.why if self.share is not None else "",
-            app_window_bytes=self.app_window_bytes,
-            burst_bytes=shaper_burst_bytes(way.rate_bps, self.shaper_burst_s)
-            if way.rate_bps and self.shaper_burst_s
-            else None,
-            cc=self.cc or self.sysctls.get(sender_role, {}).get("net.ipv4.tcp_congestion_control"),
-            so_sndbuf=self.sndbuf_requested,
-            so_rcvbuf=self.rcvbuf_requested,
-            sender_sysctls=dict(self.sysctls.get(sender_role, {})),
-            receiver_sysctls=dict(self.sysctls.get(receiver_role, {})),
-            window_bytes=window,
-            nbytes=self.nbytes,
-            mss_bytes=self._mss_bytes,
-            write_chunk_bytes=self.write_size or 1 << 20,
-        )
-
-    @property
-    def _mss_bytes(self):
-        """Payload bytes per full segment on its path: 1448 over IPv4 with timestamps, 1428 over IPv6."""
-        return PAYLOAD_PER_FRAME_IPV6 if ":" in str((self.sender.local or ("",))[0]) else PAYLOAD_PER_FRAME
-
-    def model_phases(self, *, observed: bool = False, steady: bool = False) -> "list[tuple[Phase, Conditions]]":
-        """[(phase, conditions)] across a changing link (empty for one that never changes): each phase with the link
-        then in force; the transfer size (slow start) counted in the first phase only, in none with steady=True."""
-        pairs = []
-        for phase in self.phases:
-            conditions = self.model_conditions(observed=observed, link=phase.link)
-            if phase.number or steady:
-                conditions = dataclasses.replace(conditions, nbytes=None)
-            pairs.append((phase, conditions))
-        return pairs
-
-    def _sampled_srtt_s(self):
-        """The sender's smoothed RTT over the transfer (median of its samples), or None without 3 samples: the RTT
-        the flow saw, where the final srtt can carry the last round's tail-loss probes (docs/model.md)."""
-        try:
-            values = sorted(v for _, v in self.series("rtt", side="sender") if v)
-        except (ValueError, TypeError):  # no samples, or no first byte to time them from
-            return None
-        return values[len(values) // 2] / 1e6 if len(values) >= 3 else None
-
-    def _loss_met(self, way, download):
-        """The loss the flow's data met: what netem really drops for the spec (a correlated loss is not what was
-        asked), or, where the run's counters show the link applied something else beyond chance, what it applied."""
-        data_way = "toward_client" if download else "toward_server"
-        applied = [a for a in self.applied_impairments if a.direction == data_way]
-        if any(not a.as_configured for a in applied):
-            kept = 1.0
-            for a in applied:
-                kept *= 1 - a.applied
-            return 1 - kept
-        return way.effective_loss
 
     def describe(self):
         """The conditions, one per line, for failure reports."""
@@ -815,30 +602,6 @@ class TransferResult:
             )
         lines += [phase.describe() for phase in self.phases]
         return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class Phase:
-    """One step of a changing link as a flow lived it; times in seconds on the schedule's clock (t=0 when the
-    measurement started), the start when the kernel acknowledged the step."""
-
-    number: int
-    scheduled_at: float
-    start_s: float
-    end_s: float
-    link: Link
-    goodput_bps: float
-    rtt_s: "float | None"
-    retransmits: "int | None"
-
-    def describe(self):
-        return (
-            f"phase {self.number} ({format_time(self.start_s)}-{format_time(self.end_s)}, scheduled at "
-            f"{format_time(self.scheduled_at)}): {format_rate(self.goodput_bps)}"
-            + (f", srtt {format_time(self.rtt_s)}" if self.rtt_s is not None else "")
-            + (f", {self.retransmits} retransmitted" if self.retransmits is not None else "")
-            + f"; link {self.link.describe()}"
-        )
 
 
 def _plot_into(result, draw, directory):
