@@ -264,10 +264,13 @@ class ReportPlugin:
         limit = self.config.getoption("tcpnet_require_quiet", None)
         if limit is None:
             return
+        from .results import transfer_of
+
         busy = [
             (result, cpus)
             for result in lab.results
-            if (cpus := getattr(getattr(result, "transfer", result), "host_contention_cpus", None)) is not None
+            if (transfer := transfer_of(result)) is not None
+            and (cpus := transfer.host_contention_cpus) is not None
             and cpus > limit
         ]
         if busy:
@@ -284,9 +287,11 @@ class ReportPlugin:
         mode = self.config.getoption("tcpnet_verify_impairments", "warn")
         if mode == "off":
             return
+        from .results import transfer_of
+
         seen = {}
-        for result in lab.results:
-            for applied in getattr(getattr(result, "transfer", result), "impairment_mismatches", None) or []:
+        for transfer in filter(None, map(transfer_of, lab.results)):
+            for applied in transfer.impairment_mismatches:
                 seen.setdefault(applied.key, applied)
         if not seen:
             return

@@ -115,14 +115,15 @@ def explain_failure(results, directory, *, test, keep):
 
     Plotting is best effort (no matplotlib, no capture): the reason is listed instead of the plot.
     """
+    from ..results import LatencyResult, transfer_of
     from .rows import flow_rows
 
-    problems, transfers = [], {id(t): t for t in (getattr(r, "transfer", r) for r in results)}
-    for transfer in transfers.values():  # a window probe's transfer is in the results too: plot it once
-        plot = getattr(transfer, "plot", None)
-        if plot is not None:
+    # A window probe's transfer is in the results too: plot it once. Transfers and latency probes draw plots.
+    problems, plotted = [], {id(p): p for p in (transfer_of(r) or r for r in results)}
+    for result in plotted.values():
+        if isinstance(result, LatencyResult) or transfer_of(result) is not None:
             try:
-                plot(directory=directory)
+                result.plot(directory=directory)
             except Exception as exc:  # the test's own failure is what matters; say why there is no plot
                 problems.append(f"no plot: {exc}")
     if results:

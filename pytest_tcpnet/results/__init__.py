@@ -14,6 +14,7 @@ from .kinds import (
     WindowProbe,
     WorkloadRun,
     jain_index,
+    transfer_of,
 )
 from .shares import with_shares
 from .transfer import TransferResult
@@ -30,4 +31,5 @@ __all__ = [
     "Phase",
     "jain_index",
     "with_shares",
+    "transfer_of",
 ]

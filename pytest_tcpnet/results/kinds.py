@@ -9,6 +9,7 @@ from ..records import RequestTimes
 from .transfer import TransferResult, _bytes_at, _plot_into, kernel_words
 
 __all__ = [
+    "transfer_of",
     "UdpResult",
     "ConcurrentResult",
     "LatencyResult",
@@ -291,6 +292,13 @@ class WindowProbe:
     kernel: str
     sysctls: dict
     transfer: TransferResult = field(repr=False)
+
+
+def transfer_of(result):
+    """The TransferResult a registered result stands for: itself, a WindowProbe's transfer, or None (another kind)."""
+    if isinstance(result, WindowProbe):
+        return result.transfer
+    return result if isinstance(result, TransferResult) else None
 
 
 class WorkloadRun(NamedTuple):
