@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from .specs import check_congestion_control
 from .units import format_size, format_time, parse_size, parse_time
-from .validation import check_integer, check_number, is_number, refuse
+from .validation import check_integer, check_number, is_integer, is_number, refuse
 
 __all__ = ["Pace", "Pause", "RateLimit", "Flow", "Cbr", "check_buffer_bytes", "check_positive_bytes"]
 
@@ -25,7 +25,7 @@ def check_positive_bytes(field, value):
     nbytes = parse_size(value, field) if isinstance(value, str) else value
     if isinstance(value, str) and math.isfinite(nbytes) and nbytes == int(nbytes):
         nbytes = int(nbytes)
-    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or not 0 < nbytes <= MAX_TRANSFER_BYTES:
+    if not is_integer(nbytes) or not 0 < nbytes <= MAX_TRANSFER_BYTES:
         refuse(field, "a positive int of bytes up to 2^40 (or a size like '1mb')", value)  # the value as given
     return nbytes
 

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from .units import MTU_FRAME_BYTES, format_rate, format_size, format_time, parse_fraction, parse_size, parse_time
-from .validation import check_flag, check_integer, refuse
+from .validation import check_flag, check_integer, is_integer, refuse
 
 __all__ = ["Queue", "QUEUE_KINDS", "ECN_QUEUES", "check_queue", "CAKE_FLOW_MODES", "CAKE_DIFFSERV_MODES"]
 
@@ -292,7 +292,7 @@ def check_queue(where, kind, limit, ecn, options):
         raise ValueError(f"{where}queue: unknown queue discipline {kind!r}; known: {', '.join(QUEUE_KINDS)}")
     allowed, marks, _, unit, _ = QUEUE_KINDS[kind]
     if ecn is not None and not isinstance(ecn, bool):
-        raise ValueError(f"{where}ecn: must be True or False (None: the queue's default), got {ecn!r}")
+        refuse(f"{where}ecn", "True or False (None: the queue's default)", ecn)
     if ecn and not marks:
         raise ValueError(
             f"{where}ecn: {kind} cannot mark ECN (it only drops); queues that can: {', '.join(sorted(ECN_QUEUES))}"
@@ -333,7 +333,7 @@ def check_queue(where, kind, limit, ecn, options):
 
 def _queue_limit(field, value, unit):
     """A packet count (int) for packet-limited kinds, bytes for byte-limited ones ('64kb', or packets x 1514)."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
+    if not (is_integer(value) or isinstance(value, str)):
         refuse(field, "a packet count (int) or a size string like '64kb'", value, TypeError)
     if unit == "bytes":
         nbytes = value * MTU_FRAME_BYTES if isinstance(value, int) else parse_size(value, field)

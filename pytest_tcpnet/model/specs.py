@@ -23,7 +23,7 @@ from .units import (
     parse_size,
     parse_time,
 )
-from .validation import check_integer, refuse
+from .validation import check_integer, is_integer, refuse
 
 __all__ = [
     "OneWay",
@@ -369,7 +369,7 @@ def _check_limit(field, value):
         if not 0 < nbytes <= _MAX_QUEUE_PACKETS * MTU_FRAME_BYTES:  # NaN and infinity included ('1E310')
             raise ValueError(f"{field}: must be > 0 and at most {_MAX_QUEUE_PACKETS} packets' worth, got {value!r}")
         return max(1, math.ceil(nbytes / MTU_FRAME_BYTES))
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_integer(value):
         refuse(field, "a packet count (int) or a size string like '64kb'", value, TypeError)
     if not 1 <= value <= _MAX_QUEUE_PACKETS:
         raise ValueError(f"{field}: must be >= 1 packet (at most {_MAX_QUEUE_PACKETS}), got {value!r}")
@@ -952,7 +952,7 @@ def _normalize_sysctl_value(name, value):
     if isinstance(value, bool):
         raise TypeError(f"sysctls[{name!r}]: expected a string, int or tuple of ints, got {value!r}")
     if isinstance(value, (list, tuple)):
-        if not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        if not value or not all(is_integer(v) for v in value):
             raise TypeError(f"sysctls[{name!r}]: a sequence must hold ints, got {value!r}")
         return " ".join(str(v) for v in value)
     if isinstance(value, int):

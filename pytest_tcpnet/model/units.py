@@ -3,6 +3,8 @@
 import math
 import re
 
+from .validation import is_real
+
 __all__ = [
     "MTU_FRAME_BYTES",
     "parse_rate",
@@ -77,7 +79,7 @@ def _split(field, text, units, allowed):
 
 def _number(field, value):
     # bool is an int subclass; Link(loss=True) is a mistake, not 100%.
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_real(value):
         raise TypeError(f"{field}: expected a number or a string with a unit, got {type(value).__name__} {value!r}")
     if math.isnan(value) or math.isinf(value):
         raise ValueError(f"{field}: must be finite, got {value!r}")

@@ -8,9 +8,9 @@ NaN and infinity never pass a range, and every refusal reads the same way.
 from __future__ import annotations
 
 import math
-from typing import NoReturn
+from typing import NoReturn, TypeGuard
 
-__all__ = ["refuse", "is_number", "check_flag", "check_integer", "check_number"]
+__all__ = ["refuse", "is_integer", "is_real", "is_number", "check_flag", "check_integer", "check_number"]
 
 
 def refuse(name: str, must: str, value: object, error: type[Exception] = ValueError) -> NoReturn:
@@ -25,9 +25,19 @@ def check_flag(name: str, value: object, error: type[Exception] = TypeError) -> 
     return value
 
 
-def is_number(value: object) -> bool:
+def is_integer(value: object) -> TypeGuard[int]:
+    """An int, and not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_real(value: object) -> TypeGuard[float]:
+    """An int or a float (NaN and the infinities too), and not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> TypeGuard[float]:
     """An int or a float, finite, and not a bool."""
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    return is_real(value) and math.isfinite(value)
 
 
 def check_integer(
@@ -35,7 +45,7 @@ def check_integer(
 ) -> int:
     """value as an int in [low, high] (either bound may be None: open); otherwise refuse with must (default:
     "a whole number in low..high")."""
-    if not isinstance(value, bool) and isinstance(value, int):
+    if is_integer(value):
         if (low is None or value >= low) and (high is None or value <= high):
             return value
     refuse(name, must or _integer_range(low, high), value)
@@ -54,11 +64,11 @@ def check_number(
     """value as a finite number within the bounds (low_open/high_open exclude the bound itself); otherwise refuse
     with must (default: the interval in words)."""
     if is_number(value):
-        number = float(value)  # type: ignore[arg-type]  # is_number checked it
+        number = float(value)
         above = low is None or (number > low if low_open else number >= low)
         below = high is None or (number < high if high_open else number <= high)
         if above and below:
-            return value  # type: ignore[return-value]  # an int stays an int
+            return value  # an int stays an int
     refuse(name, must or _number_range(low, high, low_open, high_open), value)
 
 
