@@ -520,9 +520,19 @@ def _one_way(
 def _warn_distorting_correlations(where, way):
     """Warn where netem's correlated draw makes an event fire at a rate far from the one asked (model/netem.py)."""
     for name, base, base_field in _CORRELATED:
-        if base_field == "jitter":
-            continue  # correlated jitter narrows the spread (a delay, not a rate): docs/design.md, pitfall 13
         asked, correlation = getattr(way, base), getattr(way, name)
+        if base_field == "jitter":
+            if asked and correlation:
+                warnings.warn(
+                    NetemCorrelationWarning(
+                        f"{where}jitter {format_time(asked)} with {name} {correlation * 100:.3g}%: netem ignores it "
+                        "(it takes the correlated draw modulo the jitter's span, or the distribution table's size), "
+                        "so each delay is drawn independently over the full spread (docs/design.md, pitfall 13); "
+                        "a delay that drifts slowly is a Schedule of delays"
+                    ),
+                    stacklevel=4,
+                )
+            continue
         if not correlation_distorts(asked, correlation):
             continue
         applied = effective_rate(asked, correlation)
