@@ -82,10 +82,9 @@ def _results(observation, workload, outcomes, artifact_dir):
                 f"{type(workload).__name__}: a FlowOutcome's receiver must say the payload bytes it received (nbytes)"
             )
         if samples is not None:
-            receiver_role = "client" if outcome.sender_role == "server" else "server"
             sender, receiver = (
                 _completed(sender, outcome.sender_role, samples),
-                _completed(receiver, receiver_role, samples),
+                _completed(receiver, outcome.receiver_role, samples),
             )
         spec = outcome.spec
         results.append(

@@ -34,6 +34,11 @@ class FlowOutcome:
         self.sender = ConnectionEnd.from_record(self.sender)
         self.receiver = ConnectionEnd.from_record(self.receiver)
 
+    @property
+    def receiver_role(self):
+        """The namespace that received the data: "client" when the server sent it, else "server"."""
+        return "client" if self.sender_role == "server" else "server"
+
 
 class Workload:
     """One kind of traffic on a pair: start it inside the pair's nodes, wait for it, stop it by pid.
