@@ -132,6 +132,15 @@ def test_a_link_warns_when_netem_would_not_apply_its_correlated_loss():
         Link(rtt="10ms", loss="50%", loss_correlation="25%")  # the middle of the range survives the averaging
 
 
+def test_a_symmetric_link_warns_once_and_each_overridden_way_for_itself():
+    with pytest.warns(NetemCorrelationWarning) as symmetric:
+        Link(rtt="10ms", loss="2%", loss_correlation="25%")
+    assert len(symmetric) == 1 and symmetric[0].filename == __file__, [str(w.message) for w in symmetric]
+    with pytest.warns(NetemCorrelationWarning) as both:
+        Link(rtt="10ms", loss="2%", loss_correlation="25%", to_server={"loss": "3%"})
+    assert [str(w.message).split(" ")[0] for w in both] == ["loss", "to_server.loss"]
+
+
 def _duplicated(dsacked, resent=0, segments=5000, asked=0.02, correlation=0.0):
     expected = effective_rate(asked, correlation) if correlation else asked
     return AppliedDuplicate(asked, correlation, expected, segments, dsacked, resent)

@@ -345,3 +345,10 @@ def test_a_row_is_made_by_kind_and_an_unknown_kind_is_refused_by_name():
     assert result_row(_result())["kind"] == "transfer"
     with pytest.raises(TypeError, match="no row for a dict: a lab registers only RequestsResult, .*WindowProbe"):
         result_row({"throughput_bps": 1e6})
+
+
+def test_every_kind_a_lab_registers_has_a_row_builder():
+    from pytest_tcpnet.report.rows import _builders
+    from pytest_tcpnet.results import REGISTERED_KINDS
+
+    assert sorted(kind.__name__ for kind, _ in _builders()) == sorted(kind.__name__ for kind in REGISTERED_KINDS)

@@ -14,7 +14,7 @@ from ..errors import LabError
 from ..measure.run import TCP_SYSCTLS
 from ..model import Host, Link
 from ..requirements import check_need
-from ..results import REPORTED_KINDS, WindowProbe, with_shares
+from ..results import REGISTERED_KINDS, with_shares
 from ..workload.process import nsenter_path
 from .node import Node
 from .pair import Pair
@@ -97,14 +97,13 @@ class Lab:
 
     def register(self, *results, by="register()"):
         """Keep results with the lab, the one place the session table, JUnit properties, results files and failure
-        artifacts read them from; returns them. Only the kinds those report (results.REPORTED_KINDS, a WindowProbe):
-        anything else is a TypeError naming ``by``, before any is kept."""
-        kinds = (*REPORTED_KINDS, WindowProbe)
+        artifacts read them from; returns them. Only the kinds those report (results.REGISTERED_KINDS): anything
+        else is a TypeError naming ``by``, before any is kept."""
         for result in results:
-            if not isinstance(result, kinds):
+            if not isinstance(result, REGISTERED_KINDS):
                 raise TypeError(
                     f"{by}: expected results of the kinds the plugin reports "
-                    f"({', '.join(kind.__name__ for kind in kinds)}), got {type(result).__name__}; "
+                    f"({', '.join(kind.__name__ for kind in REGISTERED_KINDS)}), got {type(result).__name__}; "
                     "a workload's own figures go in its FlowOutcomes' details (result.details)"
                 )
         self.results.extend(results)

@@ -513,7 +513,6 @@ def _one_way(
             f"{where}jitter: must not exceed the one-way delay "
             f"({format_time(way.jitter_s)} > {format_time(way.delay_s)}), or delays would go negative"
         )
-    _warn_distorting_correlations(where, way)
     return way
 
 
@@ -530,7 +529,7 @@ def _warn_distorting_correlations(where, way):
                         "so each delay is drawn independently over the full spread (docs/design.md, pitfall 13); "
                         "a delay that drifts slowly is a Schedule of delays"
                     ),
-                    stacklevel=4,
+                    stacklevel=3,
                 )
             continue
         if not correlation_distorts(asked, correlation):
@@ -550,7 +549,7 @@ def _warn_distorting_correlations(where, way):
                 f"{applied * 100:.3g}%, not {asked * 100:.3g}% (docs/design.md, pitfall 13); the model and the checks of "
                 f"what the link applied take {applied * 100:.3g}%{advice}"
             ),
-            stacklevel=4,
+            stacklevel=3,
         )
 
 
@@ -658,8 +657,12 @@ class Link:
         object.__setattr__(self, "_kwargs", kwargs)
         # The prefix makes a message say which direction was wrong when an override is involved.
         merged = self._directions(common, to_client, to_server)
-        toward_client = _one_way("to_client." if to_client else "", **merged["to_client"])
-        toward_server = _one_way("to_server." if to_server else "", **merged["to_server"])
+        client_where, server_where = "to_client." if to_client else "", "to_server." if to_server else ""
+        toward_client = _one_way(client_where, **merged["to_client"])
+        toward_server = _one_way(server_where, **merged["to_server"])
+        # A symmetric link warns once: both of its ways would say the same thing.
+        for where, way in dict.fromkeys([(client_where, toward_client), (server_where, toward_server)]):
+            _warn_distorting_correlations(where, way)
         if ports is not None:
             if toward_client.is_unimpaired and toward_server.is_unimpaired:
                 raise ValueError("ports: the link impairs nothing (no rate, delay, loss, ...) for the ports to scope")

@@ -88,7 +88,9 @@ def flow_rows(results, *, test, outcome=None):
 
     A WindowProbe stands for the transfer it ran, so that transfer is not listed twice.
     """
-    probed = {id(r.transfer) for r in results if _is_probe(r)}
+    from ..results import transfer_of
+
+    probed = {id(transfer) for r in results if (transfer := transfer_of(r)) is not None and transfer is not r}
     rows = []
     for result in results:
         if id(result) in probed:
@@ -98,7 +100,7 @@ def flow_rows(results, *, test, outcome=None):
 
 
 def result_row(result, *, test="", flow=0, outcome=None):
-    """The row of any registered result, by its kind (results.REPORTED_KINDS, or a WindowProbe)."""
+    """The row of any registered result, by its kind (results.REGISTERED_KINDS)."""
     for kind, build in _builders():
         if isinstance(result, kind):
             return build(result, test=test, flow=flow, outcome=outcome)
@@ -262,8 +264,10 @@ def udp_row(result, *, test="", flow=0, outcome=None):
 
 def flow_row(result, *, test="", flow=0, outcome=None):
     """The row of one TransferResult (or WindowProbe): full conditions plus key figures."""
-    probe = result if _is_probe(result) else None  # else a TransferResult (result_row dispatched by kind)
-    transfer = probe.transfer if probe else result
+    from ..results import transfer_of
+
+    transfer = transfer_of(result)  # a WindowProbe's transfer, or the TransferResult itself
+    probe = result if transfer is not result else None
     buffers, rbuffers = transfer.sender.buffers, transfer.receiver.buffers
     too_short = too_short_for_a_rate(transfer)
     measured = None if too_short else _number(_attr(transfer, "throughput_bps"))
@@ -492,12 +496,6 @@ def host_record(host):
     if host is None:
         return None
     return {"sysctls": dict(host.sysctls or {}), "cc": host.cc}
-
-
-def _is_probe(result):
-    from ..results import WindowProbe
-
-    return isinstance(result, WindowProbe)
 
 
 def _builders():

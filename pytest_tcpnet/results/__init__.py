@@ -6,7 +6,7 @@ flow's share of a bottleneck it crossed beside others.
 
 from .conditions import Phase
 from .kinds import (
-    REPORTED_KINDS,
+    REGISTERED_KINDS,
     ConcurrentResult,
     LatencyResult,
     RequestsResult,
@@ -21,7 +21,7 @@ from .transfer import TransferResult
 
 __all__ = [
     "WorkloadRun",
-    "REPORTED_KINDS",
+    "REGISTERED_KINDS",
     "TransferResult",
     "ConcurrentResult",
     "LatencyResult",

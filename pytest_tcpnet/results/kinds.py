@@ -16,7 +16,7 @@ __all__ = [
     "RequestsResult",
     "WindowProbe",
     "WorkloadRun",
-    "REPORTED_KINDS",
+    "REGISTERED_KINDS",
     "jain_index",
 ]
 
@@ -309,6 +309,7 @@ class WorkloadRun(NamedTuple):
     results: list
 
 
-#: The result kinds the session table, the results file and the failure artifacts report (a workload's own results
-#: must be of these; its own figures go in its FlowOutcomes' details, kept on each TransferResult).
-REPORTED_KINDS = (TransferResult, UdpResult, RequestsResult, LatencyResult)
+#: The result kinds a lab registers, and so the kinds the session table, the results file and the failure artifacts
+#: report (a workload's own results must be of these; its own figures go in its FlowOutcomes' details, kept on each
+#: TransferResult). A WindowProbe stands for the transfer it ran.
+REGISTERED_KINDS = (TransferResult, WindowProbe, UdpResult, RequestsResult, LatencyResult)
