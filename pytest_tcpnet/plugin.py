@@ -119,7 +119,7 @@ def _describe_machine(config):
     from .requirements import describe_machine
 
     config.stash[_machine_described] = True
-    return describe_machine()
+    return "\n".join(filter(None, [describe_machine(), session.describe_seed(config)]))
 
 
 def pytest_report_header(config):
@@ -254,7 +254,11 @@ def tcpnet(request, _tcpnet_sweep):
     from .lab import Lab
 
     reporting = request.config.pluginmanager.get_plugin("tcpnet-report")
-    lab = Lab(sweep=False, artifact_dir=reporting.start_test(request.node))
+    lab = Lab(
+        sweep=False,
+        artifact_dir=reporting.start_test(request.node),
+        seed=session.lab_seed(request.config, request.node.nodeid),
+    )
     request.node.stash[session.LAB_KEY] = lab
     try:
         yield lab

@@ -103,6 +103,16 @@ def add_report_options(group):
         "(table, JUnit, results file) and a test that passed only on a retry is listed as flaky at the end",
     )
     group.addoption(
+        "--tcpnet-seed",
+        dest="tcpnet_seed",
+        metavar="SEED",
+        type=_seed,
+        default=os.environ.get("TCPNET_SEED") or None,
+        help="seed every netem qdisc from SEED and the test's id, so each test's links lose, duplicate and corrupt "
+        "the same packets on every run (Linux 6.6 or later: the session header says where the kernel is older; "
+        "docs/reports.md; env TCPNET_SEED)",
+    )
+    group.addoption(
         "--tcpnet-baseline-mode",
         dest="tcpnet_baseline_mode",
         choices=("compare", "save"),
@@ -122,6 +132,74 @@ def _retries(text):
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be a whole number of retries >= 0, got {text!r}")
     return value
+
+
+def busy_host_words(results):
+    """Why a verdict may be the host's, not the path's: the most other processes kept busy while any of `results`
+    was measured, from half a CPU on (hostload.CONTENTION_WARNING_CORES); else ""."""
+    from .hostload import CONTENTION_WARNING_CORES
+    from .results import transfer_of
+
+    loads = [
+        (cpus, result)
+        for result in results
+        if (transfer := transfer_of(result)) is not None and (cpus := transfer.host_contention_cpus) is not None
+    ]
+    busy = [cpus for cpus, _ in loads if cpus >= CONTENTION_WARNING_CORES]
+    if not busy:
+        return ""
+    return (
+        f"{len(busy)} of this test's {len(loads)} measured flow(s) ran while processes outside the session kept up to "
+        f"{max(busy):.1f} CPUs busy: the path's links and endpoints run only when they "
+        "get a CPU, so a rate or timing verdict may be the busy host's rather than the path's; judge it again on a "
+        "quiet host (--tcpnet-require-quiet=CPUS makes this an error instead)"
+    )
+
+
+def _seed(text):
+    """--tcpnet-seed's SEED: a whole number >= 0."""
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return value
+
+
+def lab_seed(config, nodeid):
+    """The seed of a test's lab under --tcpnet-seed (from SEED and the test's id), or None: none asked, or a kernel
+    whose netem takes no seed (before 6.6; describe_seed says so in the header)."""
+    seed = config.getoption("tcpnet_seed", None)
+    if seed is None or not _kernel_seeds_netem():
+        return None
+    from .netlink import netem_seed
+
+    return netem_seed(seed, nodeid)
+
+
+def describe_seed(config):
+    """The header's line for --tcpnet-seed, or None."""
+    seed = config.getoption("tcpnet_seed", None)
+    if seed is None:
+        return None
+    if _kernel_seeds_netem():
+        return f"tcpnet: netem seed {seed}: each test's links draw from it and the test's id"
+    return (
+        f"tcpnet: netem seed {seed} asked, but kernel {os.uname().release}'s netem takes no seed (Linux 6.6 or later): "
+        "links draw unseeded"
+    )
+
+
+def _kernel_seeds_netem():
+    from .errors import MissingCapability
+    from .requirements import check_need
+
+    try:
+        check_need("kernel>=6.6")
+    except MissingCapability:
+        return False
+    return True
 
 
 def _cpus(text):
@@ -247,6 +325,10 @@ class ReportPlugin:
             and self.artifacts.should_keep(True)
         ):
             self._explain_failure(item, report, lab)
+        if report.when == "call" and report.failed and lab is not None:
+            busy = busy_host_words(lab.results)
+            if busy:
+                report.sections.append(("tcpnet busy host", busy))
         if report.when == "call" and lab is not None:
             self._verify_impairments(item, report, lab)
         if report.when == "call" and report.passed and lab is not None and self.baseline is not None:

@@ -81,6 +81,10 @@ def test_a_busy_host_is_named_in_a_flow_s_description_and_a_quiet_one_is_not():
     assert "other processes kept 1.0 CPUs busy while this flow ran" in str(failure.value)
     quiet = fake_result(link=Link(rate="20mbit"), host_contention_cpus=contention.CONTENTION_WARNING_CORES / 2)
     assert "other processes" not in quiet.describe() and "other processes" not in fake_result().describe()
+    from pytest_tcpnet.results import ConcurrentResult
+
+    assert "kept 1.0 CPUs busy while these flows ran" in ConcurrentResult([quiet, busy]).describe()
+    assert "other processes" not in ConcurrentResult([quiet, quiet]).describe()
 
 
 def test_the_runner_answers_a_guest_s_cpu_question(tmp_path):
@@ -146,6 +150,13 @@ def test_a_transfer(tcpnet):
     assert tcpnet.pair(Link(rate="20mbit")).transfer(duration=2).nbytes > 0
 """
 
+BUSY_FAILURE = """
+from pytest_tcpnet import Link
+
+def test_a_verdict_that_says_nothing_of_the_host(tcpnet):
+    assert tcpnet.pair(Link(rate="20mbit")).transfer(duration=1).throughput_bps > 1e9, "too slow"
+"""
+
 
 @pytest.fixture
 def hog():
@@ -166,7 +177,8 @@ def hog():
 @pytest.mark.tcpnet_needs("privilege", "htb")
 def test_a_verdict_beside_a_busy_host_is_an_error_when_a_quiet_one_is_required(pytester, monkeypatch, hog):
     """--tcpnet-require-quiet=0.5 with a CPU hog outside the session: the test's own verdict (passed) stands beside an
-    error at teardown that names the load; without the option the table names the busy host."""
+    error at teardown that names the load; without the option the table names the busy host, and so does the report
+    of a failure whose message does not."""
     from pathlib import Path
 
     import pytest_tcpnet
@@ -179,6 +191,16 @@ def test_a_verdict_beside_a_busy_host_is_an_error_when_a_quiet_one_is_required(p
     relaxed = pytester.runpytest("-p", "no:cacheprovider")
     relaxed.assert_outcomes(passed=1)
     assert "host busy: others used" in relaxed.stdout.str()
+    # A failure whose own message says nothing of the host: the report names the load beside it.
+    pytester.makepyfile(test_busy=BUSY_FAILURE)
+    failed = pytester.runpytest("-p", "no:cacheprovider")
+    failed.assert_outcomes(failed=1)
+    failed.stdout.fnmatch_lines(
+        [
+            "*tcpnet busy host*",
+            "1 of this test's 1 measured flow(s) ran while processes outside the session kept up to *",
+        ]
+    )
 
 
 def test_require_quiet_refuses_a_bad_number(pytester):

@@ -58,5 +58,11 @@ def test_a_stream_takes_its_rate_from_a_cubic_flow_through_a_fifo(tcpnet):
     result = pair.concurrent([Flow(duration=4, cc="cubic"), Cbr("4mbit", duration=4)])
     stream, flow = result.udp[0], result.flows[0]
     figures = result.describe()
-    assert stream.loss < 0.05 and stream.throughput_bps == pytest.approx(4e6, rel=0.05), figures
+    # Unresponsive: the sender keeps its rate whatever the queue does (1666 of 1667 datagrams in 4 s in a CI run
+    # beside two CPU hogs and a guest), and only what the FIFO drops is lost. Its received rate is that less its loss
+    # and less the one-way delay its clock counts too (~100 ms of 4 s): 3.79 Mbit/s at 2.7% loss in that run, 3.89-3.90
+    # at 0.3-0.7% beside the two hogs alone; a check of that rate against 4 Mbit/s +-5% failed for a loss the claim
+    # allows.
+    offered = stream.sent * stream.packet_size * 8 / 4
+    assert offered == pytest.approx(4e6, rel=0.02) and stream.loss < 0.05, figures
     assert 0.75 * (9.56e6 - 3.86e6) <= flow.throughput_bps <= 1.05 * (9.56e6 - 3.86e6), figures

@@ -13,6 +13,7 @@ from .. import interrupts, netlink
 from ..errors import LabError
 from ..measure.run import TCP_SYSCTLS
 from ..model import Host, Link
+from ..model.validation import check_integer
 from ..requirements import check_need
 from ..results import REGISTERED_KINDS, with_shares
 from ..workload.process import nsenter_path
@@ -77,7 +78,7 @@ class Lab:
     test its own, kept per ``--tcpnet-keep``); ``results`` lists every result the lab produced.
     """
 
-    def __init__(self, *, sweep=True, endpoint_offloads="wire", artifact_dir=None):
+    def __init__(self, *, sweep=True, endpoint_offloads="wire", artifact_dir=None, seed=None):
         #: Every result this lab's pairs produced, in order (register): transfers, window probes, request/response
         #: runs, latency probes, UDP streams. The plugin reports each (table, JUnit, results file, artifacts).
         self.results = []
@@ -89,6 +90,10 @@ class Lab:
         self._pairs = []
         self._lock = threading.Lock()
         self._endpoint_offloads = endpoint_offloads
+        #: The seed of every netem qdisc this lab builds (each derives its own from it, by world and interface), so
+        #: a seeded lab loses the same packets on every run (Linux >= 6.6); None: the kernel seeds each at random.
+        self.seed = None if seed is None else check_integer("seed", seed, 0)
+        self._worlds_built = 0
         self.closed = False
         interrupts.install()  # a Ctrl-C the interpreter drops is raised again by the lab's next wait
         if sweep and netlink.has_net_admin():
@@ -196,7 +201,11 @@ class Lab:
     def _build(self, describe, family):
         """A new world described by describe(world, index) -> its pairs, built; registered with the lab."""
         index = next(_sequence)
-        world = World(self, index, endpoint_offloads=self._endpoint_offloads, family=family)
+        with self._lock:
+            ordinal, self._worlds_built = self._worlds_built, self._worlds_built + 1
+        # The seed by the world's place in this lab (not `index`, counted across every lab of the process).
+        seed = None if self.seed is None else netlink.netem_seed(self.seed, ordinal)
+        world = World(self, index, endpoint_offloads=self._endpoint_offloads, family=family, seed=seed)
         pairs = describe(world, index)
         world.build()
         with self._lock:

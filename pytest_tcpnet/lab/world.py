@@ -10,6 +10,7 @@ removes whatever it made. The world knows no workload.
 import collections
 import contextlib
 import ipaddress
+import os
 import socket
 from dataclasses import dataclass
 
@@ -58,11 +59,13 @@ class End:
 class World:
     """Namespaces wired as described (see the module); close() removes every one of them."""
 
-    def __init__(self, lab, index, *, endpoint_offloads="wire", family="ipv4"):
+    def __init__(self, lab, index, *, endpoint_offloads="wire", family="ipv4", seed=None):
         if family not in FAMILIES:
             raise ValueError(f"family: must be one of {', '.join(FAMILIES)}, got {family!r}")
         self.lab = lab
         self.index = index
+        #: The seed every netem qdisc of this world derives its own from (netlink.netem_seed), or None: the kernel's.
+        self.seed = seed
         self.family = family
         self.nodes = {}
         self.hosts = {}
@@ -179,13 +182,21 @@ class World:
             raise
 
     def _build(self):
+        if self.seed is not None and any(
+            phase.needs_netem for rules in self._shaping.values() for _, way in rules for _, phase in way.phases
+        ):
+            check_need("kernel>=6.6")  # netem's seeded generator; an older kernel would ignore the seed
         # Each namespace is created by its session's thread (unshare + bind mount, no fork), which
         # writes its sysctls on the spot and then serves every later netlink call of this world.
         sysctls = {}
         # IPv6: no duplicate address detection on the interfaces to come (their link-local addresses
         # would wait a second or more, tentative), and routers forward.
+        # IPv4 only: no IPv6 on the interfaces to come (lo keeps ::1), so no router solicitation, MLD report or DAD
+        # probe crosses the world's qdiscs, sent whenever its timers say: each would take one of netem's draws (a
+        # seeded link's losses would shift with them) and count as the path's traffic.
+        no_v6 = "net.ipv6.conf.default.disable_ipv6"
         v6 = (
-            {}
+            ({no_v6: "1"} if netlink.sysctl_exists(no_v6) else {})
             if self.family == "ipv4"
             else {"net.ipv6.conf.all.accept_dad": "0", "net.ipv6.conf.default.accept_dad": "0"}
         )
@@ -194,7 +205,7 @@ class World:
                 sysctls[node.namespace] = {
                     "net.ipv4.ip_forward": "1",
                     **v6,
-                    **({"net.ipv6.conf.all.forwarding": "1"} if v6 else {}),
+                    **({"net.ipv6.conf.all.forwarding": "1"} if self.family != "ipv4" else {}),
                 }
             else:
                 sysctls[node.namespace] = {
@@ -212,14 +223,19 @@ class World:
                     # Router hops carry real packets, not 64 KB super-packets, so qdiscs and captures count right.
                     self.offloads[end.key] = netlink.set_offloads(end.node.namespace, end.ifname, False)
         for end, rules in self._shaping.items():
+            seed = self.seed_of(end)
             if rules[0][0] is None:
-                self.qdisc_plan[end.ifname] = netlink.shape_egress(end.node.namespace, end.ifname, rules[0][1])
+                self.qdisc_plan[end.ifname] = netlink.shape_egress(end.node.namespace, end.ifname, rules[0][1], seed)
             else:
                 self.qdisc_plan[end.ifname] = [
                     f"{where}: {line}"
-                    for where, lines in netlink.shape_egress_classes(end.node.namespace, end.ifname, rules).items()
+                    for where, lines in netlink.shape_egress_classes(
+                        end.node.namespace, end.ifname, rules, seed
+                    ).items()
                     for line in lines
                 ]
+        if self.seed is not None:
+            self._check_seeds()
         for name, spec in self.hosts.items():
             self._configure_endpoint(self.nodes[name], spec)
 
@@ -330,19 +346,34 @@ class World:
             (end, rules[0][1]) for end, rules in self._shaping.items() if rules[0][0] is None and rules[0][1].changes
         ]
 
+    def seed_of(self, end):
+        """The netem seed of the qdiscs on end (named by its key, the same on every run), or None."""
+        return None if self.seed is None else netlink.netem_seed(self.seed, end.key)
+
+    def _check_seeds(self):
+        """Read every netem back: a kernel that dropped the seed would draw unseeded, unseen."""
+        held = self.qdisc_stats(list(self._shaping))
+        for end in self._shaping:
+            if any(q["kind"] == "netem" and q["settings"].get("seed") is None for q in held[end.ifname]):
+                raise LabError(
+                    f"netem on {end.key} holds no seed: this kernel ({os.uname().release}) ignored it (netem's seeded "
+                    "generator, TCA_NETEM_PRNG_SEED, is Linux 6.6 or later)"
+                )
+
+    def _netlink_changes(self, group):
+        return [(end.ifname, way, frame, self.seed_of(end)) for end, way, frame in group]
+
     def prepare_change(self, changes):
         """Encode change(changes)'s messages now, so they go out on time later."""
         for namespace, group in self._by_namespace(changes).items():
-            netlink.prepare_change(namespace, [(end.ifname, way, frame) for end, way, frame in group])
+            netlink.prepare_change(namespace, self._netlink_changes(group))
 
     def timed_change(self, changes, first_seq):
         """change(changes) as messages for another process to send at its time: [(fd, bytes, [seq, ...])], one per
         router, sequence numbers from first_seq on."""
         messages = []
         for namespace, group in self._by_namespace(changes).items():
-            fd, data, seqs = netlink.timed_change(
-                namespace, [(end.ifname, way, frame) for end, way, frame in group], first_seq
-            )
+            fd, data, seqs = netlink.timed_change(namespace, self._netlink_changes(group), first_seq)
             messages.append((fd, data, seqs))
             first_seq = seqs[-1] + 1
         return messages
@@ -367,9 +398,7 @@ class World:
         way) to `way`, one of its phases; one message per router. {end key: (acked_at, settings read back)}."""
         done = {}
         for namespace, group in self._by_namespace(changes).items():
-            acked_at, settings = netlink.change_egress(
-                namespace, [(end.ifname, way, frame) for end, way, frame in group]
-            )
+            acked_at, settings = netlink.change_egress(namespace, self._netlink_changes(group))
             done.update({end.key: (acked_at, settings[end.ifname]) for end, _, _ in group})
         return done
 

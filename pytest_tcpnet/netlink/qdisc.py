@@ -1,6 +1,7 @@
 """Shaping one direction on the router's egress: htb for rate, netem for delay and loss."""
 
 import functools
+import hashlib
 import ipaddress
 import struct
 
@@ -28,6 +29,7 @@ __all__ = [
     "htb_burst_bytes",
     "shaper_burst_s",
     "u32_keys",
+    "netem_seed",
     "UNLIMITED_CLASS_BPS",
 ]
 
@@ -64,8 +66,16 @@ def htb_burst_bytes(rate_bps):
     return shaper_burst_bytes(rate_bps, shaper_burst_s())
 
 
-def _netem_kwargs(way, *, every_field=False):
-    """pyroute2's netem arguments for a way; every_field: also the zero ones pyroute2 would leave out (a change)."""
+def netem_seed(seed, *labels):
+    """The 64-bit seed of one netem qdisc: from a lab's seed and the labels that name the qdisc in its world (its
+    interface, class, phase), so the same test's same qdisc draws the same losses on every run."""
+    digest = hashlib.blake2b(repr((seed, *labels)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def _netem_kwargs(way, *, seed=None, every_field=False):
+    """pyroute2's netem arguments for a way; seed: its generator's (Linux >= 6.6; None: the kernel draws one);
+    every_field: also the zero ones pyroute2 would leave out (a change)."""
     # pyroute2 takes delays in microseconds and probabilities in percent.
     kwargs = {"delay": round(way.delay_s * 1e6), "limit": way.netem_limit_packets()}
     if way.jitter_s:
@@ -120,6 +130,10 @@ def _netem_kwargs(way, *, every_field=False):
             extra.append((_TCA_NETEM_REORDER, bytes(8)))
         if not kwargs.get("prob_corrupt"):
             extra.append((_TCA_NETEM_CORRUPT, bytes(8)))
+    if seed is not None:
+        # netem reseeds its generator with it at every add and change (sch_netem.c: netem_change); a kernel before
+        # 6.6 ignores the attribute (its policy ends before it), which the lab's read-back catches.
+        extra.append((_TCA_NETEM_PRNG_SEED, _U64.pack(seed)))
     if extra:
         kwargs["options_extra"] = tuple(extra)
     return kwargs
@@ -137,6 +151,8 @@ _TCA_NETEM_REORDER = 3
 _TCA_NETEM_CORRUPT = 4
 _TCA_NETEM_LOSS = 5
 _TCA_NETEM_SLOT = 12
+_TCA_NETEM_PRNG_SEED = 14
+_U64 = struct.Struct("=Q")
 _NETEM_LOSS_GE = 2
 _NLA_F_NESTED = 0x8000
 _GEMODEL = struct.Struct("=IIII")  # struct tc_netem_gemodel: p, r, h, k1
@@ -169,46 +185,50 @@ def _frame(way):
     return any(p.rate_bps is not None for p in phases), any(p.needs_netem for p in phases)
 
 
-def shape_egress(namespace, ifname, way):
-    """Install the qdiscs for one direction (a model.OneWay) on an interface; unimpaired adds nothing."""
+def shape_egress(namespace, ifname, way, seed=None):
+    """Install the qdiscs for one direction (a model.OneWay) on an interface; unimpaired adds nothing. seed: its
+    netem's generator (netem_seed), or None."""
     if all(phase.is_unimpaired for _, phase in way.phases):
         return []
     session = session_for(namespace)
     index = session and session.known_index(ifname)
     if index:
         # The session knows the index (it created the interface): one batch, sent from this thread.
-        requests, installed = _requests(index, way)
+        requests, installed = _requests(index, way, seed)
         try:
             session.batch(f"installing qdiscs on {ifname} ({way.describe()})", requests)
         except LabError as exc:
             raise LabError(f"installing qdiscs on {ifname} in {namespace} ({way.describe()}) failed: {exc}") from exc
         return installed
     try:
-        return with_iproute(namespace, lambda ipr: _install(ipr, ifname, way), f"installing qdiscs on {ifname}")
+        return with_iproute(namespace, lambda ipr: _install(ipr, ifname, way, seed), f"installing qdiscs on {ifname}")
     except NetlinkError as exc:
         raise LabError(f"installing qdiscs on {ifname} in {namespace} ({way.describe()}) failed: {exc}") from exc
 
 
-def _install(ipr, ifname, way):
+def _install(ipr, ifname, way, seed):
     """The qdisc tree for one direction, on an IPRoute socket already in the router's namespace."""
-    requests, installed = _requests(_index(ipr, ifname), way)
+    requests, installed = _requests(_index(ipr, ifname), way, seed)
     if any("options_extra" in kwargs for _, _, kwargs in requests):
-        raise LabError(f"a netem distribution table on {ifname} needs an interface the lab created (its batched path)")
+        raise LabError(
+            f"a netem distribution table, loss model, slot or seed on {ifname} needs an interface the lab created "
+            "(its batched path)"
+        )
     for _, command, kwargs in requests:
         ipr.tc(command, **kwargs)
     return installed
 
 
-def _requests(index, way):
+def _requests(index, way, seed=None):
     """([("tc", command, kwargs)], descriptions) of the qdisc tree for one direction on interface `index`."""
     rated, netem = _frame(way)
     if not rated and way.police_bps is None:
         if not netem:
             return [], []
-        kwargs = _netem_kwargs(way)
+        kwargs = _netem_kwargs(way, seed=seed)
         return [("tc", "add", dict(kind="netem", index=index, handle=_LEAF, **kwargs))], [_describe_netem(kwargs, way)]
     requests = [("tc", "add", dict(kind="htb", index=index, handle=_ROOT, default=1))]
-    more, installed = _class_requests(index, _RATE_CLASS, _LEAF, way, rate_bps=UNLIMITED_CLASS_BPS)
+    more, installed = _class_requests(index, _RATE_CLASS, _LEAF, way, rate_bps=UNLIMITED_CLASS_BPS, seed=seed)
     if way.police_bps:
         # Every packet meets the policer on its way into the class: a match-all u32 filter with a police action.
         requests.append(
@@ -261,7 +281,7 @@ def _queue_request(index, handle, parent, queue):
     )
 
 
-def _class_requests(index, classid, leaf, way, rate_bps=None):
+def _class_requests(index, classid, leaf, way, rate_bps=None, seed=None):
     """An htb class under 1: at the way's rate (or rate_bps) and its leaf: netem if the way needs it (with the
     way's queue under its delay line), else the way's queue (pfifo when none was asked)."""
     rate = int(way.rate_bps or rate_bps)
@@ -286,7 +306,7 @@ def _class_requests(index, classid, leaf, way, rate_bps=None):
     ]
     installed = [f"htb rate {rate}bit burst {burst}b"] if way.rate_bps else []
     if _frame(way)[1]:
-        kwargs = _netem_kwargs(way)
+        kwargs = _netem_kwargs(way, seed=seed)
         requests.append(("tc", "add", dict(kind="netem", index=index, handle=leaf, parent=classid, **kwargs)))
         installed.append(_describe_netem(kwargs, way))
         if way.queue is not None:
@@ -337,18 +357,19 @@ def _route_socket():
 def _changes_requests(namespace, changes):
     session = session_for(namespace)
     requests, indexes = [], {}
-    for ifname, way, frame_way in changes:
+    for ifname, way, frame_way, seed in changes:
         index = indexes[ifname] = session and session.known_index(ifname)
         if not index:
             raise LabError(f"changing {ifname} in {namespace} needs an interface the lab created")
-        requests += _change_requests(index, way, frame_way)
+        requests += _change_requests(index, way, frame_way, seed)
     return requests, indexes
 
 
 def change_egress(namespace, changes):
-    """Change qdiscs shape_egress installed, in place: changes = [(ifname, way, frame_way)], each interface's tree
-    (built for frame_way, a changing OneWay) to `way`, one of its phases. One netlink message for all of them
-    (htb class, then netem or the pfifo leaf, per interface), then the settings read back.
+    """Change qdiscs shape_egress installed, in place: changes = [(ifname, way, frame_way, seed)], each interface's
+    tree (built for frame_way, a changing OneWay, with netem seed `seed` or None) to `way`, one of its phases. One
+    netlink message for all of them (htb class, then netem or the pfifo leaf, per interface), then the settings read
+    back.
 
     Returns (acked_at, {ifname: settings}): the monotonic time the kernel's acks arrived (it applies a change
     before acking it) and {"rate_bps", "delay_s", "jitter_s", "loss", "limit", ...} as the kernel then held them.
@@ -357,7 +378,7 @@ def change_egress(namespace, changes):
 
     requests, indexes = _changes_requests(namespace, changes)
     session_for(namespace).batch(
-        f"changing {', '.join(f'{ifname} to {way.describe()}' for ifname, way, _ in changes)}", requests
+        f"changing {', '.join(f'{ifname} to {way.describe()}' for ifname, way, _, _ in changes)}", requests
     )
     return time.monotonic(), read_back_egress(namespace, indexes)
 
@@ -383,9 +404,10 @@ def read_back_egress(namespace, ifnames):
     return settings
 
 
-def _change_requests(index, way, frame_way):
+def _change_requests(index, way, frame_way, seed=None):
     """The in-place change of one interface's tree (built for frame_way) to `way`: what `tc class change` and
-    `tc qdisc change` would send, netem with every field (a step must not leave another's old value)."""
+    `tc qdisc change` would send, netem with every field (a step must not leave another's old value) and, seeded,
+    the seed of this phase (a change reseeds netem: each phase draws its own reproducible sequence)."""
     rated, netem = _frame(frame_way)
     requests, parent = [], None
     if rated or frame_way.police_bps:
@@ -415,7 +437,15 @@ def _change_requests(index, way, frame_way):
             (
                 "tc",
                 "change",
-                dict(kind="netem", index=index, handle=_LEAF, **where, **_netem_kwargs(way, every_field=True)),
+                dict(
+                    kind="netem",
+                    index=index,
+                    handle=_LEAF,
+                    **where,
+                    **_netem_kwargs(
+                        way, seed=None if seed is None else netem_seed(seed, _phase(way, frame_way)), every_field=True
+                    ),
+                ),
             )
         )
     elif way.queue is None:
@@ -427,6 +457,11 @@ def _change_requests(index, way, frame_way):
             )
         )
     return requests
+
+
+def _phase(way, frame_way):
+    """Which of frame_way's phases `way` is (the first equal one), to name its seed."""
+    return next((i for i, (_, phase) in enumerate(frame_way.phases) if phase == way), way.describe())
 
 
 def _htb_rate_bps(msg):
@@ -444,6 +479,7 @@ def _describe_netem(kwargs, way):
         [
             "netem",
             *(f"{k}={v}" for k, v in kwargs.items() if k != "options_extra"),
+            *(f"seed={_U64.unpack(v)[0]}" for k, v in kwargs.get("options_extra", ()) if k == _TCA_NETEM_PRNG_SEED),
             *([f"distribution={way.distribution}"] if way.distribution != "uniform" else []),
             *([way.loss_model.describe()] if way.loss_model else []),
             *([way.slot.describe()] if way.slot else []),
@@ -458,7 +494,7 @@ _ETH_P_IP = 0x0800
 _ETH_P_ALL = 0x0003
 
 
-def shape_egress_classes(namespace, ifname, classes):
+def shape_egress_classes(namespace, ifname, classes, seed=None):
     """Shape chosen traffic only: [(matches, way)], the packets of any of a class's matches through its own htb
     class and leaf.
 
@@ -466,7 +502,7 @@ def shape_egress_classes(namespace, ifname, classes):
     (all given keys must hold; IPv4 or IPv6 addresses, family only where no address says it,
     IPv4 by default; ports are TCP's, assuming no IP options or extension headers, as tc's
     `match ip dport` does). Traffic no match takes leaves unshaped (htb's direct queue).
-    Returns {class description: [installed]}.
+    Returns {class description: [installed]}. seed: the interface's netem seed (each class's netem draws its own).
     """
     session = session_for(namespace)
     index = session and session.known_index(ifname)
@@ -478,7 +514,14 @@ def shape_egress_classes(namespace, ifname, classes):
     installed = {}
     for number, (matches, way) in enumerate(classes, start=1):
         classid = _ROOT | number
-        more, lines = _class_requests(index, classid, (0x10 + number) << 16, way, rate_bps=UNLIMITED_CLASS_BPS)
+        more, lines = _class_requests(
+            index,
+            classid,
+            (0x10 + number) << 16,
+            way,
+            rate_bps=UNLIMITED_CLASS_BPS,
+            seed=None if seed is None else netem_seed(seed, number),
+        )
         requests += more
         for match in matches:
             protocol, keys = u32_keys(match)
@@ -632,4 +675,16 @@ def _netem_settings(options):
         nested = options.get_attr(attr) or {}
         for field, name in fields.items():
             settings[name] = _percent(nested.get(field, 0))
+    settings["seed"] = _netem_seed_held(options)
     return settings
+
+
+def _netem_seed_held(options):
+    """The seed netem's generator holds (Linux >= 6.6 reports it; pyroute2 does not decode it), else None."""
+    for name, attr in options["attrs"]:
+        if name != "UNKNOWN":
+            continue
+        length, kind = struct.unpack_from("=HH", attr.data, attr.offset)
+        if kind & 0x3FFF == _TCA_NETEM_PRNG_SEED and length >= 4 + _U64.size:
+            return _U64.unpack_from(attr.data, attr.offset + 4)[0]
+    return None

@@ -6,7 +6,7 @@ from typing import NamedTuple
 from ..model import format_rate, format_size, format_time
 from ..model.stats import percentile
 from ..records import RequestTimes
-from .transfer import TransferResult, _bytes_at, _plot_into, kernel_words
+from .transfer import TransferResult, _bytes_at, _plot_into, busy_host_lines, kernel_words
 
 __all__ = [
     "transfer_of",
@@ -124,6 +124,7 @@ class ConcurrentResult:
         ]
         lines += [f"  {u.describe()}" for u in self.udp]
         lines.append(f"link: {self.flows[0].link.describe()}; kernel: {kernel_words(self.flows[0].kernel)}")
+        lines += busy_host_lines([f.host_contention_cpus for f in self.flows], "these flows")
         return "\n".join(lines)
 
 

@@ -19,6 +19,19 @@ _TC_H_ROOT = 0xFFFFFFFF
 _WRITTEN_FIELDS = ("bytes_sent", "bytes_retrans")
 
 
+def busy_host_lines(contentions, what):
+    """The describe() line naming a busy host: the most CPUs other processes kept busy while `what` ran, from half
+    a CPU on; else none."""
+    busy = [cpus for cpus in contentions if cpus is not None and cpus >= CONTENTION_WARNING_CORES]
+    if not busy:
+        return []
+    return [
+        f"host: other processes kept {max(busy):.1f} CPUs busy while {what} ran; the path's links and endpoints (a "
+        "guest's whole kernel) run only when they get a CPU, so its rates and timings may be the busy host's rather "
+        "than the path's: judge them again on a quiet host"
+    ]
+
+
 def kernel_words(kernel):
     """The kernel a result ran under, and in which guest where it was not the host ("6.1.176 (User-Mode Linux guest)")."""
     return f"{kernel} ({guest.conditions()})" if guest.conditions() else f"{kernel}"
@@ -594,12 +607,7 @@ class TransferResult(AppliedChecks, ModelInputs):
         lines += [f"stall: {stall.describe()}" for stall in self.stalls]
         if self.capture is not None:
             lines.append(f"capture: {self.capture.pcap}")
-        if self.host_contention_cpus is not None and self.host_contention_cpus >= CONTENTION_WARNING_CORES:
-            lines.append(
-                f"host: other processes kept {self.host_contention_cpus:.1f} CPUs busy while this flow ran; "
-                f"the path's links and endpoints (a guest's whole kernel) run only when they get a CPU, so its "
-                f"rates and timings may be the busy host's rather than the path's: judge them again on a quiet host"
-            )
+        lines += busy_host_lines([self.host_contention_cpus], "this flow")
         lines += [phase.describe() for phase in self.phases]
         return "\n".join(lines)
 
