@@ -12,11 +12,13 @@ __all__ = [
     "IN_VM_ENV",
     "BACKEND_ENV",
     "WHY_ENV",
+    "TIME_TRAVEL_ENV",
     "BACKEND_NAMES",
     "inside_vm",
     "backend",
     "why",
     "software_emulated",
+    "time_travel",
     "conditions",
 ]
 
@@ -27,6 +29,9 @@ IN_VM_ENV = "TCPNET_IN_VM"
 BACKEND_ENV = "TCPNET_VM_ACCEL"
 #: Why the runner chose that backend, in the guest's environment.
 WHY_ENV = "TCPNET_VM_BACKEND_WHY"
+#: Set to "1" in a User-Mode Linux guest with time travel (--tcpnet-deterministic): its clock moves only by its own
+#: timers, so CPU work takes no guest time and the host's load none.
+TIME_TRAVEL_ENV = "TCPNET_TIME_TRAVEL"
 BACKEND_NAMES = {"kvm": "KVM guest", "tcg": "software-emulated guest (TCG)", "uml": "User-Mode Linux guest"}
 
 
@@ -52,6 +57,11 @@ def software_emulated() -> bool:
     return backend() == "tcg"
 
 
+def time_travel() -> bool:
+    """True in a guest whose clock only its own timers move (--tcpnet-deterministic)."""
+    return inside_vm() and os.environ.get(TIME_TRAVEL_ENV) == "1"
+
+
 def why() -> str:
     """Why the runner chose this guest's backend ("" on the host)."""
     return os.environ.get(WHY_ENV, "") if inside_vm() else ""
@@ -60,4 +70,6 @@ def why() -> str:
 def conditions() -> str:
     """Words for a result's conditions: "" on the host, else which guest ran it ("User-Mode Linux guest")."""
     name = backend()
-    return "" if name == "host" else BACKEND_NAMES.get(name, f"{name} guest")
+    if name == "host":
+        return ""
+    return BACKEND_NAMES.get(name, f"{name} guest") + (" with time travel" if time_travel() else "")

@@ -118,7 +118,8 @@ def maybe_run_rootless(config):
 
     mode = config.getoption("tcpnet_rootless")
     os.environ[MODE_ENV] = mode  # xdist workers and skip messages see the same choice
-    if mode == "off" or inside() or config.getoption("tcpnet_vm", default=False):
+    in_a_guest = config.getoption("tcpnet_vm", default=False) or config.getoption("tcpnet_deterministic", default=False)
+    if mode == "off" or inside() or in_a_guest:
         # Under --tcpnet-vm the guest runs the session as root of its own kernel: nothing to do here.
         return None
     if config.getoption("help", default=False) or config.getoption("version", default=False):

@@ -22,6 +22,7 @@ from .options import add_options
 
 __all__ = [
     "add_options",
+    "asked",
     "maybe_run_in_vm",
     "inside_vm",
     "software_emulated",
@@ -45,9 +46,14 @@ def use_host_for_analysis() -> bool:
     return use()
 
 
+def asked(config) -> bool:
+    """True when the session asks to run in a guest: --tcpnet-vm, or --tcpnet-deterministic (which implies it)."""
+    return bool(config.getoption("tcpnet_vm", default=False) or config.getoption("tcpnet_deterministic", default=False))
+
+
 def maybe_run_in_vm(config) -> int | None:
     """Re-run the session in a VM if ``--tcpnet-vm`` asks for it; return its exit code or None."""
-    if not config.getoption("tcpnet_vm", default=False) or inside_vm():
+    if not asked(config) or inside_vm():
         return None
     from .runner import run_config_in_vm  # deferred: only VM sessions pay for it
 

@@ -112,6 +112,31 @@ def resolve_target(
     return Target(spec, line, image, uml.find_build(line, builds))
 
 
+def time_travel_target(specs, backend: str = "auto", builds: list | None = None) -> Target:
+    """--tcpnet-deterministic's target: the time-travel UML build (dev/setup-uml-tt) of the one kernel line asked
+    (default: the newest such build); an error naming the fix where there is none, before anything boots."""
+    if backend not in ("auto", "uml"):
+        raise VMUsageError(
+            f"--tcpnet-deterministic runs under User-Mode Linux with time travel, not --tcpnet-vm-backend={backend}"
+        )
+    specs = [s for s in ([specs] if isinstance(specs, str) else specs or []) if s]
+    if len(specs) > 1 or (specs and not uml.is_line(specs[0])):
+        raise VMUsageError(
+            f"--tcpnet-deterministic takes at most one --tcpnet-kernel, a kernel line (6.12), not {', '.join(specs)}"
+        )
+    builds = uml.installed_builds(time_travel=True) if builds is None else builds
+    if specs:
+        builds = [b for b in builds if b.line == specs[0]]
+    if not builds:
+        line = f" of kernel line {specs[0]}" if specs else ""
+        raise VMUsageError(
+            f"--tcpnet-deterministic: no User-Mode Linux build with time travel{line} is installed; build it with "
+            f"bash dev/setup-uml-tt (Debian's linux-source-6.12, about 5 minutes)"
+        )
+    build = builds[-1]
+    return Target(specs[0] if specs else "", build.line, None, build)
+
+
 def _netem(target: Target) -> bool:
     return bool(
         (target.image and has_module(target.image, "sch_netem"))
@@ -223,4 +248,5 @@ __all__ = [
     "lines_installed",
     "resolve_target",
     "resolve_targets",
+    "time_travel_target",
 ]

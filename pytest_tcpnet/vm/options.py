@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 #: Options that take no value.
-FLAG_OPTIONS = ("--tcpnet-vm",)
+FLAG_OPTIONS = ("--tcpnet-vm", "--tcpnet-deterministic")
 #: Options that take a value (``--opt=value`` or ``--opt value``).
 VALUE_OPTIONS = (
     "--tcpnet-kernel",
@@ -45,6 +45,15 @@ def add_options(group) -> None:
         dest="tcpnet_vm",
         help="re-run this pytest session inside a VM (virtme-ng + qemu) booting "
         "--tcpnet-kernel, e.g. to get sch_netem when the host kernel lacks it.",
+    )
+    group.addoption(
+        "--tcpnet-deterministic",
+        action="store_true",
+        default=os.environ.get("TCPNET_DETERMINISTIC") == "1",
+        dest="tcpnet_deterministic",
+        help="run the session (as --tcpnet-vm) in a User-Mode Linux guest with time travel, whose clock only its own "
+        "timers move, so host load changes nothing it measures, with every netem seeded (--tcpnet-seed, default 0); "
+        "needs the build dev/setup-uml-tt makes (docs/vm.md, 'Time travel'). Env: TCPNET_DETERMINISTIC=1",
     )
     group.addoption(
         "--tcpnet-kernel",

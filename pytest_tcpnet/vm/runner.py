@@ -303,6 +303,10 @@ def guest_script(plan: Plan, sentinel: str, exit_file: str) -> str:
     lines = [
         "# Written by pytest-tcpnet (vm/runner.py); the VM runs it as its only command.",
         f"echo {GUEST_PRINTK_LEVEL} > /proc/sys/kernel/printk 2>/dev/null",
+        # With time travel, the same addresses on every run: CPython orders sets and dicts of objects by address, and
+        # that order decides which process, thread or socket acts first at one guest instant (the guest's kernel's
+        # own setting, not the host's).
+        *(["echo 0 > /proc/sys/kernel/randomize_va_space"] if plan.env.get(guest.TIME_TRAVEL_ENV) == "1" else []),
         f"echo {q(sentinel)}",
         "missing=''",
         # One modprobe for all (one by one is slow under emulation: docs/vm.md); one by one only to name a failure.
@@ -651,10 +655,13 @@ def _run_uml(plan: Plan, choice: backends.Choice) -> int:
         exit_file = os.path.join(workdir, "exitcode")
         sentinel = f"TCPNET-VM-STARTED-{secrets.token_hex(8)}"
         server = None
-        if os.environ.get(hostcall.ENV) != "0":
+        # Not with time travel: a guest waiting on the host would see its clock jump by however long the host took.
+        # It decodes its pcaps itself (its CPU work takes no guest time there), and the host's load means nothing.
+        if os.environ.get(hostcall.ENV) != "0" and not build.time_travel:
             server = hostcall.MailboxServer(os.path.join(workdir, "hostcall")).start()
         guest_env = {
             **plan.env,
+            **({guest.TIME_TRAVEL_ENV: "1"} if build.time_travel else {}),
             ACCEL_ENV: "uml",
             "TCPNET_VM_KERNEL": build.release,
             guest.WHY_ENV: choice.why,
@@ -664,7 +671,9 @@ def _run_uml(plan: Plan, choice: backends.Choice) -> int:
             "PYTHONMALLOC": os.environ.get("PYTHONMALLOC", "malloc"),
             **({hostcall.ENV: "1", hostcall.MAILBOX_ENV: server.path} if server else {}),
         }
-        body = guest_script(replace(plan, env=guest_env), sentinel, exit_file)
+        # A time-travel build has everything built in and no modules to load (dev/uml-time-travel.config).
+        modules = () if build.time_travel else plan.modules
+        body = guest_script(replace(plan, env=guest_env, modules=modules), sentinel, exit_file)
         shares = plan.shares + [workdir]
         init = os.path.join(workdir, "init.sh")
         with open(init, "w", encoding="utf-8") as f:
@@ -684,7 +693,8 @@ def _run_uml(plan: Plan, choice: backends.Choice) -> int:
             debug=plan.echo_boot,
         )
         say(
-            f"booting {build.release} under User-Mode Linux ({build.binary}), 1 CPU, {plan.memory}, no network "
+            f"booting {build.release} under User-Mode Linux{' with time travel' if build.time_travel else ''} "
+            f"({build.binary}), 1 CPU, {plan.memory}, no network "
             f"device; the guest must start within {plan.boot_timeout:g} s; shared read-write: {', '.join(plan.shares)}"
         )
         contention = HostContention()
@@ -866,6 +876,17 @@ def run_config_in_vm(config) -> int:
         )
     try:
         _jobs(config)  # checked before anything else, whether one kernel was asked for or several
+        if config.getoption("tcpnet_deterministic", default=False):
+            target = backends.time_travel_target(
+                config.getoption("tcpnet_vm_kernel"), config.getoption("tcpnet_vm_backend")
+            )
+            plan = plan_from_config(config, target)
+            # Every netem seeded (the default seed 0), and Python's str hashes pinned: set and dict orders decide
+            # which namespace, process or socket goes first, and so when each runs on the guest's one CPU.
+            pinned = {"TCPNET_SEED": "0", "PYTHONHASHSEED": "0"}
+            if config.getoption("tcpnet_seed", default=None) is not None:
+                del pinned["TCPNET_SEED"]
+            return run_plan(replace(plan, env={**pinned, **plan.env}))
         kernels = backends.resolve_targets(config.getoption("tcpnet_vm_kernel"))
         if len(kernels) > 1:
             return run_kernels(config, kernels)

@@ -33,6 +33,8 @@ UNPACKED_ROOT = "/opt/pytest-tcpnet/uml"
 #: The distribution's own build.
 SYSTEM_ROOT = "/"
 BINARY = "usr/bin/linux.uml"
+#: What dev/setup-uml and dev/setup-uml-tt write beside a build they install.
+RECORD = "tcpnet-uml.txt"
 MODULES = "usr/lib/uml/modules"
 SETUP_HINT = "bash dev/setup-uml (Debian's user-mode-linux packages: 6.1 from bookworm, 6.12 from trixie)"
 _LINE = re.compile(r"^(\d+)\.(\d+)$")
@@ -45,6 +47,8 @@ class UmlBuild:
     binary: str
     release: str  # e.g. 6.1.176: the guest's `uname -r`
     modules: str  # the directory holding modules.dep for this release
+    #: Built with time travel (dev/setup-uml-tt): boots with time-travel=inf-cpu, and only when a session asks for it.
+    time_travel: bool = False
 
     @property
     def line(self) -> str:
@@ -91,17 +95,27 @@ def _build_at(root: str) -> UmlBuild | None:
         return None
     if len(releases) != 1:
         return None  # a build's package ships the modules of exactly one release
-    return UmlBuild(binary, releases[0], os.path.join(modules_base, releases[0]))
+    return UmlBuild(binary, releases[0], os.path.join(modules_base, releases[0]), _time_travel(root))
 
 
-def installed_builds() -> list:
-    """Every usable UML build on this host, oldest release first (one per release)."""
+def _time_travel(root: str) -> bool:
+    """True where dev/setup-uml-tt's record says the build has time travel."""
+    try:
+        with open(os.path.join(root, RECORD), encoding="utf-8") as f:
+            return "time_travel=yes" in f.read().split()
+    except OSError:
+        return False
+
+
+def installed_builds(time_travel: bool = False) -> list:
+    """Every usable UML build on this host, oldest release first (one per release): the packaged ones, or with
+    time_travel those built for deterministic sessions (never a kernel line's default)."""
     from .kernel import version_key
 
     found: dict = {}
     for root in _roots():
         build = _build_at(root)
-        if build is not None:
+        if build is not None and build.time_travel == time_travel:
             found.setdefault(build.release, build)
     return sorted(found.values(), key=lambda b: version_key(b.release))
 
@@ -206,6 +220,9 @@ def command(build: UmlBuild, memory: str, init: str, uml_dir: str, umid: str, de
         "con1=null,fd:1",
         "ssl=null",
     ]
+    if build.time_travel:
+        # The guest's clock moves only by its own timers: CPU work takes no guest time, and the host's load none.
+        words.append("time-travel=inf-cpu")
     if not debug:
         words.append("quiet")
     return words
