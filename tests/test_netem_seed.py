@@ -59,6 +59,7 @@ def _lost(seed):
     return {seq for seq in range(700) if seq not in received}
 
 
+@pytest.mark.seeded_netem
 @pytest.mark.tcpnet_needs("privilege", "netem", "kernel>=6.6")
 def test_a_seeded_link_loses_the_same_datagrams_on_every_run():
     first, again, other, unseeded = _lost(11), _lost(11), _lost(12), _lost(None)
