@@ -149,7 +149,7 @@ def busy_host_words(results):
     if not busy:
         return ""
     return (
-        f"{len(busy)} of this test's {len(loads)} measured flow(s) ran while processes outside the session kept up to "
+        f"{len(busy)} of the {len(loads)} flow(s) this test measured ran while processes outside the session kept up to "
         f"{max(busy):.1f} CPUs busy: the path's links and endpoints run only when they "
         "get a CPU, so a rate or timing verdict may be the busy host's rather than the path's; judge it again on a "
         "quiet host (--tcpnet-require-quiet=CPUS makes this an error instead)"

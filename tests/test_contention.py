@@ -198,7 +198,7 @@ def test_a_verdict_beside_a_busy_host_is_an_error_when_a_quiet_one_is_required(p
     failed.stdout.fnmatch_lines(
         [
             "*tcpnet busy host*",
-            "1 of this test's 1 measured flow(s) ran while processes outside the session kept up to *",
+            "1 of the 1 flow(s) this test measured ran while processes outside the session kept up to *",
         ]
     )
 

@@ -319,7 +319,7 @@ def test_a_retried_test_keeps_every_attempt_and_a_flaky_one_is_named(pytester, m
         ("test_flaky", 1, "failed"),
         ("test_flaky", 2, "passed"),
     ], attempts
-    assert "attempt" in out.split("measured flow(s)")[1].splitlines()[1]  # the table's column
+    assert "attempt" in out.split("tcpnet: 5 measured flow(s)")[1].splitlines()[1]  # the table's column
     cases = _testcases(pytester.path / "junit.xml")
     assert cases["test_flaky"]["tcpnet.attempts"] == "2" and "tcpnet.attempt1.flow0.measured_bps" in cases["test_flaky"]
     assert "tcpnet.attempts" not in cases["test_fails_before_measuring"]
