@@ -123,29 +123,34 @@ def add_report_options(group):
     )
 
 
-def _retries(text):
-    """--tcpnet-retry's N: a whole number >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number of retries >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number of retries >= 0, got {text!r}")
-    return value
+def _whole_number(what, base=10):
+    """An option's parser of a whole number >= 0 (base 0: also 0x.. and 0o..); `what` names it in the error."""
+
+    def parse(text):
+        try:
+            value = int(text, base)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number {what}>= 0, got {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be a whole number {what}>= 0, got {text!r}")
+        return value
+
+    return parse
+
+
+#: --tcpnet-retry's N and --tcpnet-seed's SEED.
+_retries = _whole_number("of retries ")
+_seed = _whole_number("", base=0)
 
 
 def busy_host_words(results):
     """Why a verdict may be the host's, not the path's: the most other processes kept busy while any of `results`
     was measured, from half a CPU on (hostload.CONTENTION_WARNING_CORES); else ""."""
     from .hostload import CONTENTION_WARNING_CORES
-    from .results import transfer_of
+    from .results import host_contentions
 
-    loads = [
-        (cpus, result)
-        for result in results
-        if (transfer := transfer_of(result)) is not None and (cpus := transfer.host_contention_cpus) is not None
-    ]
-    busy = [cpus for cpus, _ in loads if cpus >= CONTENTION_WARNING_CORES]
+    loads = host_contentions(results)
+    busy = [cpus for cpus in loads if cpus >= CONTENTION_WARNING_CORES]
     if not busy:
         return ""
     return (
@@ -154,17 +159,6 @@ def busy_host_words(results):
         "get a CPU, so a rate or timing verdict may be the busy host's rather than the path's; judge it again on a "
         "quiet host (--tcpnet-require-quiet=CPUS makes this an error instead)"
     )
-
-
-def _seed(text):
-    """--tcpnet-seed's SEED: a whole number >= 0."""
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
-    return value
 
 
 def lab_seed(config, nodeid):
@@ -193,10 +187,11 @@ def describe_seed(config):
 
 def _kernel_seeds_netem():
     from .errors import MissingCapability
+    from .netlink import NETEM_SEED_NEED
     from .requirements import check_need
 
     try:
-        check_need("kernel>=6.6")
+        check_need(NETEM_SEED_NEED)
     except MissingCapability:
         return False
     return True
@@ -346,17 +341,11 @@ class ReportPlugin:
         limit = self.config.getoption("tcpnet_require_quiet", None)
         if limit is None:
             return
-        from .results import transfer_of
+        from .results import host_contentions
 
-        busy = [
-            (result, cpus)
-            for result in lab.results
-            if (transfer := transfer_of(result)) is not None
-            and (cpus := transfer.host_contention_cpus) is not None
-            and cpus > limit
-        ]
+        busy = [cpus for cpus in host_contentions(lab.results) if cpus > limit]
         if busy:
-            worst = max(cpus for _, cpus in busy)
+            worst = max(busy)
             raise BusyHostError(
                 f"tcpnet: {len(busy)} of this test's measurements ran while processes outside the session kept up to "
                 f"{worst:.2f} CPUs busy (--tcpnet-require-quiet={limit:g}): its verdict says more about the host than "

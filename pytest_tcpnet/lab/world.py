@@ -185,7 +185,7 @@ class World:
         if self.seed is not None and any(
             phase.needs_netem for rules in self._shaping.values() for _, way in rules for _, phase in way.phases
         ):
-            check_need("kernel>=6.6")  # netem's seeded generator; an older kernel would ignore the seed
+            check_need(netlink.NETEM_SEED_NEED)  # an older kernel would ignore the seed
         # Each namespace is created by its session's thread (unshare + bind mount, no fork), which
         # writes its sysctls on the spot and then serves every later netlink call of this world.
         sysctls = {}
@@ -357,7 +357,7 @@ class World:
             if any(q["kind"] == "netem" and q["settings"].get("seed") is None for q in held[end.ifname]):
                 raise LabError(
                     f"netem on {end.key} holds no seed: this kernel ({os.uname().release}) ignored it (netem's seeded "
-                    "generator, TCA_NETEM_PRNG_SEED, is Linux 6.6 or later)"
+                    "generator, TCA_NETEM_PRNG_SEED, needs {netlink.NETEM_SEED_NEED})"
                 )
 
     def _netlink_changes(self, group):

@@ -23,6 +23,7 @@ from .namespaces import (
 from .ownership import STATE_DIR, namespace_records, recorded_state
 from .probe import available_congestion_controls, has_net_admin, kernel_release, qdisc_supported
 from .qdisc import (
+    NETEM_SEED_NEED,
     change_egress,
     htb_burst_bytes,
     netem_seed,
@@ -66,6 +67,7 @@ __all__ = [
     "prepare_change",
     "read_back_egress",
     "netem_seed",
+    "NETEM_SEED_NEED",
     "timed_change",
     "htb_burst_bytes",
     "shaper_burst_s",

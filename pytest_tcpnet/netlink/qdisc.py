@@ -66,6 +66,10 @@ def htb_burst_bytes(rate_bps):
     return shaper_burst_bytes(rate_bps, shaper_burst_s())
 
 
+#: The need (requirements.check_need) of a seeded netem: its generator takes TCA_NETEM_PRNG_SEED from Linux 6.6 on.
+NETEM_SEED_NEED = "kernel>=6.6"
+
+
 def netem_seed(seed, *labels):
     """The 64-bit seed of one netem qdisc: from a lab's seed and the labels that name the qdisc in its world (its
     interface, class, phase), so the same test's same qdisc draws the same losses on every run."""

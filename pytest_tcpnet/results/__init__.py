@@ -13,6 +13,7 @@ from .kinds import (
     UdpResult,
     WindowProbe,
     WorkloadRun,
+    host_contentions,
     jain_index,
     transfer_of,
 )
@@ -32,4 +33,5 @@ __all__ = [
     "jain_index",
     "with_shares",
     "transfer_of",
+    "host_contentions",
 ]

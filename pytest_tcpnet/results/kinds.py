@@ -302,6 +302,16 @@ def transfer_of(result):
     return result if isinstance(result, TransferResult) else None
 
 
+def host_contentions(results):
+    """The CPUs processes outside the session kept busy while each of `results` that measured a flow ran (none where
+    the flow's host load was not read)."""
+    return [
+        cpus
+        for result in results
+        if (transfer := transfer_of(result)) is not None and (cpus := transfer.host_contention_cpus) is not None
+    ]
+
+
 class WorkloadRun(NamedTuple):
     """What one workload run on a pair gave: its connections' TransferResults and its own results (UdpResults, a
     RequestsResult, a LatencyResult), every one registered with the lab."""
