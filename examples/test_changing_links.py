@@ -88,6 +88,7 @@ def test_a_window_bound_flow_follows_its_model_but_cannot_fill_the_faster_phase(
     assert "38.26 Mbit/s" in text and "OUTSIDE" in text, text
 
 
+@pytest.mark.random_loss
 def test_a_lossy_spell_costs_its_phase_and_the_flow_recovers(tcpnet):
     """5% loss from 2 s to 4 s on a 20 Mbit/s, 20 ms path (100-packet queue), a 6 s cubic download: asserts the
     lossy phase carries under half of what the phase before it did, retransmits what 5% of its segments cost (0.5-2x:

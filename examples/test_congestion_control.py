@@ -15,6 +15,9 @@ import pytest
 
 from pytest_tcpnet import Link, assert_faster, model
 
+#: Judged on netem's random losses: CI also runs these in a deterministic session (docs/deterministic.md).
+pytestmark = pytest.mark.random_loss
+
 LOSSY_LFN = Link(rate="100mbit", rtt="100ms", loss="1%")
 
 

@@ -8,6 +8,9 @@ import pytest
 
 from pytest_tcpnet import Capture, Host, Link, assert_loss_signature
 
+#: Judged on netem's random losses: CI also runs these in a deterministic session (docs/deterministic.md).
+pytestmark = pytest.mark.random_loss
+
 TINY_RMEM = Host(sysctls={"net.ipv4.tcp_rmem": "4096 4096 4096"})
 TINY_WMEM = Host(sysctls={"net.ipv4.tcp_wmem": "4096 4096 4096"})
 
