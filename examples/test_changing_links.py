@@ -19,16 +19,17 @@ def _series_on_schedule_clock(result, field):
 def test_the_sender_s_rtt_follows_a_route_change(tcpnet):
     """A 20 -> 80 ms RTT step at 2 s under a cubic download at 10 Mbit/s (a 20-packet queue, so the queue adds at
     most 24 ms): asserts the step's delay was read back from netem, the sender's smoothed RTT stays under 50 ms
-    before the step and is at or above 78 ms from 1 s after it (measured in the 6.1 VM: 73 ms 0.16 s after the
-    step, 81 ms from 0.24 s on), and the longer path costs the window-bound flow its rate: the cubic window the
-    queue allowed at 20 ms (~40 packets) covers half the 80 ms path's BDP, and cubic grows it slowly (measured
-    9.5 then 4.7-5.9 Mbit/s; the first phase fills the link, >= 90%)."""
+    in the second before the step (slow start's is left out: beside a CPU hog on both cores it read 62.3 ms at
+    0.48 s, the guest's own scheduling delay in a CI run) and is at or above 78 ms from 1 s after it (measured in
+    the 6.1 VM: 73 ms 0.16 s after the step, 81 ms from 0.24 s on), and the longer path costs the window-bound
+    flow its rate: the cubic window the queue allowed at 20 ms (~40 packets) covers half the 80 ms path's BDP, and
+    cubic grows it slowly (measured 9.5 then 4.7-5.9 Mbit/s; the first phase fills the link, >= 90%)."""
     link = Link(rate="10mbit", limit=20, rtt=Schedule([(0, "20ms"), (2, "80ms")]))
     result = tcpnet.pair(link, server=Host(cc="cubic")).transfer(duration=4, cc="cubic")
     figures = result.describe() + "\n" + "\n".join(map(str, result.link_changes))
     assert {round(step["settings"]["delay_s"], 6) for step in result.link_changes} == {0.040}, figures
     rtt = [(t, us / 1e6) for t, us in _series_on_schedule_clock(result, "rtt")]
-    before, after = [v for t, v in rtt if t < 2.0], [v for t, v in rtt if t >= 3.0]
+    before, after = [v for t, v in rtt if 1.0 <= t < 2.0], [v for t, v in rtt if t >= 3.0]
     assert before and after, figures
     assert max(before) < 0.050 and min(after) >= 0.078, f"{figures}\nrtt: {rtt}"
     short, long = result.phases
