@@ -119,6 +119,11 @@ def test_a_three_flow_dumbbell(tcpnet):
     bell = tcpnet.dumbbell(3, bottleneck=Link(rate="30mbit", rtt="20ms", limit=60))
     result = bell.concurrent([Flow(duration=2, cc="cubic") for _ in range(3)])
     _write("dumbbell", [_figures(flow) for flow in result.flows])
+
+def test_the_guest_kernel_s_random_draws():
+    import socket
+    with socket.create_server(("127.0.0.1", 0)) as server, socket.create_connection(server.getsockname()) as c:
+        _write("randomness", {"urandom": os.urandom(16).hex(), "ephemeral_port": c.getsockname()[1]})
 """
 
 
@@ -141,7 +146,7 @@ def _session(proj: Path, *extra: str, hog: bool = False) -> dict:
             timeout=600,
         )
         assert run.returncode == 0, f"--- stdout\n{run.stdout}\n--- stderr\n{run.stderr}"
-        return {name: json.loads((out / f"{name}.json").read_text()) for name in ("transfer", "dumbbell")}
+        return {name: json.loads((out / f"{name}.json").read_text()) for name in ("transfer", "dumbbell", "randomness")}
     finally:
         for process in hogs:
             process.kill()
@@ -151,10 +156,10 @@ def _session(proj: Path, *extra: str, hog: bool = False) -> dict:
 
 
 def _differences(a: dict, b: dict) -> list:
-    """Which figures of two sessions are not identical, by test and flow."""
+    """Which figures of the flows of two sessions are not identical, by test and flow."""
     found = []
-    for test in a:
-        flows_a, flows_b = (x if isinstance(x, list) else [x] for x in (a[test], b[test]))
+    for test in ("transfer", "dumbbell"):
+        flows_a, flows_b = ([x] if isinstance(x, dict) else x for x in (a[test], b[test]))
         for i, (fa, fb) in enumerate(zip(flows_a, flows_b)):
             found += [f"{test}[{i}].{k}: {fa[k]!r:.60} vs {fb[k]!r:.60}" for k in fa if fa[k] != fb[k]]
     return found
@@ -164,7 +169,8 @@ def _differences(a: dict, b: dict) -> list:
 def test_the_same_seed_measures_the_same_flows_every_time_quiet_or_beside_a_cpu_hog(tmp_path, time_travel_build):
     """A lossy transfer (20 Mbit/s, 40 ms, 1% loss, 3 MB) and a three-flow dumbbell, each of ten sessions booted
     afresh, three beside a spinning process on every CPU, each finding more files in the project than the last: the
-    same bytes, retransmissions and durations, and the same TCP_INFO series sample by sample, to the nanosecond;
+    same bytes, retransmissions and durations, and the same TCP_INFO series sample by sample, to the nanosecond,
+    while the guest kernel's random generator draws differently each time (it is not pinned: shown not to matter);
     another seed, another (still lossy) run."""
     proj = tmp_path / "proj"
     proj.mkdir()
@@ -179,6 +185,9 @@ def test_the_same_seed_measures_the_same_flows_every_time_quiet_or_beside_a_cpu_
         (proj / f"leftover-{run}").mkdir()
         (proj / f"leftover-{run}" / "results.json").write_text("{}")
         again = _session(proj, hog=run in (2, 5, 8))
+        # The guest kernel's random generator is not pinned (UML feeds it the host's getrandom(), wall clock and
+        # interrupts): shown not to matter, its draws differ while every figure of the flows is the same.
+        assert again["randomness"]["urandom"] != first["randomness"]["urandom"]
         assert not _differences(first, again), f"session {run}:\n" + "\n".join(_differences(first, again))
     other = _session(proj, "--tcpnet-seed=1")
     assert other["transfer"]["retransmits"] > 0 and _differences(first, other)
