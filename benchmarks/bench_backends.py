@@ -1,10 +1,11 @@
 """Kernel backends side by side: the host, User-Mode Linux and software emulation (TCG), one after the other.
 
 Usage (root, from the repository root, nothing else running):
-    python benchmarks/bench_backends.py [--backends host uml tcg] [--lines 6.1 6.12] [-k EXPR]
+    python benchmarks/bench_backends.py [--backends host uml tcg deterministic] [--lines 6.1 6.12] [-k EXPR]
 
 Runs benchmarks/fidelity_probe.py on the host and under ``--tcpnet-vm --tcpnet-vm-backend=B --tcpnet-kernel=L``
-for each backend and kernel line, the way a user's session runs there (boot included), and prints one table:
+for each backend and kernel line (deterministic: ``--tcpnet-deterministic``, the time-travel UML build, 6.12
+only), the way a user's session runs there (boot included), and prints one table:
 each figure per backend, with the boot to the first test and the session's wall time. Rows go to
 benchmarks/backends.jsonl too. One session at a time: two would share the host's two cores.
 """
@@ -30,7 +31,9 @@ def run(backend, line, expr):
     if os.path.exists(out):
         os.unlink(out)
     args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", "benchmarks/fidelity_probe.py"]
-    if backend != "host":
+    if backend == "deterministic":  # the time-travel UML build (dev/setup-uml-tt), seeded netem
+        args += ["--tcpnet-deterministic", f"--tcpnet-kernel={line}"]
+    elif backend != "host":
         args += ["--tcpnet-vm", f"--tcpnet-vm-backend={backend}", f"--tcpnet-kernel={line}"]
     if expr:
         args += ["-k", expr]
@@ -47,7 +50,7 @@ def run(backend, line, expr):
     rows = []
     if os.path.exists(out):
         with open(out, encoding="utf-8") as f:
-            rows = [row for row in map(json.loads, f) if "measured_bps" in row]  # flows, not test or session rows
+            rows = [row for row in map(json.loads, f) if "value" in row]  # the probe's figures
     return rows, float(boot.group(1)) if boot else None, wall, proc.returncode
 
 
