@@ -233,6 +233,26 @@ def _kernels(kvm_works: bool) -> list:
     for line in ("6.1", "6.12"):
         if line not in lines:
             out.append(_line(MISSING, f"kernel line {line}", "neither a qemu image nor a UML build", uml.SETUP_HINT))
+    travelling = uml.installed_builds(time_travel=True)
+    for build in travelling:
+        booted = _probe_uml(build)
+        out.append(
+            _line(
+                OK if booted.startswith("boots") else MISSING,
+                f"--tcpnet-deterministic: User-Mode Linux {build.release} with time travel",
+                f"{build.binary}; {booted}",
+                "" if booted.startswith("boots") else uml.TIME_TRAVEL_SETUP_HINT,
+            )
+        )
+    if not travelling:
+        out.append(
+            _line(
+                MISSING,
+                "--tcpnet-deterministic",
+                "no User-Mode Linux build with time travel",
+                uml.TIME_TRAVEL_SETUP_HINT,
+            )
+        )
     if qemu and not find_vng():
         out.append(
             _line(

@@ -587,6 +587,13 @@ def test_doctor_names_each_backend_and_the_fixes(tmp_path):
         assert "boots (" in text.split(f"User-Mode Linux {build.release}")[1].splitlines()[0], text
     if not uml.installed_builds():
         assert "dev/setup-uml" in text
+    for build in uml.installed_builds(time_travel=True):
+        line = text.split(f"--tcpnet-deterministic: User-Mode Linux {build.release} with time travel")[1].splitlines()[
+            0
+        ]
+        assert "boots (" in line, text
+    if not uml.installed_builds(time_travel=True):
+        assert "--tcpnet-deterministic" in text and "dev/setup-uml-tt" in text
     assert not (tmp_path / "cache").exists()  # it changes nothing, not even the probe cache
     bad = subprocess.run([sys.executable, "-m", "pytest_tcpnet", "nurse"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "usage: python -m pytest_tcpnet doctor" in bad.stderr

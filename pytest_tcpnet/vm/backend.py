@@ -131,7 +131,7 @@ def time_travel_target(specs, backend: str = "auto", builds: list | None = None)
         line = f" of kernel line {specs[0]}" if specs else ""
         raise VMUsageError(
             f"--tcpnet-deterministic: no User-Mode Linux build with time travel{line} is installed; build it with "
-            f"bash dev/setup-uml-tt (Debian's linux-source-6.12, about 5 minutes)"
+            f"{uml.TIME_TRAVEL_SETUP_HINT}"
         )
     build = builds[-1]
     return Target(specs[0] if specs else "", build.line, None, build)

@@ -37,6 +37,8 @@ BINARY = "usr/bin/linux.uml"
 RECORD = "tcpnet-uml.txt"
 MODULES = "usr/lib/uml/modules"
 SETUP_HINT = "bash dev/setup-uml (Debian's user-mode-linux packages: 6.1 from bookworm, 6.12 from trixie)"
+#: The build of --tcpnet-deterministic (time travel), and how to make it.
+TIME_TRAVEL_SETUP_HINT = "bash dev/setup-uml-tt (Debian's linux-source-6.12, about 5 minutes)"
 _LINE = re.compile(r"^(\d+)\.(\d+)$")
 
 
