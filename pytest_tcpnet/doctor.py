@@ -115,6 +115,14 @@ def _probe_uml(build) -> str:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _uml_line(build, what: str, modules: str, fix: str) -> str:
+    """A doctor line for one User-Mode Linux build: booted once here, or why not and how to set it up."""
+    booted = _probe_uml(build)
+    boots = booted.startswith("boots")
+    detail = f"{build.binary}, {modules}; {booted}" if modules else f"{build.binary}; {booted}"
+    return _line(OK if boots else MISSING, what, detail, "" if boots else fix)
+
+
 def _kvm() -> tuple[list, bool]:
     from .vm import accel
 
@@ -219,15 +227,7 @@ def _kernels(kvm_works: bool) -> list:
             )
         if build is not None:
             netem = "sch_netem" if uml.has_module(build, "sch_netem") else "NO sch_netem"
-            booted = _probe_uml(build)
-            out.append(
-                _line(
-                    OK if booted.startswith("boots") else MISSING,
-                    f"kernel line {line}: User-Mode Linux {build.release}",
-                    f"{build.binary}, {netem}; {booted}",
-                    "" if booted.startswith("boots") else uml.SETUP_HINT,
-                )
-            )
+            out.append(_uml_line(build, f"kernel line {line}: User-Mode Linux {build.release}", netem, uml.SETUP_HINT))
         elif line in ("6.1", "6.12"):
             out.append(_line(MISSING, f"kernel line {line}: User-Mode Linux", "not installed", uml.SETUP_HINT))
     for line in ("6.1", "6.12"):
@@ -235,15 +235,8 @@ def _kernels(kvm_works: bool) -> list:
             out.append(_line(MISSING, f"kernel line {line}", "neither a qemu image nor a UML build", uml.SETUP_HINT))
     travelling = uml.installed_builds(time_travel=True)
     for build in travelling:
-        booted = _probe_uml(build)
-        out.append(
-            _line(
-                OK if booted.startswith("boots") else MISSING,
-                f"--tcpnet-deterministic: User-Mode Linux {build.release} with time travel",
-                f"{build.binary}; {booted}",
-                "" if booted.startswith("boots") else uml.TIME_TRAVEL_SETUP_HINT,
-            )
-        )
+        what = f"--tcpnet-deterministic: User-Mode Linux {build.release} with time travel"
+        out.append(_uml_line(build, what, "", uml.TIME_TRAVEL_SETUP_HINT))
     if not travelling:
         out.append(
             _line(
