@@ -3,13 +3,14 @@
 import fcntl
 import os
 import stat
+import time
 
 import pytest
 from slotholder import slot_held_elsewhere
 
 from pytest_tcpnet import locks
 from pytest_tcpnet.errors import LabError
-from pytest_tcpnet.measure import measurement_slot
+from pytest_tcpnet.measure import measurement_slot, slots
 from pytest_tcpnet.measure.slots import slot_holders
 
 
@@ -160,3 +161,42 @@ def test_a_holder_past_its_own_deadline_is_not_waited_for(lock_dir, monkeypatch)
         assert time.monotonic() - started < 5
     finally:
         os.close(fd)
+
+
+class _GuestClock:
+    """CLOCK_MONOTONIC of a guest that only sleeps move (what time travel gives), in nanoseconds."""
+
+    def __init__(self, now_ns):
+        self.now_ns = now_ns
+        self.slept = []
+
+    def clock_gettime_ns(self, clock):
+        assert clock == time.CLOCK_MONOTONIC
+        return self.now_ns
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.now_ns += round(seconds * 1e9)
+
+
+@pytest.mark.parametrize(
+    ("now_ns", "lands_on"),
+    [(5_234_567_891, 5_300_000_000), (5_299_999_999, 5_300_000_000), (5_300_000_000, 5_400_000_000)],
+)
+def test_a_time_travel_guest_starts_each_measurement_on_the_next_grid_point(lock_dir, monkeypatch, now_ns, lands_on):
+    clock = _GuestClock(now_ns)
+    monkeypatch.setattr(slots.time, "clock_gettime_ns", clock.clock_gettime_ns)
+    monkeypatch.setattr(slots.time, "sleep", clock.sleep)
+    monkeypatch.setattr(slots.guest, "time_travel", lambda: True)
+    with measurement_slot(timeout=5):
+        assert clock.now_ns == lands_on
+    assert len(clock.slept) == 1 and clock.now_ns % round(slots.TIME_GRID_S * 1e9) == 0
+
+
+def test_elsewhere_a_measurement_starts_at_once(lock_dir, monkeypatch):
+    clock = _GuestClock(5_234_567_891)
+    monkeypatch.setattr(slots.time, "clock_gettime_ns", clock.clock_gettime_ns)
+    monkeypatch.setattr(slots.time, "sleep", clock.sleep)
+    with measurement_slot(timeout=5):
+        pass
+    assert clock.slept == [] and not slots.guest.time_travel()
