@@ -33,3 +33,7 @@ def program_path(program, *, package, capability=None, description=None):
             capability or program, f"{description or program} is not on PATH (apt-get install {package})"
         )
     return path
+
+
+class UnboundedPathWarning(UserWarning):
+    """A world whose flows nothing but the CPU bounds, where the CPU takes no time (a time-travel guest)."""

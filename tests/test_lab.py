@@ -3,11 +3,13 @@
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 from pyroute2 import IPRoute
 
-from pytest_tcpnet import Host, Lab, LabError, Link, assert_throughput_within, model, netlink
+from pytest_tcpnet import Host, Lab, LabError, Link, assert_throughput_within, guest, model, netlink
+from pytest_tcpnet.errors import UnboundedPathWarning
 from pytest_tcpnet.guest import backend
 from pytest_tcpnet.vm import ACCEL_ENV, IN_VM_ENV
 
@@ -259,3 +261,14 @@ def test_every_sysctl_a_host_set_is_recorded(tcpnet):
     result = pair.transfer(nbytes=10_000)
     assert result.sysctls["client"]["net.ipv4.tcp_fin_timeout"] == "17"
     assert "net.ipv4.tcp_fin_timeout" not in result.sysctls["server"]
+
+
+def test_a_time_travel_guest_warns_of_a_world_no_rate_bounds(tcpnet, monkeypatch):
+    """There CPU work takes no guest time: unshaped flows read 526-592 Gbit/s (docs/deterministic.md)."""
+    monkeypatch.setattr(guest, "time_travel", lambda: True)
+    with pytest.warns(UnboundedPathWarning, match="no link of this world has a rate"):
+        tcpnet.pair(link=Link(rtt="0ms"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnboundedPathWarning)
+        tcpnet.pair(link=Link(rate="10mbit"))
+        tcpnet.dumbbell(2, bottleneck=Link(rate="10mbit"))

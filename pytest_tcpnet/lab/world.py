@@ -12,10 +12,11 @@ import contextlib
 import ipaddress
 import os
 import socket
+import warnings
 from dataclasses import dataclass
 
-from .. import netlink
-from ..errors import LabError
+from .. import guest, netlink
+from ..errors import LabError, UnboundedPathWarning
 from ..measure.run import run_workloads
 from ..model import Host, OneWay
 from ..model.validation import check_number
@@ -186,6 +187,17 @@ class World:
             phase.needs_netem for rules in self._shaping.values() for _, way in rules for _, phase in way.phases
         ):
             check_need(netlink.NETEM_SEED_NEED)  # an older kernel would ignore the seed
+        if guest.time_travel() and not any(
+            phase.rate_bps for rules in self._shaping.values() for _, way in rules for _, phase in way.phases
+        ):
+            warnings.warn(
+                UnboundedPathWarning(
+                    "no link of this world has a rate: in a time-travel guest (--tcpnet-deterministic) CPU work takes "
+                    "no guest time, so an unshaped flow runs at whatever the clock reads allow (hundreds of Gbit/s, "
+                    "minutes of wall time for seconds of flow); give the path a rate (docs/deterministic.md)"
+                ),
+                stacklevel=3,
+            )
         # Each namespace is created by its session's thread (unshare + bind mount, no fork), which
         # writes its sysctls on the spot and then serves every later netlink call of this world.
         sysctls = {}
