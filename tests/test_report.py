@@ -352,3 +352,21 @@ def test_every_kind_a_lab_registers_has_a_row_builder():
     from pytest_tcpnet.results import REGISTERED_KINDS
 
     assert sorted(kind.__name__ for kind, _ in _builders()) == sorted(kind.__name__ for kind in REGISTERED_KINDS)
+
+
+def test_a_flow_s_share_reaches_its_row_and_the_table_notes_say_what_it_is():
+    from pytest_tcpnet.model.shares import Share
+
+    ranged = dataclasses.replace(_result(), share=Share(None, "reno flows of different RTTs", 2, 14.2e6, 18.9e6))
+    row = flow_row(ranged)
+    assert row["share"] == {
+        "bps": None,
+        "flows": 2,
+        "established": False,
+        "why": "reno flows of different RTTs",
+        "low_bps": 14.2e6,
+        "high_bps": 18.9e6,
+    }
+    assert "shared by 2 flows of different RTTs: share 14.2-18.9 Mbit/s" in summary_table([row])
+    unsettled = dataclasses.replace(_result(), share=Share(None, "no established model for bbr beside cubic", 2))
+    assert "shared by 2 flows: no established model for the split" in summary_table([flow_row(unsettled)])

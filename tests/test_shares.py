@@ -4,7 +4,7 @@ the literature gives none; then real flows sharing a shaped link, judged against
 import pytest
 
 from pytest_tcpnet import Flow, Link, assert_fair, assert_share_within, model
-from pytest_tcpnet.model.shares import Contender, bottleneck_shares, water_fill
+from pytest_tcpnet.model.shares import Contender, bottleneck_shares, congestion_epoch_s, water_fill, weighted_fill
 
 
 def test_water_filling_gives_the_capped_flows_their_bound_and_splits_the_rest():
@@ -14,6 +14,21 @@ def test_water_filling_gives_the_capped_flows_their_bound_and_splits_the_rest():
     # Caps above the equal split change nothing; caps that sum below the capacity leave it unused.
     assert water_fill(30e6, [20e6, None]) == pytest.approx([15e6, 15e6])
     assert water_fill(30e6, [5e6, 6e6]) == pytest.approx([5e6, 6e6])
+
+
+def test_weighted_filling_splits_by_weight_and_gives_a_capped_flow_its_bound():
+    assert weighted_fill(30e6, [2, 1], [None, None]) == pytest.approx([20e6, 10e6])
+    assert weighted_fill(30e6, [2, 1, 1], [1e6, None, None]) == pytest.approx([1e6, 14.5e6, 14.5e6])
+    assert weighted_fill(30e6, [1, 1], [5e6, 6e6]) == pytest.approx([5e6, 6e6])
+
+
+def test_a_congestion_epoch_is_the_time_to_regrow_what_a_loss_took():
+    # Reno at 10 Mbit/s and 100 ms: a window of 86.3 segments, half of it regrown a segment per round trip.
+    assert congestion_epoch_s("reno", 10e6, 0.1, 0.5) == pytest.approx(86.33 / 2 * 0.1, rel=1e-3)
+    # CUBIC regains a 1000-segment window's 300 lost segments in cbrt(300 / 0.4) = 9.09 s (RFC 9438's K) ...
+    assert congestion_epoch_s("cubic", 1000 * 1448 * 8 / 0.5, 0.5, 0.7) == pytest.approx(9.086, rel=1e-3)
+    # ... and a small window sooner by its Reno-friendly estimate: 9 segments at 0.529 per 10 ms round trip.
+    assert congestion_epoch_s("cubic", 30 * 1448 * 8 / 0.01, 0.01, 0.7) == pytest.approx(9 / 0.5294 * 0.01, rel=1e-3)
 
 
 def test_shares_of_one_cc_and_one_rtt_are_max_min_fair_after_unresponsive_traffic():
@@ -34,8 +49,44 @@ def test_no_number_is_claimed_where_the_literature_gives_none():
     mixed = bottleneck_shares(20e6, [Contender(None, "bbr", 0.02), Contender(None, "cubic", 0.02)])
     assert all(s.bps is None and not s.established for s in mixed)
     assert "no established model for bbr beside cubic" in mixed[0].why and "Ware et al." in mixed[0].why
-    rtts = bottleneck_shares(20e6, [Contender(None, "reno", 0.01), Contender(None, "reno", 0.08)])
-    assert all(s.bps is None for s in rtts) and "different RTTs (10 ms, 80 ms)" in rtts[0].why
+    bbrs = bottleneck_shares(20e6, [Contender(None, "bbr", 0.01), Contender(None, "bbr", 0.08)])
+    assert all(s.bps is None and not s.ranged for s in bbrs) and "different RTTs (10 ms, 80 ms)" in bbrs[0].why
+    assert bbrs[0].describe() == "not predicted"
+
+
+def test_flows_of_different_rtts_get_the_range_the_literature_brackets():
+    """Reno: 1/RTT (Mathis) to 1/RTT^2 (Lakshman & Madhow); the queue they all wait in evens the RTTs out."""
+    reno = [Contender(None, "reno", 0.01), Contender(None, "reno", 0.08)]
+    bare = bottleneck_shares(20e6, reno)
+    assert all(s.ranged and not s.established for s in bare)
+    # No queue: 1/RTT gives 8:1, 1/RTT^2 64:1.
+    assert (bare[0].low_bps, bare[0].high_bps) == pytest.approx((20e6 * 8 / 9, 20e6 * 64 / 65))
+    assert (bare[1].low_bps, bare[1].high_bps) == pytest.approx((20e6 / 65, 20e6 / 9))
+    assert "a from 1 to 2 (Mathis et al. 1997; Lakshman & Madhow 1997)" in bare[0].why
+    # A 30 ms FIFO that reno's halving of a 110 ms pipe can drain: RTTs 10-40 and 80-110 ms, 2.75:1 to 64:1.
+    queued = bottleneck_shares(20e6, reno, queue_s=0.03)
+    assert (queued[1].low_bps, queued[1].high_bps) == pytest.approx((20e6 / 65, 20e6 / 3.75))
+    assert "a standing queue of 0 to 30 ms" in queued[0].why
+    # Two cubic flows behind a 600 ms FIFO: a back-off by 0.3 of the 680 ms pipe leaves 396 ms, so
+    # their RTTs (406-610 and 476-680 ms) differ by 17% at most.
+    deep = bottleneck_shares(20e6, [Contender(None, "cubic", 0.01), Contender(None, "cubic", 0.08)], queue_s=0.6)
+    assert deep[1].low_bps == pytest.approx(20e6 / (1 + (476 / 406) ** 2), rel=1e-3)
+    assert deep[1].high_bps == pytest.approx(20e6 / (1 + (0.68 / 0.61) ** 0.25), rel=1e-3)
+    assert deep[0].describe() == "10.14 Mbit/s to 11.58 Mbit/s"
+    # An AQM holds the queue near its target: from empty to 5 ms.
+    held = bottleneck_shares(20e6, reno, queue_s=0.6, aqm_s=0.005)
+    assert held[1].high_bps == pytest.approx(20e6 / (1 + 85 / 15)) and "its AQM holding 0 to 5 ms" in held[1].why
+    # Shares converge over congestion epochs: behind that FIFO a reno epoch takes minutes, so 8 s together get no
+    # number; behind 30 ms of queue one takes ~1.4 s, and 8 s do.
+    slow = bottleneck_shares(20e6, reno, queue_s=0.6, over_s=8)
+    assert all(s.bps is None and not s.ranged for s in slow)
+    assert (
+        "that ran together 8 s on the bottleneck: their shares converge over several congestion epochs" in slow[0].why
+    )
+    assert bottleneck_shares(20e6, reno, queue_s=0.03, over_s=8)[0].ranged
+    # A flow's own bound caps it whatever its RTT, and the rest goes to the other.
+    capped = bottleneck_shares(20e6, [Contender(1e6, "reno", 0.01), Contender(None, "reno", 0.08)])
+    assert capped[0].high_bps == pytest.approx(1e6) and capped[1].low_bps == pytest.approx(19e6)
 
 
 def test_a_per_flow_fair_queue_shares_equally_whatever_the_mix_and_caps_a_stream_like_a_flow():

@@ -23,15 +23,23 @@ def _table(flows):
     """One line per flow: its goodput, its share and the ratio."""
     lines = []
     for i, flow in enumerate(flows):
-        share = flow.share.bps if flow.share is not None else None
-        owed = f"share {format_rate(share)}, ratio {flow.throughput_bps / share:.2f}" if share else "no share predicted"
-        lines.append(f"  flow {i}: {format_rate(flow.throughput_bps)}, cc {flow.cc}; {owed}")
+        share = flow.share
+        if share is not None and share.bps:
+            owed = f"share {format_rate(share.bps)}, ratio {flow.throughput_bps / share.bps:.2f}"
+        elif share is not None and share.ranged:
+            owed = f"share {share.describe()}"
+        else:
+            owed = "no share predicted"
+        lines.append(
+            f"  flow {i}: {format_rate(flow.throughput_bps)}, cc {flow.cc}, RTT {flow.link.rtt_s * 1e3:.3g} ms; {owed}"
+        )
     return "\n".join(lines)
 
 
 def assert_share_within(result, *, rel):
     """Assert each flow's goodput is within ±rel of its share of the bottleneck it shared (the model's, with each
-    flow's own bounds). result: a ConcurrentResult (every flow is judged), a list of its flows, or one flow."""
+    flow's own bounds), or of the range the model gives (flows of different RTTs: from rel below its low end to rel
+    above its high end). result: a ConcurrentResult (every flow is judged), a list of its flows, or one flow."""
     __tracebackhide__ = True
     check_number("rel", rel, 0, 1, low_open=True, high_open=True)
     flows = _flows(result, "result")
@@ -41,13 +49,21 @@ def assert_share_within(result, *, rel):
                 "result: a flow that ran alone has no share (flows run together with Pair.concurrent or a "
                 "dumbbell's concurrent() get one); judge it with assert_throughput_within"
             )
-        if not flow.share.established:
+        if not flow.share.established and not flow.share.ranged:
             raise ValueError(
                 f"result: no share to judge against: {flow.share.why}. Judge the group with assert_fair, or a "
                 "flow with assert_throughput_within and a figure of your own"
             )
     failures = []
     for i, flow in enumerate(flows):
+        if flow.share.ranged:
+            low, high = flow.share.low_bps * (1 - rel), flow.share.high_bps * (1 + rel)
+            if not low <= flow.throughput_bps <= high:
+                failures.append(
+                    f"flow {i}: {format_rate(flow.throughput_bps)} outside {format_rate(low)} to {format_rate(high)} "
+                    f"(its share, {flow.share.describe()}, ±{rel:.0%}): {flow.share.why}\n{flow.describe()}"
+                )
+            continue
         try:
             assert_throughput_within(flow, rel=rel)
         except AssertionError as exc:

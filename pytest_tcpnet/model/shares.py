@@ -12,11 +12,20 @@ A per-flow fair queue at the bottleneck (fq_codel, cake, fq_pie, fq) serves each
 round robin (Shreedhar & Varghese, "Efficient fair queueing using deficit round robin", 1995): each backlogged flow
 gets an equal share whatever its congestion control or RTT, so there the max-min share holds for any mix.
 
-Elsewhere, where the literature gives no single figure, no number is claimed (`Share.bps` is None, `why` says so): flows of
+Flows of one loss-based congestion control and different RTTs get a range (`Share.low_bps` to `high_bps`, `bps`
+None): each takes capacity in proportion to 1/RTT^a, RTTs counted with the queue they all wait in. a brackets
+what the literature gives: for Reno, 1 where each flow's losses are independent of the others (Mathis et al.,
+"The macroscopic behavior of the TCP congestion avoidance algorithm", 1997) to 2 where a drop-tail queue drops
+from all of them at once (Lakshman & Madhow, "The performance of TCP/IP for networks with high bandwidth-delay
+products and random loss", 1997); for CUBIC, 1/4 (its response function at one loss rate, RFC 9438 section 5.1,
+cubic region) to 2 (its Reno-friendly region behaves as Reno). The standing queue evens RTTs out (two cubic flows
+at 10 and 80 ms behind a 600 ms FIFO split evenly): through drop-tail it ranges from full down to what one
+synchronized back-off by (1 - beta) of the whole pipe drains (Appenzeller et al., "Sizing router buffers", 2004),
+through an AQM from empty to its target.
+
+Elsewhere, where the literature gives no figure, no number is claimed (`Share.bps` is None, `why` says so): flows of
 different congestion controls (bbr beside cubic depends on the buffer's depth: Ware et al., "Modeling BBR's
-interactions with loss-based congestion control", IMC 2019) and flows of different RTTs (Reno-family throughput
-goes as 1/RTT^a with a between 1 and 2 through a drop-tail queue: Lakshman & Madhow, 1997; CUBIC's cubic region
-as RTT^-1/4, its Reno-friendly region as 1/RTT: RFC 9438 section 5.1, which applies depends on the BDP).
+interactions with loss-based congestion control", IMC 2019), or of another congestion control and different RTTs.
 """
 
 from __future__ import annotations
@@ -25,12 +34,31 @@ from dataclasses import dataclass
 
 from .units import format_rate
 
-__all__ = ["Contender", "Share", "bottleneck_shares", "water_fill", "RTT_SPREAD", "FLOW_QUEUEING_KINDS"]
+__all__ = [
+    "Contender",
+    "Share",
+    "bottleneck_shares",
+    "water_fill",
+    "weighted_fill",
+    "RTT_SPREAD",
+    "RTT_EXPONENTS",
+    "FLOW_QUEUEING_KINDS",
+]
 
 #: RTTs within this fraction of each other count as one RTT (an access hop of a millisecond beside a 40 ms path).
 RTT_SPREAD = 0.10
 #: Queue kinds that keep a queue per flow and serve them in turn (DRR): flows share equally whatever their cc or RTT.
 FLOW_QUEUEING_KINDS = ("fq_codel", "cake", "fq_pie", "fq")
+#: Per congestion control: the exponents a of throughput ~ 1/RTT^a that bracket the literature (module doc), and
+#: the window it keeps after a loss (beta: Reno 1/2, RFC 5681; CUBIC 0.7, RFC 9438 section 4.6).
+RTT_EXPONENTS = {"reno": ((1.0, 2.0), 0.5), "cubic": ((0.25, 2.0), 0.7)}
+#: Congestion epochs flows of different RTTs need together before the bracketed range is claimed for them: a run
+#: shorter than that is still converging (two reno flows at 10 and 80 ms behind a 600 ms FIFO: the long one had 0.39
+#: of 19.1 Mbit/s after 8 s, where an epoch takes ~80 s).
+CONVERGED_EPOCHS = 2
+#: CUBIC's constant (RFC 9438 section 4.2) and the segment the epochs are counted in.
+CUBIC_C = 0.4
+SEGMENT_BYTES = 1448
 
 
 @dataclass(frozen=True)
@@ -45,15 +73,30 @@ class Contender:
 
 @dataclass(frozen=True)
 class Share:
-    """A flow's share of a bottleneck: bps (None where no established model gives one), why, and the flows on it."""
+    """A flow's share of a bottleneck: bps (None where no established model gives one figure), why, the flows on it,
+    and the range low_bps to high_bps where the literature brackets it (flows of different RTTs)."""
 
     bps: float | None
     why: str
     flows: int
+    low_bps: float | None = None
+    high_bps: float | None = None
 
     @property
     def established(self) -> bool:
         return self.bps is not None
+
+    @property
+    def ranged(self) -> bool:
+        return self.bps is None and self.low_bps is not None and self.high_bps is not None
+
+    def describe(self) -> str:
+        """'9.56 Mbit/s', '1.2 Mbit/s to 3.4 Mbit/s' or 'not predicted'."""
+        if self.bps is not None:
+            return format_rate(self.bps)
+        if self.ranged:
+            return f"{format_rate(self.low_bps)} to {format_rate(self.high_bps)}"
+        return "not predicted"
 
 
 def water_fill(capacity_bps: float, demands: list[float | None]) -> list[float]:
@@ -69,6 +112,89 @@ def water_fill(capacity_bps: float, demands: list[float | None]) -> list[float]:
     return shares
 
 
+def weighted_fill(capacity_bps: float, weights: list[float], caps: list[float | None]) -> list[float]:
+    """capacity split in proportion to weights, each flow capped by its own bound (None: none); what a capped flow
+    leaves goes to the others, in proportion again."""
+    limits = [float("inf") if cap is None else cap for cap in caps]
+    shares = [0.0] * len(weights)
+    free, left = set(range(len(weights))), capacity_bps
+    while free:
+        total = sum(weights[i] for i in free)
+        capped = [i for i in free if limits[i] <= left * weights[i] / total]
+        if not capped:
+            for i in free:
+                shares[i] = left * weights[i] / total
+            break
+        for i in capped:
+            shares[i] = limits[i]
+            left -= limits[i]
+            free.discard(i)
+    return shares
+
+
+def _rtt_ranges(
+    capacity_bps: float,
+    contenders: list[Contender],
+    cc: str,
+    queue_s: float | None,
+    aqm_s: float | None,
+    what: str,
+    over_s: float | None,
+) -> list[Share]:
+    """Shares as ranges for flows of one loss-based cc and different RTTs (module doc), over the exponents and the
+    standing queues the literature allows."""
+    (a_low, a_high), beta = RTT_EXPONENTS[cc]
+    own = [c.own_bps for c in contenders]
+    rtts = [c.rtt_s for c in contenders]
+    if aqm_s is not None:
+        q_low, q_high, queue = 0.0, aqm_s, f"its AQM holding 0 to {aqm_s * 1e3:.3g} ms"
+    elif queue_s:
+        # A queue the flows fill drains, after one back-off of all, by (1 - beta) of the whole pipe; a flow its own
+        # bound holds below the link may leave it emptier.
+        drained = max(0.0, queue_s - (1 - beta) * (queue_s + max(rtts)))
+        q_low, q_high = (0.0 if any(x is not None and x < capacity_bps for x in own) else drained), queue_s
+        queue = f"a standing queue of {q_low * 1e3:.3g} to {q_high * 1e3:.3g} ms"
+    else:
+        q_low = q_high = 0.0
+        queue = "no standing queue"
+    steps = 8
+    found = [
+        weighted_fill(capacity_bps, [(r + q) ** -a for r in rtts], own)
+        for a in (a_low + (a_high - a_low) * k / steps for k in range(steps + 1))
+        for q in (q_low + (q_high - q_low) * k / steps for k in range(steps + 1))
+    ]
+    lows = [min(row[i] for row in found) for i in range(len(rtts))]
+    highs = [max(row[i] for row in found) for i in range(len(rtts))]
+    rtt_list = ", ".join(f"{r * 1e3:.3g} ms" for r in rtts)
+    epoch = max(congestion_epoch_s(cc, (low + high) / 2, r + q_high, beta) for low, high, r in zip(lows, highs, rtts))
+    if over_s is not None and over_s < CONVERGED_EPOCHS * epoch:
+        why = (
+            f"no established model for {cc} flows of different RTTs ({rtt_list}) that ran together "
+            f"{over_s:.3g} s on {what}: their shares converge over several congestion epochs (here ~{epoch:.3g} s "
+            f"each, {queue}); run them {CONVERGED_EPOCHS * epoch:.3g} s or more, or with a shallower queue"
+        )
+        return [Share(None, why, len(contenders))] * len(contenders)
+    why = (
+        f"{cc} flows of different RTTs ({rtt_list}) sharing {format_rate(capacity_bps)} on {what}, {queue}: "
+        f"throughput ~ 1/RTT^a, a from {a_low:g} to {a_high:g} "
+        + ("(Mathis et al. 1997; Lakshman & Madhow 1997)" if cc == "reno" else "(RFC 9438 section 5.1; Reno-friendly)")
+    )
+    return [Share(None, why, len(contenders), low, high) for low, high in zip(lows, highs)]
+
+
+def congestion_epoch_s(cc: str, bps: float, rtt_s: float, beta: float) -> float:
+    """Seconds between a flow's losses at rate bps and RTT rtt_s: Reno regrows the (1 - beta) of its window it lost
+    by a segment per round trip; CUBIC regains it K = cbrt(W (1 - beta) / C) seconds after a loss (RFC 9438 section
+    4.2, C 0.4), or sooner where its Reno-friendly estimate, 3 (1 - beta) / (1 + beta) segments per round trip,
+    grows faster (section 4.3)."""
+    window = bps * rtt_s / 8 / SEGMENT_BYTES
+    lost_segments = (1 - beta) * window
+    if cc != "cubic":
+        return lost_segments * rtt_s
+    friendly = lost_segments / (3 * (1 - beta) / (1 + beta)) * rtt_s
+    return min(friendly, (lost_segments / CUBIC_C) ** (1 / 3))
+
+
 def bottleneck_shares(
     capacity_bps: float,
     contenders: list[Contender],
@@ -76,11 +202,16 @@ def bottleneck_shares(
     unresponsive: tuple[float, ...] | list[float] = (),
     what: str = "the bottleneck",
     fair_queue: str | None = None,
+    queue_s: float | None = None,
+    aqm_s: float | None = None,
+    over_s: float | None = None,
 ) -> list[Share]:
     """Each contender's Share of capacity_bps (TCP goodput the bottleneck carries) beside unresponsive streams (each
     one's goodput-equivalent rate), which take their rate first from a shared FIFO. fair_queue: the bottleneck's
     queue kind when it queues per flow (FLOW_QUEUEING_KINDS): then a stream is one more flow, capped by its rate,
-    and any mix of ccs and RTTs shares equally."""
+    and any mix of ccs and RTTs shares equally. queue_s: the bottleneck's queue when full, in seconds at its rate;
+    aqm_s: the delay its AQM holds the queue near (None: a drop-tail queue); both only range RTT-unequal shares.
+    over_s: how long the flows ran together (None: long enough to converge)."""
     n = len(contenders)
     own = [c.own_bps for c in contenders]
     if fair_queue is not None:
@@ -96,15 +227,17 @@ def bottleneck_shares(
         )
         return [Share(None, why, n)] * n
     rtts = [c.rtt_s for c in contenders]
-    if max(rtts) > min(rtts) * (1 + RTT_SPREAD):
-        why = (
-            f"no established model for {ccs[0]} flows of different RTTs ({', '.join(f'{r * 1e3:.3g} ms' for r in rtts)}) "
-            f"sharing {what}: throughput goes as 1/RTT^a, a between 1 and 2 through drop-tail (Lakshman & Madhow 1997)"
-        )
-        return [Share(None, why, n)] * n
     taken = min(capacity_bps, sum(unresponsive))
     beside = f" after {format_rate(taken)} of unresponsive traffic" if taken else ""
     left = capacity_bps - taken
+    if max(rtts) > min(rtts) * (1 + RTT_SPREAD):
+        if ccs[0] in RTT_EXPONENTS:
+            return _rtt_ranges(left, contenders, ccs[0], queue_s, aqm_s, what + beside, over_s)
+        why = (
+            f"no established model for {ccs[0]} flows of different RTTs ({', '.join(f'{r * 1e3:.3g} ms' for r in rtts)}) "
+            f"sharing {what}: the literature brackets Reno's and CUBIC's RTT dependence, not {ccs[0]}'s"
+        )
+        return [Share(None, why, n)] * n
     why = f"a max-min fair share of {format_rate(left)} on {what}{beside} among {n} {ccs[0]} flows"
     return _shares(water_fill(left, own), own, why, n)
 

@@ -357,7 +357,7 @@ def flow_row(result, *, test="", flow=0, outcome=None):
             "others_packets",
             "as_configured",
         ),
-        "share": _record(_attr(transfer, "share"), "bps", "flows", "established", "why"),
+        "share": _record(_attr(transfer, "share"), "bps", "flows", "established", "why", "low_bps", "high_bps"),
         "applied_rate": _record(
             _attr(transfer, "applied_rate"), "asked_bps", "measured_bps", "standing_s", "as_configured"
         ),

@@ -47,7 +47,12 @@ def notes_cell(row):
         if not a.get("as_configured", True)
     ]
     share = row.get("share") or {}
-    if share and not share.get("established", True):
+    if share and share.get("low_bps") is not None and share.get("high_bps") is not None and share.get("bps") is None:
+        notes.append(
+            f"shared by {share['flows']} flows of different RTTs: share {share['low_bps'] / 1e6:.3g}-"
+            f"{share['high_bps'] / 1e6:.3g} Mbit/s"
+        )
+    elif share and not share.get("established", True):
         notes.append(f"shared by {share['flows']} flows: no established model for the split")
     delay = row.get("applied_delay") or {}
     if not delay.get("as_configured", True):

@@ -50,7 +50,18 @@ def _time_weighted_shares(flows, contenders, streams, way, capacity, what):
 
     spans = [(f.first_byte_at, f.receiver.last_byte_at or f.first_byte_at) for f in flows]
     cuts = sorted({t for span in spans for t in span} | {t for u in streams for t in (u.started_at, u.ended_at)})
-    owed = [0.0] * len(flows)
+    # How long the flows had to converge: the longest stretch of time two or more ran together (a short stretch as
+    # one ends just before another does not make the whole run unconverged).
+    together = max(
+        (
+            end - start
+            for start, end in zip(cuts, cuts[1:])
+            if sum(first <= start and end <= last for first, last in spans) >= 2
+        ),
+        default=0.0,
+    )
+    owed = [(0.0, 0.0)] * len(flows)  # per flow: (low, high) bits owed
+    queue_s, aqm_s = _queue_delays(way)
     spent: list[dict] = [{} for _ in flows]  # per flow: {(why, flows): seconds spent with that set}
     for start, end in zip(cuts, cuts[1:]):
         running = [i for i, (first, last) in enumerate(spans) if first <= start and end <= last]
@@ -68,11 +79,15 @@ def _time_weighted_shares(flows, contenders, streams, way, capacity, what):
             unresponsive=udp,
             what=what,
             fair_queue=way.queue.kind if way.queue is not None and way.queue.kind in FLOW_QUEUEING_KINDS else None,
+            queue_s=queue_s,
+            aqm_s=aqm_s,
+            over_s=together,
         )
-        if any(share.bps is None for share in found):
+        if any(share.bps is None and not share.ranged for share in found):
             return [Share(None, found[0].why, len(flows))] * len(flows)
         for i, share in zip(running, found):
-            owed[i] += share.bps * (end - start)
+            low, high = (share.bps, share.bps) if share.bps is not None else (share.low_bps, share.high_bps)
+            owed[i] = (owed[i][0] + low * (end - start), owed[i][1] + high * (end - start))
             spent[i][(share.why, share.flows)] = spent[i].get((share.why, share.flows), 0.0) + end - start
     shares = []
     for i, (first, last) in enumerate(spans):
@@ -82,5 +97,15 @@ def _time_weighted_shares(flows, contenders, streams, way, capacity, what):
         why, n = max(spent[i], key=spent[i].get)  # the set it ran beside longest names its share
         if len(cuts) > 2:
             why += "; averaged over its time beside each set of flows"
-        shares.append(Share(owed[i] / (last - first), why, n))
+        low, high = (owed[i][0] / (last - first), owed[i][1] / (last - first))
+        shares.append(Share(low, why, n) if low == high else Share(None, why, n, low, high))
     return shares
+
+
+def _queue_delays(way):
+    """(the bottleneck queue's delay when full, the delay its AQM holds it near or None), in seconds at its rate."""
+    from ..model import MTU_FRAME_BYTES
+
+    aqm = way.queue.standing_bytes(way.rate_bps) if way.queue is not None else None
+    full = way.queue_limit_packets() * MTU_FRAME_BYTES * 8 / way.rate_bps
+    return full, (None if aqm is None else aqm * 8 / way.rate_bps)

@@ -599,8 +599,7 @@ class TransferResult(AppliedChecks, ModelInputs):
         lines += [f"link applied: {applied.describe()}" for applied in self.applied_impairments]
         lines += [f"link applied: {one.describe()}" for one in self._path_checks]
         if self.share is not None:
-            owed = format_rate(self.share.bps) if self.share.bps is not None else "not predicted"
-            lines.append(f"share: {owed}: {self.share.why}")
+            lines.append(f"share: {self.share.describe()}: {self.share.why}")
         counters = self.key_counters()
         if counters:
             lines.append("kernel counters during the measurement: " + counters)
