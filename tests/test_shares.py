@@ -51,6 +51,7 @@ def test_no_number_is_claimed_where_the_literature_gives_none():
     assert "no established model for bbr beside cubic" in mixed[0].why and "Ware et al." in mixed[0].why
     bbrs = bottleneck_shares(20e6, [Contender(None, "bbr", 0.01), Contender(None, "bbr", 0.08)])
     assert all(s.bps is None and not s.ranged for s in bbrs) and "different RTTs (10 ms, 80 ms)" in bbrs[0].why
+    assert "the literature brackets Reno's RTT dependence, not bbr's" in bbrs[0].why
     assert bbrs[0].describe() == "not predicted"
 
 
@@ -67,12 +68,14 @@ def test_flows_of_different_rtts_get_the_range_the_literature_brackets():
     queued = bottleneck_shares(20e6, reno, queue_s=0.03)
     assert (queued[1].low_bps, queued[1].high_bps) == pytest.approx((20e6 / 65, 20e6 / 3.75))
     assert "a standing queue of 0 to 30 ms" in queued[0].why
-    # Two cubic flows behind a 600 ms FIFO: a back-off by 0.3 of the 680 ms pipe leaves 396 ms, so
-    # their RTTs (406-610 and 476-680 ms) differ by 17% at most.
-    deep = bottleneck_shares(20e6, [Contender(None, "cubic", 0.01), Contender(None, "cubic", 0.08)], queue_s=0.6)
-    assert deep[1].low_bps == pytest.approx(20e6 / (1 + (476 / 406) ** 2), rel=1e-3)
-    assert deep[1].high_bps == pytest.approx(20e6 / (1 + (0.68 / 0.61) ** 0.25), rel=1e-3)
-    assert deep[0].describe() == "10.14 Mbit/s to 11.58 Mbit/s"
+    # Behind a 600 ms FIFO: halving the 680 ms pipe leaves 260 ms, so their RTTs are 270-610 and 340-680 ms.
+    deep = bottleneck_shares(20e6, reno, queue_s=0.6)
+    assert deep[1].low_bps == pytest.approx(20e6 / (1 + (340 / 270) ** 2), rel=1e-3)
+    assert deep[1].high_bps == pytest.approx(20e6 / (1 + 680 / 610), rel=1e-3)
+    assert deep[0].describe() == "10.54 Mbit/s to 12.27 Mbit/s"
+    # CUBIC's bracket (RTT^-1/4 to Reno's) left measured shares outside it: no number.
+    cubic = bottleneck_shares(20e6, [Contender(None, "cubic", 0.01), Contender(None, "cubic", 0.08)], queue_s=0.6)
+    assert not cubic[0].ranged and "CUBIC's bracket, RTT^-1/4 to Reno's, did not hold" in cubic[0].why
     # An AQM holds the queue near its target: from empty to 5 ms.
     held = bottleneck_shares(20e6, reno, queue_s=0.6, aqm_s=0.005)
     assert held[1].high_bps == pytest.approx(20e6 / (1 + 85 / 15)) and "its AQM holding 0 to 5 ms" in held[1].why
