@@ -6,13 +6,15 @@ script in a fast-booted guest (with fewer bytes: the guest carries ~0.6 Gbit/s).
 Flow start: a flow forked from the preloaded zygote (what workloads do), Node.spawn of a user's
 function, against a fresh interpreter started in the namespace (what a script-per-flow design pays).
 observe() overhead: a user's own sender and receiver (benchapp.py, spawned) on a 1 Gbit/s path,
-goodput with and without observe() around them, and the sampler's CPU share.
+goodput with and without observe() around them, and the sampler's CPU share. Star sampling: a star's shared client
+read by one sampler per pair against one per namespace, on the same flows.
 """
 
 import argparse
 import os
 import statistics
 import sys
+import threading
 import time
 
 import benchapp
@@ -147,6 +149,63 @@ def probe_cost(rounds, seconds=3, rate="100mbit"):
     )
 
 
+def star_sampling(rounds, servers=8, seconds=3.0, interval=0.02):
+    """Sampling a star's flows: one sampler per pair (each reads the shared client's namespace again) against the one
+    SharedSampler a measurement uses now (each namespace once per sample), side by side on the same running flows.
+
+    Returns nothing; prints this process's CPU per wall second for each, and the client-namespace reads per sample."""
+    from pytest_tcpnet import Flow
+    from pytest_tcpnet.measure.sampler import SharedSampler, SocketSampler
+
+    cpu = {"none": [], "one sampler per pair": [], "one per namespace (SharedSampler)": []}
+    with Lab() as lab:
+        star = lab.star(servers=servers, links=Link(rate="20mbit"))
+        ends = [{"client": p.client.namespace, "server": p.server.namespace} for p in star.pairs]
+        families = star.pairs[0].world.socket_families
+        for _ in range(rounds):
+            for name in cpu:
+                runner = threading.Thread(
+                    target=star.concurrent,
+                    args=([Flow(duration=seconds + 1, cc="cubic") for _ in star.pairs],),
+                    kwargs={"sample_interval": False},  # the samplers under test are the only ones
+                )
+                runner.start()
+                time.sleep(0.5)  # the flows are running
+                wall, used = time.monotonic(), time.process_time()
+                if name == "none":
+                    time.sleep(seconds - 0.5)
+                elif name == "one sampler per pair":
+                    samplers = [SocketSampler(e, interval, families=families).start() for e in ends]
+                    time.sleep(seconds - 0.5)
+                    for one in samplers:
+                        one.stop()
+                else:
+                    shared = SharedSampler([(e, interval, None) for e in ends], families).start()
+                    time.sleep(seconds - 0.5)
+                    shared.stop()
+                cpu[name].append((time.process_time() - used) / (time.monotonic() - wall))
+                runner.join()
+    base = median(cpu["none"])
+    for name, values in cpu.items():
+        row(
+            "star",
+            f"{servers}-server star, samplers every {interval * 1e3:g} ms: {name}",
+            median(values) * 100,
+            "% core",
+            note=f"median of {rounds}; this process's CPU per wall second while 8 cubic flows run (unsampled)",
+        )
+    per_pair = median(cpu["one sampler per pair"]) - base
+    shared = median(cpu["one per namespace (SharedSampler)"]) - base
+    row(
+        "star",
+        "sampling CPU of one sampler per namespace / one per pair",
+        shared / per_pair,
+        "x",
+        note=f"each less the flows alone; namespaces read per sample {servers + 1} against {2 * servers}, the "
+        f"client's {servers} sockets decoded once per sample against {servers} times",
+    )
+
+
 def main(rounds=5, nbytes=1_000_000_000, seconds=3, observe_bytes=250_000_000):
     with Lab() as lab:
         pair = lab.pair()
@@ -189,6 +248,7 @@ def main(rounds=5, nbytes=1_000_000_000, seconds=3, observe_bytes=250_000_000):
     if observe_bytes:
         observe_overhead(rounds, observe_bytes)
     probe_cost(rounds)
+    star_sampling(rounds)
 
 
 if __name__ == "__main__":

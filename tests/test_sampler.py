@@ -21,7 +21,9 @@ def test_a_garbage_collection_in_a_sampler_thread_does_not_end_its_series(tcpnet
 
     def record_then_collect(self, role, table):
         started.append(started[0] if started else time.monotonic())
-        if role == "client" and not collected and time.monotonic() - started[0] > 0.5:
+        # A measurement's sampler names each thread by the namespace it reads (one thread per namespace, however
+        # many pairs share it).
+        if role == pair.client.namespace and not collected and time.monotonic() - started[0] > 0.5:
             cpu = time.thread_time()
             while time.thread_time() - cpu < 0.25:  # as much CPU as the collection seen in CI
                 gc.collect()
@@ -37,3 +39,26 @@ def test_a_garbage_collection_in_a_sampler_thread_does_not_end_its_series(tcpnet
     assert received[-1][1] >= 9_000_000, (received[-1], acked[-1])
     assert received[-1][0] == pytest.approx(acked[-1][0], abs=0.1), (received[-1], acked[-1])
     assert sampler._count_gc_cpu not in gc.callbacks  # only while a sampler runs
+
+
+def test_a_shared_sampler_s_view_names_each_namespace_by_the_pair_s_role():
+    """A measurement's sampler keys its rows by namespace; each pair sees its two ends as client and server, and
+    nothing of a namespace that is not one of its ends (a star's other servers)."""
+    client, server, other = ("198.18.0.2", 40000), ("198.19.0.2", 9000), ("198.19.1.2", 9000)
+    rows = {
+        ("ns-client", client, server): [(1.0, "c")],
+        ("ns-client", client, other): [(1.0, "c2")],
+        ("ns-server0", server, client): [(1.0, "s")],
+        ("ns-server1", other, client): [(1.0, "s2")],
+    }
+    samples = sampler.SocketSamples(
+        rows,
+        0.01,
+        ccs={("ns-server0", server, client): "reno"},
+        closed={("ns-server1", other, client): (2.0, 1.9, {})},
+        packets={"ns-server0": ({}, {}), "ns-server1": ({}, {})},
+    )
+    view = samples.relabelled({"client": "ns-client", "server": "ns-server0"})
+    assert set(view.rows) == {("client", client, server), ("client", client, other), ("server", server, client)}
+    assert view.cc_of(("server", server, client)) == "reno" and view.closed == {}
+    assert view.opened_and_closed("server", server, client) == (None, None) and view.interval == 0.01

@@ -19,7 +19,7 @@ from ..model.validation import is_number, refuse
 from ..netlink.diag import tcp_counters
 from ..records import ConnectionEnd, SocketSample
 from ..results import TransferResult
-from .sampler import DEFAULT_CPU_BUDGET, SocketSampler, default_interval
+from .sampler import DEFAULT_CPU_BUDGET, SharedSampler, SocketSampler, default_interval
 from .slots import measurement_slot, slot_wait_s
 
 __all__ = ["Observation", "PathCounters", "TCP_SYSCTLS", "Endpoints", "endpoint_conditions"]
@@ -173,6 +173,8 @@ class Observation:
         self.shared = None
         self._stack = None
         self._sampler = None
+        #: A SharedSampler of the measurement this observation is part of (set before entering), or None: its own.
+        self.shared_sampler = None
         self.link_changes = link_changes  # False: another observation of the same world applies them
         self._changes = None
         self.applied_changes = []
@@ -195,12 +197,11 @@ class Observation:
                 # Waiting for a slot is queueing behind other sessions' transfers, not this measurement's time.
                 stack.enter_context(measurement_slot(slot_wait_s(), hold_s=self.hold_s))
             self._counters = PathCounters(pair)
-            if self.sample_interval:
+            if self.sample_interval and self.shared_sampler is not None:
+                stack.callback(self._take_shared_samples)
+            elif self.sample_interval:
                 self._sampler = SocketSampler(
-                    {"client": pair.client.namespace, "server": pair.server.namespace},
-                    self.sample_interval,
-                    self.cpu_budget,
-                    families=pair.world.socket_families,
+                    self.namespaces, self.sample_interval, self.cpu_budget, families=pair.world.socket_families
                 ).start()
                 stack.callback(self._stop_sampler)
             if self.capture:
@@ -264,6 +265,19 @@ class Observation:
 
     def _stop_sampler(self):
         self.samples = self._sampler.stop()
+
+    def _take_shared_samples(self):
+        self.samples = self.shared_sampler.view(self.namespaces)
+
+    @property
+    def namespaces(self):
+        """{role: namespace} of the two ends this observation samples."""
+        return {"client": self.pair.client.namespace, "server": self.pair.server.namespace}
+
+    @property
+    def watch(self):
+        """What a SharedSampler needs of this observation: (namespaces, interval, cpu budget)."""
+        return self.namespaces, self.sample_interval, self.cpu_budget
 
     def __exit__(self, exc_type, exc, tb):
         try:
@@ -333,6 +347,7 @@ class TopologyObservation:
         stack = contextlib.ExitStack()
         try:
             stack.enter_context(measurement_slot(slot_wait_s(), hold_s=None))
+            share_sampling(self.observations, stack)
             for observation in self.observations:
                 stack.enter_context(observation)
         except BaseException:
@@ -353,6 +368,20 @@ class TopologyObservation:
             flows = self.observations[0].pair.lab.share(flows, [], self.bottleneck)
         self.flows = sorted(flows, key=lambda flow: flow.nbytes, reverse=True)
         return False
+
+
+def share_sampling(observations, stack):
+    """Give the observations of one measurement that sample one SharedSampler, started now and stopped by the stack
+    (or by the first of them to end): a namespace they share is read once per sample."""
+    watching = [observation for observation in observations if observation.sample_interval]
+    if not watching:
+        return
+    families = tuple(dict.fromkeys(f for observation in watching for f in observation.pair.world.socket_families))
+    sampler = SharedSampler([observation.watch for observation in watching], families)
+    for observation in watching:
+        observation.shared_sampler = sampler
+    sampler.start()
+    stack.callback(sampler.stop)
 
 
 def connection_results(samples, captures, shared, *, artifact_dir, app_window_bytes=None):

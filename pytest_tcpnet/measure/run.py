@@ -5,7 +5,7 @@ import time
 
 from ..results import TransferResult
 from .changes import LinkChanges
-from .observe import TCP_SYSCTLS, Observation, first_value, last_tcp_info, sampled_values
+from .observe import TCP_SYSCTLS, Observation, first_value, last_tcp_info, sampled_values, share_sampling
 from .slots import measurement_slot, slot_wait_s
 
 __all__ = ["run_workloads", "TCP_SYSCTLS"]
@@ -27,20 +27,21 @@ def run_workloads(jobs, *, timeout, sample_interval=None, capture=False, artifac
     with contextlib.ExitStack() as stack:
         # Waiting for a slot is queueing behind other sessions' transfers, not this measurement's time.
         stack.enter_context(measurement_slot(slot_wait_s(), hold_s=timeout))
-        observations = []
-        for pair, workload in jobs:
-            interval = 0 if sample_interval is False or not workload.sampled else sample_interval
-            observation = Observation(
+        observations = [
+            Observation(
                 pair,
                 capture=capture,
-                sample_interval=interval,
+                sample_interval=0 if sample_interval is False or not workload.sampled else sample_interval,
                 hold_s=timeout,
                 connections=False,
                 take_slot=False,
                 link_changes=False,
             )
+            for pair, workload in jobs
+        ]
+        share_sampling(observations, stack)  # a star's shared client is read once per sample, not once per pair
+        for observation in observations:
             stack.enter_context(observation)
-            observations.append(observation)
         deadline = time.monotonic() + timeout  # from the slot on
         outcomes = []
         # A world's links change once for all of its pairs (a dumbbell's bottleneck is every pair's).

@@ -17,7 +17,7 @@ from ..netlink.diag import destroyed_sockets, watch_sockets
 from ..records import SERIES_FIELDS, SKMEM_FIELDS, TCP_INFO_SERIES, SocketSample
 from .lifecycle import connection_key, lifecycle_packets
 
-__all__ = ["SocketSampler", "SocketSamples", "SERIES_FIELDS", "default_interval", "DEFAULT_CPU_BUDGET"]
+__all__ = ["SocketSampler", "SocketSamples", "SharedSampler", "SERIES_FIELDS", "default_interval", "DEFAULT_CPU_BUDGET"]
 
 _LISTEN = 10
 _ALL_BUT_LISTEN = ((1 << 12) - 1) & ~(1 << _LISTEN)
@@ -104,6 +104,22 @@ class SocketSamples:
     def sockets(self, role=None):
         """The (role, local, remote) keys seen."""
         return [key for key in self.rows if role is None or key[0] == role]
+
+    def relabelled(self, roles):
+        """The samples of some of the sampled namespaces under other names: roles is {new name: sampled name}."""
+        named = {old: new for new, old in roles.items()}
+
+        def keyed(table):
+            return {(named[key[0]], *key[1:]): value for key, value in table.items() if key[0] in named}
+
+        return SocketSamples(
+            keyed(self.rows),
+            self.interval,
+            keyed(self._ccs),
+            keyed(self.closed),
+            self.lifecycle,
+            {new: self._packets[old] for new, old in roles.items() if old in self._packets},
+        )
 
 
 class SocketSampler:
@@ -279,3 +295,37 @@ class SocketSampler:
         if self._errors:
             raise self._errors[0]
         return SocketSamples(self._rows, self.interval, self._ccs, self._closed, self._lifecycle, opened_and_closed)
+
+
+class SharedSampler:
+    """One SocketSampler for every namespace the observations of one measurement watch, each read once per sample: a
+    namespace several pairs share (a star's client) is not read once per pair, and each pair's view of it holds the
+    same samples. The interval is the shortest any of them asked for; the CPU budget holds unless one chose its own.
+    """
+
+    def __init__(self, watches, families):
+        """watches: (namespaces {role: namespace}, interval, cpu_budget) per observation that samples."""
+        self._sampler = SocketSampler(
+            {namespace: namespace for namespaces, _, _ in watches for namespace in namespaces.values()},
+            min(interval for _, interval, _ in watches),
+            None if any(budget is None for _, _, budget in watches) else DEFAULT_CPU_BUDGET,
+            families=families,
+        )
+        self._started = False
+        self._samples = None
+
+    def start(self):
+        """Start sampling every namespace; returns once each has been sampled once."""
+        self._sampler.start()
+        self._started = True
+        return self
+
+    def stop(self):
+        """Stop sampling (after one last sample of each namespace), once; later calls do nothing."""
+        if self._started and self._samples is None:
+            self._samples = self._sampler.stop()
+
+    def view(self, namespaces):
+        """The samples of namespaces {role: namespace}, keyed by those roles (stops the sampling first)."""
+        self.stop()
+        return self._samples.relabelled(namespaces)

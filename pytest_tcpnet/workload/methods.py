@@ -196,8 +196,8 @@ class TopologyWorkloads:
     def concurrent(self, flows, *, capture=False, sample_interval=None, timeout=None):
         """Run flows[i] (a Flow, or None for none) on pair i, all at once; a ConcurrentResult of them in pair order.
 
-        Each flow is measured as its pair's transfer() is (its own sampler, counters, capture),
-        inside one measurement slot; every pair's counters cover the same span.
+        Each flow is measured as its pair's transfer() is (counters, capture), inside one measurement slot; every
+        pair's counters cover the same span, and one sampler reads each namespace once per sample for all pairs.
         """
         flows = list(flows)
         self._per_pair("flows", flows, Flow, "a Flow(...)")
