@@ -81,19 +81,27 @@ class AppliedChecks:
     def _others_packets(self):
         """Packets of other traffic the path's shapers carried beside this connection's own (0: the path was its
         own; analysis.impairments.others_packets)."""
+        from ..analysis.impairments import SHARED_SHARE
+
+        return self._count_others(share=SHARED_SHARE)
+
+    def _count_others(self, *, share):
+        """others_packets for this connection's own segments, counted from share of them on."""
         from ..analysis.impairments import others_packets
 
         sent, acked = self.sender_tcp_info.get("segs_out"), self.receiver_tcp_info.get("segs_out")
         own = {"toward_client": sent, "toward_server": acked}
         if self.direction != "download":
             own = {"toward_server": sent, "toward_client": acked}
-        return others_packets(self.qdiscs, self.shaped_ways, {way: n for way, n in own.items() if n is not None})
+        return others_packets(
+            self.qdiscs, self.shaped_ways, {way: n for way, n in own.items() if n is not None}, share=share
+        )
 
     @property
     def applied_rate(self):
         """The payload rate the flow's ACKs came back at while its queue stood, against the Link's (AppliedRate), or
         None where that says nothing (no rate, an AQM or policer, loss, other traffic, too little standing queue)."""
-        from ..analysis.impairments import RateSample, applied_rate
+        from ..analysis.impairments import RATE_SHARED_SHARE, RateSample, applied_rate
 
         if self.link is None or self.link.ports or self.samples is None:
             return None
@@ -120,7 +128,7 @@ class AppliedChecks:
             samples,
             download=self.direction == "download",
             mss_bytes=self._mss_bytes,
-            others_packets=self._others_packets,
+            others_packets=self._count_others(share=RATE_SHARED_SHARE),
         )
 
     @property
