@@ -239,8 +239,19 @@ def pytest_fixture_setup(fixturedef, request):
         _missing(item, exc, declared=exc.capability in _declared_needs(item))
 
 
+@pytest.fixture(scope="session")
+def _tcpnet_host_limit(request, _tcpnet_sweep):
+    """What one unshaped flow carries on this host (session.host_limit), once per process: every lab's "host" bound."""
+    limit, line = session.host_limit(request.config)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if line and reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(line)
+    return limit
+
+
 @pytest.fixture
-def tcpnet(request, _tcpnet_sweep):
+def tcpnet(request, _tcpnet_sweep, _tcpnet_host_limit):
     """A Lab for this test (pytest-tcpnet): ``tcpnet.pair(link=, client=, server=)`` builds paths; all torn down after.
     Each pair is client - router - server in network namespaces, the path shaped on the router
     (``Link(rate=, rtt=, loss=, ...)``), the endpoints set by ``Host(sysctls=, cc=)``;
@@ -258,6 +269,7 @@ def tcpnet(request, _tcpnet_sweep):
         sweep=False,
         artifact_dir=reporting.start_test(request.node),
         seed=session.lab_seed(request.config, request.node.nodeid),
+        host_limit=_tcpnet_host_limit,
     )
     request.node.stash[session.LAB_KEY] = lab
     try:

@@ -113,6 +113,15 @@ def add_report_options(group):
         "docs/reports.md; env TCPNET_SEED)",
     )
     group.addoption(
+        "--tcpnet-host-limit",
+        dest="tcpnet_host_limit",
+        metavar="auto|off|RATE",
+        type=_host_limit,
+        default="auto",
+        help="the model's bound for a path no link slows: auto (default) calibrates once per process what one "
+        "unshaped flow carries here (3 x 0.5 s); off: no such bound; a rate (e.g. 4gbit) takes it as given",
+    )
+    group.addoption(
         "--tcpnet-baseline-mode",
         dest="tcpnet_baseline_mode",
         choices=("compare", "save"),
@@ -141,6 +150,34 @@ def _whole_number(what, base=10):
 #: --tcpnet-retry's N and --tcpnet-seed's SEED.
 _retries = _whole_number("of retries ")
 _seed = _whole_number("", base=0)
+
+
+def _host_limit(text):
+    """--tcpnet-host-limit's parser: "auto", "off" or a rate in bit/s."""
+    if text in ("auto", "off"):
+        return text
+    from .model import parse_rate
+
+    try:
+        return parse_rate(text, "--tcpnet-host-limit")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"must be auto, off or a rate such as 4gbit: {exc}") from None
+
+
+def host_limit(config):
+    """(model.HostLimit or None, a line for the terminal or None) as --tcpnet-host-limit asks: calibrated (auto), none
+    (off), or the rate given."""
+    asked = config.getoption("tcpnet_host_limit", "auto")
+    if asked == "off":
+        return None, None
+    if asked == "auto":
+        from .calibrate import calibrate_host
+
+        return calibrate_host()
+    from .model import HostLimit
+
+    limit = HostLimit(bps=asked, runs_bps=(), run_s=0.0, kernel=os.uname().release, source="--tcpnet-host-limit")
+    return limit, f"tcpnet: host limit: {limit.describe()}"
 
 
 def busy_host_words(results):

@@ -91,6 +91,24 @@ def test_no_loss_bound_for_bbr():
     assert "loss" not in prediction.bounds and model.loss_bound("bbr", 0.1, 0.01) is None
 
 
+def test_an_unshaped_path_is_bound_by_what_the_host_carries():
+    limit = model.HostLimit(bps=3.1e9, runs_bps=(2.4e9, 3.1e9, 2.9e9), run_s=0.5, kernel="6.1.0")
+    assert "median of 3 runs of 500 ms: 2.4 Gbit/s, 3.1 Gbit/s, 2.9 Gbit/s" in limit.describe()
+    # An unshaped path at 50 us of RTT: the window allows ~1 Tbit/s, the host carries 3.1 Gbit/s.
+    unshaped = model.Conditions(kernel="6.1", rtt_s=50e-6, host_bps=limit.bps, host_why=limit.describe())
+    prediction = model.expected_throughput(unshaped)
+    assert prediction.bound == "host" and prediction.bps == pytest.approx(3.1e9)
+    assert prediction.why.startswith("host-limited: one unshaped flow carried 3.1 Gbit/s on this host")
+    assert model.expected_throughput(dataclasses.replace(unshaped, host_bps=None)).bound == "rwnd"
+    # A link slower than the host, or a small window, binds before it.
+    assert model.expected_throughput(dataclasses.replace(unshaped, rate_bps=1e9)).bound == "link"
+    assert model.expected_throughput(dataclasses.replace(unshaped, so_rcvbuf=4096)).bound == "rwnd"
+    given = model.HostLimit(bps=4e9, runs_bps=(), run_s=0.0, kernel="6.1.0", source="--tcpnet-host-limit")
+    assert given.describe() == "this host carries 4 Gbit/s on an unshaped path (--tcpnet-host-limit)"
+    with pytest.raises(ValueError, match="bps"):
+        model.HostLimit(bps=0, runs_bps=(), run_s=0.5, kernel="6.1.0")
+
+
 def test_nothing_to_bound_is_an_error():
     with pytest.raises(ValueError, match="no bound applies"):
         model.expected_throughput(model.Conditions(kernel="6.18", rtt_s=0))

@@ -12,7 +12,7 @@ import weakref
 from .. import interrupts, netlink
 from ..errors import LabError
 from ..measure.run import TCP_SYSCTLS
-from ..model import Host, Link
+from ..model import Host, HostLimit, Link
 from ..model.validation import check_integer
 from ..requirements import check_need
 from ..results import REGISTERED_KINDS, with_shares
@@ -78,7 +78,7 @@ class Lab:
     test its own, kept per ``--tcpnet-keep``); ``results`` lists every result the lab produced.
     """
 
-    def __init__(self, *, sweep=True, endpoint_offloads="wire", artifact_dir=None, seed=None):
+    def __init__(self, *, sweep=True, endpoint_offloads="wire", artifact_dir=None, seed=None, host_limit=None):
         #: Every result this lab's pairs produced, in order (register): transfers, window probes, request/response
         #: runs, latency probes, UDP streams. The plugin reports each (table, JUnit, results file, artifacts).
         self.results = []
@@ -93,6 +93,11 @@ class Lab:
         #: The seed of every netem qdisc this lab builds (each derives its own from it, by world and interface), so
         #: a seeded lab loses the same packets on every run (Linux >= 6.6); None: the kernel seeds each at random.
         self.seed = None if seed is None else check_integer("seed", seed, 0)
+        if host_limit is not None and not isinstance(host_limit, HostLimit):
+            raise TypeError(f"host_limit: expected a model.HostLimit or None, got {host_limit!r}")
+        #: What one unshaped flow of this host carries (model.HostLimit, e.g. calibrate.calibrate_host()): every
+        #: result's "host" bound; None: no such bound.
+        self.host_limit = host_limit
         self._worlds_built = 0
         self.closed = False
         interrupts.install()  # a Ctrl-C the interpreter drops is raised again by the lab's next wait

@@ -122,6 +122,7 @@ class PathCounters:
             host_contention_cpus=hostload.others_cpus(self.host_before, self.host_after),
             shaped_ways=pair.shaped_ways,
             shaper_burst_s=netlink.shaper_burst_s(),
+            host_limit=getattr(pair.lab, "host_limit", None),
         )
 
 

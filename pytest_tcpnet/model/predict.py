@@ -13,6 +13,7 @@ from .window import advertised_window, send_window
 
 __all__ = [
     "Conditions",
+    "HostLimit",
     "Predictable",
     "Prediction",
     "expected_throughput",
@@ -56,6 +57,40 @@ def loss_bound(cc, rtt_s, loss, mss_bytes=PAYLOAD_PER_FRAME):
 
 
 @dataclass(frozen=True)
+class HostLimit:
+    """What one unshaped flow carried on this host (kernel, backend) when the session calibrated it: the bound of a
+    path no link slows, where the CPU that copies, checksums and forwards the bytes binds instead."""
+
+    bps: float
+    runs_bps: tuple
+    run_s: float
+    kernel: str
+    where: str = "host"
+    #: CPUs that processes outside the session kept busy while it was calibrated (hostload; None: unknown).
+    contention_cpus: "float | None" = None
+    #: Who gave the figure when it was not measured here (e.g. "--tcpnet-host-limit"): "" for a calibration.
+    source: str = ""
+
+    def __post_init__(self):
+        check_number("bps", self.bps, 0, low_open=True, must="a finite number > 0")
+
+    def describe(self):
+        """'one unshaped flow carried 3.1 Gbit/s on this host (best of 3 runs of 0.5 s: ...; kernel 6.1.0)'."""
+        if self.source:
+            return f"this {self.where} carries {format_rate(self.bps)} on an unshaped path ({self.source})"
+        runs = ", ".join(format_rate(bps) for bps in self.runs_bps)
+        busy = (
+            f"; {self.contention_cpus:.1f} CPUs busy outside the session"
+            if self.contention_cpus is not None and self.contention_cpus >= 0.5
+            else ""
+        )
+        return (
+            f"one unshaped flow carried {format_rate(self.bps)} on this {self.where} when the session calibrated it "
+            f"(median of {len(self.runs_bps)} runs of {format_time(self.run_s)}: {runs}; kernel {self.kernel}{busy})"
+        )
+
+
+@dataclass(frozen=True)
 class Conditions:
     """What a bulk transfer ran under, as the model needs it (SI units; None where unknown or unlimited)."""
 
@@ -91,6 +126,9 @@ class Conditions:
     #: The bottleneck's queue discipline when not a plain FIFO (a model.Queue): an AQM keeps the standing
     #: queue near its target instead of letting a loss-based flow fill queue_packets.
     queue: "object | None" = None
+    #: What this host carries on a path no link slows (HostLimit.bps; None: not calibrated) and how it was measured.
+    host_bps: "float | None" = None
+    host_why: str = ""
 
     def __post_init__(self):
         KernelVersion.parse(self.kernel)
@@ -100,7 +138,7 @@ class Conditions:
             raise ValueError(f"rate_bps: must be > 0 or None (unlimited), got {self.rate_bps!r}")
         if not 0 <= self.loss < 1:
             raise ValueError(f"loss: must be in [0, 1), got {self.loss!r}")
-        for name in ("queue_packets", "app_window_bytes", "burst_bytes", "app_rate_bps", "share_bps"):
+        for name in ("queue_packets", "app_window_bytes", "burst_bytes", "app_rate_bps", "share_bps", "host_bps"):
             value = getattr(self, name)
             if value is not None:
                 check_number(name, value, 0, low_open=True, must="a finite number > 0 or None")
@@ -246,6 +284,8 @@ def expected_throughput(conditions_or_result: "Conditions | Predictable", *, obs
             )
     if app:
         bounds["app"], reasons["app"] = min(app)
+    if c.host_bps:
+        bounds["host"], reasons["host"] = c.host_bps, c.host_why or f"this host carries {format_rate(c.host_bps)}"
     # A share at the flow's own bound (to rounding: a time-weighted mean of it) leaves that bound binding, by its name.
     if c.share_bps is not None and c.share_bps < min(bounds.values(), default=math.inf) * (1 - 1e-9):
         bounds["share"], reasons["share"] = c.share_bps, c.share_why

@@ -156,6 +156,7 @@ def _skeleton(kind, result, *, test, flow, outcome):
         "applied": [],
         "applied_delay": None,
         "share": None,
+        "host_limit": None,
         "applied_rate": None,
         "applied_duplicate": None,
         "applied_reorder": None,
@@ -358,6 +359,7 @@ def flow_row(result, *, test="", flow=0, outcome=None):
             "as_configured",
         ),
         "share": _record(_attr(transfer, "share"), "bps", "flows", "established", "why", "low_bps", "high_bps"),
+        "host_limit": _record(_attr(transfer, "host_limit"), "bps", "runs_bps", "run_s", "kernel", "where", "source"),
         "applied_rate": _record(
             _attr(transfer, "applied_rate"), "asked_bps", "measured_bps", "standing_s", "as_configured"
         ),

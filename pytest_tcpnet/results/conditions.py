@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..model import Link, format_rate, format_time
 from ..model.app import Pace, RateLimit
-from ..model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6, Conditions, shaper_burst_bytes
+from ..model.predict import PAYLOAD_PER_FRAME, PAYLOAD_PER_FRAME_IPV6, Conditions, HostLimit, shaper_burst_bytes
 from ..model.shares import Share
 from ..records import ConnectionEnd
 
@@ -33,6 +33,7 @@ class ModelInputs:
         app_window_bytes: int | None
         shaper_burst_s: float | None
         share: Share | None
+        host_limit: HostLimit | None
         min_rtt_s: float | None
         rtt_s: float | None
         sender_tcp_info: dict
@@ -69,6 +70,8 @@ class ModelInputs:
             app_rate_by=min(paced)[1] if paced else "paced",
             share_bps=self.share.bps if self.share is not None else None,
             share_why=self.share.why if self.share is not None else "",
+            host_bps=self.host_limit.bps if self.host_limit is not None else None,
+            host_why=self.host_limit.describe() if self.host_limit is not None else "",
             app_window_bytes=self.app_window_bytes,
             burst_bytes=shaper_burst_bytes(way.rate_bps, self.shaper_burst_s)
             if way.rate_bps and self.shaper_burst_s

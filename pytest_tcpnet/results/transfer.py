@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 from .. import guest
 from ..hostload import CONTENTION_WARNING_CORES
-from ..model import Host, Link, format_rate, format_size, format_time
+from ..model import Host, HostLimit, Link, format_rate, format_size, format_time
 from ..model.shares import Share
 from ..model.validation import check_number
 from ..records import SERIES_FIELDS, ConnectionEnd
@@ -109,6 +109,9 @@ class TransferResult(AppliedChecks, ModelInputs):
     #: Its share of a bottleneck it crossed beside other flows (model.shares.Share; None: it ran alone), which the
     #: model predicts instead of the whole link: set by whoever ran them together (Pair.concurrent, a dumbbell's).
     share: "Share | None" = None
+    #: What one unshaped flow carried on this host when the session calibrated it (model.HostLimit; None: not
+    #: calibrated): the model's "host" bound, which binds where no link is slower.
+    host_limit: "HostLimit | None" = None
     #: An observed connection's payload bytes each end sent ({"client": n, "server": n}); empty for the built-in
     #: one-way workloads, whose other direction carries none.
     sent_bytes: dict = field(default_factory=dict)
