@@ -49,6 +49,19 @@ def test_no_number_is_claimed_where_the_literature_gives_none():
     mixed = bottleneck_shares(20e6, [Contender(None, "bbr", 0.02), Contender(None, "cubic", 0.02)])
     assert all(s.bps is None and not s.established for s in mixed)
     assert "no established model for bbr beside cubic" in mixed[0].why and "Ware et al." in mixed[0].why
+    # Through drop-tail the why gives the direction the literature measured, by the buffer's depth in BDPs.
+    pair = [Contender(None, "bbr", 0.01), Contender(None, "cubic", 0.01)]
+    shallow = bottleneck_shares(20e6, pair, queue_s=0.005)[0]
+    assert shallow.bps is None and "a drop-tail buffer of 0.5 BDP bbr takes most of the link" in shallow.why
+    deep = bottleneck_shares(20e6, pair, queue_s=0.18)[0]
+    assert deep.bps is None and "a drop-tail buffer of 18 BDP the loss-based flows take most" in deep.why
+    assert "not the number of loss-based flows" in deep.why
+    middle = bottleneck_shares(20e6, pair, queue_s=0.02)[0]
+    assert "2 BDP, between the shallow and deep buffers" in middle.why
+    # Through an AQM, or for ccs the literature did not pair, no direction is given.
+    assert "Hock" not in bottleneck_shares(20e6, pair, queue_s=0.005, aqm_s=0.005)[0].why
+    vegas = bottleneck_shares(20e6, [Contender(None, "bbr", 0.01), Contender(None, "vegas", 0.01)], queue_s=0.005)
+    assert "Hock" not in vegas[0].why
     bbrs = bottleneck_shares(20e6, [Contender(None, "bbr", 0.01), Contender(None, "bbr", 0.08)])
     assert all(s.bps is None and not s.ranged for s in bbrs) and "different RTTs (10 ms, 80 ms)" in bbrs[0].why
     assert "the literature brackets Reno's RTT dependence, not bbr's" in bbrs[0].why

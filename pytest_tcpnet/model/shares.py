@@ -23,7 +23,8 @@ together for fewer than CONVERGED_EPOCHS congestion epochs get no number: their 
 
 Elsewhere, where the literature gives no figure, no number is claimed (`Share.bps` is None, `why` says so): flows of
 different congestion controls (bbr beside cubic depends on the buffer's depth: Ware et al., "Modeling BBR's
-interactions with loss-based congestion control", IMC 2019), or of another congestion control and different RTTs
+interactions with loss-based congestion control", IMC 2019; the why says which way it goes through drop-tail, after
+Hock, Bless & Zitterbart, ICNP 2017: SHALLOW_BDPS, DEEP_BDPS), or of another congestion control and different RTTs
 (CUBIC's bracket, RTT^-1/4 at one loss rate by RFC 9438 section 5.1 to Reno's, did not hold: RTT_EXPONENTS).
 """
 
@@ -48,12 +49,11 @@ __all__ = [
 RTT_SPREAD = 0.10
 #: Queue kinds that keep a queue per flow and serve them in turn (DRR): flows share equally whatever their cc or RTT.
 FLOW_QUEUEING_KINDS = ("fq_codel", "cake", "fq_pie", "fq")
-#: Per congestion control: the exponents a of throughput ~ 1/RTT^a that bracket the literature (module doc), and
-#: the window it keeps after a loss (beta: Reno 1/2, RFC 5681; CUBIC 0.7, RFC 9438 section 4.6).
+#: Per congestion control: the exponents a of throughput ~ 1/RTT^a that bracket the literature (module doc).
 #: CUBIC is not here: its bracket (RTT^-1/4 at one loss rate, RFC 9438 section 5.1, to Reno's 1/RTT^2) did not hold
 #: (examples/test_bufferbloat.py: a 160 ms cubic flow beside a 10 ms one through a 200-packet FIFO got up to 61% of
 #: the link where the bracket's top was 47%).
-RTT_EXPONENTS = {"reno": ((1.0, 2.0), 0.5)}
+RTT_EXPONENTS = {"reno": (1.0, 2.0)}
 #: Congestion epochs reno flows need together before a share is claimed for them (a range for different RTTs, equal
 #: shares for one): a run shorter than that is still converging (two reno flows at 10 and 80 ms behind a 600 ms
 #: FIFO: the long one had 0.39 of 19.1 Mbit/s after 8 s, where an epoch takes ~170 s).
@@ -61,6 +61,12 @@ CONVERGED_EPOCHS = 2
 #: The window a loss-based cc keeps after a loss, for its congestion epochs: Reno 1/2 (RFC 5681), CUBIC 0.7 (RFC 9438
 #: section 4.6).
 BETAS = {"reno": 0.5, "cubic": 0.7}
+#: Drop-tail buffers (in BDPs) below which bbr takes most of the link from loss-based flows, and above which they
+#: take most from it (Hock, Bless & Zitterbart, "Experimental evaluation of BBR congestion control", ICNP 2017:
+#: 0.8 and 8 BDP; here 0.48 BDP gave bbr 0.86-0.95 and 18 BDP 0.12-0.19 of the link beside one cubic flow, UML 6.1
+#: and 6.12).
+SHALLOW_BDPS = 1.0
+DEEP_BDPS = 4.0
 #: CUBIC's constant (RFC 9438 section 4.2) and the segment the epochs are counted in.
 CUBIC_C = 0.4
 SEGMENT_BYTES = 1448
@@ -148,7 +154,7 @@ def _rtt_ranges(
 ) -> list[Share]:
     """Shares as ranges for flows of one loss-based cc and different RTTs (module doc), over the exponents and the
     standing queues the literature allows."""
-    (a_low, a_high), beta = RTT_EXPONENTS[cc]
+    (a_low, a_high), beta = RTT_EXPONENTS[cc], BETAS[cc]
     own = [c.own_bps for c in contenders]
     rtts = [c.rtt_s for c in contenders]
     if aqm_s is not None:
@@ -199,6 +205,26 @@ def congestion_epoch_s(cc: str, bps: float, rtt_s: float, beta: float) -> float:
     return min(friendly, (lost_segments / CUBIC_C) ** (1 / 3))
 
 
+def _mixed_why(ccs: list[str], queue_s: float | None, aqm_s: float | None, rtt_s: float) -> str:
+    """Why flows of different ccs get no share, with the direction the literature gives for bbr beside loss-based
+    flows through drop-tail, by the buffer's depth in BDPs of the shortest RTT."""
+    general = "the split depends on the buffer and the algorithms' dynamics"
+    if "bbr" not in ccs or not set(ccs) - {"bbr"} <= set(BETAS) or aqm_s is not None or not queue_s or rtt_s <= 0:
+        return f"{general} (e.g. bbr beside cubic: Ware et al., IMC 2019)"
+    bdps = queue_s / rtt_s
+    depth = f"a drop-tail buffer of {bdps:.2g} BDP"
+    if bdps < SHALLOW_BDPS:
+        return f"{general}; through {depth} bbr takes most of the link (Hock, Bless & Zitterbart, ICNP 2017)"
+    if bdps > DEEP_BDPS:
+        return (
+            f"{general}; through {depth} the loss-based flows take most of the link while bbr's window is capped at "
+            "twice its estimate of the BDP (Hock, Bless & Zitterbart, ICNP 2017); once its 10 s min-RTT filter "
+            "takes in the standing queue that cap, not the number of loss-based flows, sets bbr's share "
+            "(Ware et al., IMC 2019)"
+        )
+    return f"{general}; through {depth}, between the shallow and deep buffers the literature measured (Hock et al., ICNP 2017)"
+
+
 def bottleneck_shares(
     capacity_bps: float,
     contenders: list[Contender],
@@ -225,9 +251,8 @@ def bottleneck_shares(
         return _shares(shares, own, f"{why} ({fair_queue} queues per flow)", n)
     ccs = sorted({c.cc for c in contenders})
     if len(ccs) > 1:
-        why = (
-            f"no established model for {' beside '.join(ccs)} sharing {what} ({n} flows): the split depends on the "
-            "buffer and the algorithms' dynamics (e.g. bbr beside cubic: Ware et al., IMC 2019)"
+        why = f"no established model for {' beside '.join(ccs)} sharing {what} ({n} flows): " + _mixed_why(
+            ccs, queue_s, aqm_s, min(c.rtt_s for c in contenders)
         )
         return [Share(None, why, n)] * n
     rtts = [c.rtt_s for c in contenders]
