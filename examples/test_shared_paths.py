@@ -107,21 +107,21 @@ def test_a_drop_tail_fifo_gets_no_share_and_fq_codel_splits_the_link_evenly(tcpn
     and says why. fq_codel serves each flow's queue in turn (RFC 8290), so each is owed half, whatever its cc.
 
     Measured under UML 6.1 and 6.12 (8 runs per cc): through the FIFO reno 17.7-18.8 against 0.34-1.46 Mbit/s (Jain
-    0.52-0.58), cubic 14.3-15.6 against 3.8-5.1 (Jain 0.73-0.82, and 0.901 in a run beside a CPU hog on both cores),
-    the first flow ahead in all 16; through fq_codel every flow 0.984-1.002 of its share, Jain >= 0.999. Judged: the
-    FIFO's refusal, reno's lock-out (Jain below 0.8; cubic's split is no claim either way), fq_codel's shares within
-    ±8% (5 times the largest miss) and Jain >= 0.98."""
+    0.52-0.58), cubic 14.3-15.6 against 3.8-5.1 (Jain 0.73-0.82, and 0.901 in a run beside a CPU hog on both cores);
+    but in a CI run beside the hog two reno flows each met two retransmission timeouts and split 12.5 / 8.3 (Jain
+    0.962): a lock-out can happen, not must, which is why the model claims no share there, and neither does this test.
+    Through fq_codel every flow 0.984-1.002 of its share, Jain >= 0.999. Judged: the FIFO's refusal and its reason
+    (lock-out named for reno's minutes-long epochs), fq_codel's shares within ±8% (5 times the largest miss) and
+    Jain >= 0.98."""
     from pytest_tcpnet import assert_fair
-    from pytest_tcpnet.results import jain_index
 
     flows = [Flow(duration=8.0, cc=cc), Flow(duration=8.0, cc=cc)]
     fifo = tcpnet.pair(Link(rate="20mbit", rtt="10ms")).concurrent(flows)
     for flow in fifo.flows:
         assert not flow.share.established and "converge to equal shares over congestion epochs" in flow.share.why
+        assert cc != "reno" or "lock a flow out" in flow.share.why, flow.share.why
     with pytest.raises(ValueError, match="no share to judge against"):
         assert_share_within(fifo, rel=0.15)
-    if cc == "reno":
-        assert jain_index([flow.throughput_bps for flow in fifo.flows]) < 0.8, fifo.describe()
 
     fair = tcpnet.pair(Link(rate="20mbit", rtt="10ms", queue="fq_codel")).concurrent(flows)
     assert all("(fq_codel queues per flow)" in flow.share.why for flow in fair.flows), fair.describe()
