@@ -362,19 +362,24 @@ def test_the_rate_a_busy_shaper_delivered_is_judged_against_the_link_s_payload_r
 def test_a_floor_raised_by_another_flow_s_standing_queue_is_not_named_a_wrong_path(tcpnet):
     """A cubic download keeps a standing queue in a 100-packet FIFO behind 10 Mbit/s and 20 ms (cubic's 0.7 backoff
     leaves two flows' windows far above the path's 17 packets); a second download started 1.5 s in waits behind that
-    queue from its SYN-ACK on, so its min_rtt sits far above the delays: 101.8-107.9 ms in 8 of 8 runs under UML 6.1,
-    where the delays, sending times and tolerance allow 22.3 ms alone. (An upload as the second flow read 21.65-83 ms:
-    its data delays the download's ACKs, the download's queue drains, and its ACKs then find the way empty. A UDP
-    stream left gaps too.) The check counts the first download's packets on that shaper and judges only a floor below
-    the delays; the first download's rate, shared for a second, is not judged against the link's."""
+    queue from its SYN-ACK on, so its min_rtt sits far above the delays: 90.0-110.0 ms in 20 of 20 runs under UML
+    6.1 and 6.12, where the delays, sending times and tolerance allow 22.3 ms alone. The first sends for 4 s: the
+    second's 1 s of sending is followed by the drain of its buffers behind that queue (1.10-1.67 s in all in those
+    runs), and a CI run whose first download stopped at 3 s read the second's last RTTs after the queue had gone
+    (min_rtt 20 ms, the second done at 3.09 s). (An upload as the second flow read 21.65-83 ms: its data delays the
+    download's ACKs, the download's queue drains, and its ACKs then find the way empty. A UDP stream left gaps
+    too.) The check counts the first download's packets on that shaper and judges only a floor below the delays;
+    the first download's rate, shared for a second, is not judged against the link's."""
     from pytest_tcpnet import Flow
 
     pair = tcpnet.pair(link=Link(rate="10mbit", rtt="20ms", queue="pfifo", limit=100))
-    both = pair.concurrent([Flow(duration=3), Flow(duration=1, start=1.5)])
+    both = pair.concurrent([Flow(duration=4), Flow(duration=1, start=1.5)])
     first, second = both.flows
     delay = second.applied_delay
     text = second.describe()
     assert delay is not None, text
+    # The set-up itself: every RTT the second sampled was taken while the first still kept its queue.
+    assert second.receiver.last_byte_at < first.receiver.last_byte_at, both.describe()
     assert delay.floor_s > delay.asked_s + delay.sending_s + delay.tolerance_s, text
     assert delay.others_packets > 1000 and delay.as_configured, text
     assert delay not in second.impairment_mismatches and "impairment not as configured" not in text, text
