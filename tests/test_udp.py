@@ -3,7 +3,7 @@
 import pytest
 from refusals import assert_refused
 
-from pytest_tcpnet import Cbr, Flow, Link
+from pytest_tcpnet import Cbr, Flow, Link, assert_share_within
 
 UDP_FRAME = 1200 + 8 + 20 + 14  # payload, UDP, IPv4 and Ethernet headers: what htb counts per datagram
 
@@ -51,9 +51,13 @@ def test_a_stream_above_the_link_s_rate_loses_the_excess_and_waits_in_the_queue(
 
 @pytest.mark.tcpnet_needs("privilege", "cubic")
 def test_a_stream_takes_its_rate_from_a_cubic_flow_through_a_fifo(tcpnet):
-    """Cubic beside 4 Mbit/s of UDP on a 10 Mbit/s FIFO: the stream is unresponsive, so cubic gets what is left
-    (9.56 - 3.86 Mbit/s of payload, less what its losses cost); the stream loses little (cubic's own drops
-    share the FIFO with it)."""
+    """Cubic beside 4 Mbit/s of UDP on a 10 Mbit/s FIFO: the stream is unresponsive, so cubic gets what is left,
+    the model's share: 5.605 Mbit/s of payload beside the stream's 3.96 (4 Mbit/s of payload is 4.14 on the wire,
+    in a flow's 0.956 payload-per-wire), and the whole link for the drain of its buffers after the stream stops
+    (5.78-5.85 Mbit/s over its span). Measured 1.002-1.010 of that share in 7 fresh-clone CI runs (one beside a
+    CPU hog on both cores) and 4 more runs; judged +-5%. (A bound of 1.05 x (9.56 - 3.86) Mbit/s judged it before:
+    the stream's wire share taken as 4 x 1200/1242 instead of 4 x 1242/1200, and no drain, left it 1.8% above the
+    highest run.) The stream loses little (cubic's own drops share the FIFO with it)."""
     pair = tcpnet.pair(Link(rate="10mbit", limit=100))
     result = pair.concurrent([Flow(duration=4, cc="cubic"), Cbr("4mbit", duration=4)])
     stream, flow = result.udp[0], result.flows[0]
@@ -65,4 +69,5 @@ def test_a_stream_takes_its_rate_from_a_cubic_flow_through_a_fifo(tcpnet):
     # allows.
     offered = stream.sent * stream.packet_size * 8 / 4
     assert offered == pytest.approx(4e6, rel=0.02) and stream.loss < 0.05, figures
-    assert 0.75 * (9.56e6 - 3.86e6) <= flow.throughput_bps <= 1.05 * (9.56e6 - 3.86e6), figures
+    assert flow.share.established and "after 3.96 Mbit/s of unresponsive traffic" in flow.share.why, figures
+    assert_share_within(flow, rel=0.05)
