@@ -29,9 +29,11 @@ def test_a_deep_fifo_bloats_the_rtt_and_fq_codel_does_not(tcpnet, queue):
     Through the FIFO the yardstick is the queue itself, not one kernel's figure: the p95 added delay is at most
     what the model says a full 500-packet queue holds (606 ms at 10 Mbit/s, +5% for the probe's own packet and
     timer slack) and at least 5x the path's RTT (100 ms), which neither an empty queue nor fq_codel's 5 ms
-    target comes near. Measured: 147-169 ms under 6.1 (its receive window, autotuned from a bloated RTT, stops
-    the sender short of filling the queue) and ~455 ms under 6.12, where cubic keeps the queue between its 0.7x
-    back-off and full; an earlier "> 150 ms" sat on 6.1's figure and failed at 147.4 ms."""
+    target comes near. Measured under User-Mode Linux in fresh-clone CI runs (one beside a CPU hog): 359-419 ms
+    under 6.1 and 347-427 ms under 6.12, where cubic keeps the queue between its 0.7x back-off and full. Under
+    software emulation (TCG) 6.1 read 147-169 ms (its receive window, autotuned from a bloated RTT, stopped the
+    sender short of filling the queue) and 6.12 ~455 ms; an earlier "> 150 ms" sat on that 6.1 figure and failed
+    at 147.4 ms."""
     pair = tcpnet.pair(
         Link(rate="10mbit", rtt="20ms", queue=queue, limit=500 if queue == "pfifo" else None), server=Host(cc="cubic")
     )

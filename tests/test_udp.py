@@ -41,9 +41,11 @@ def test_a_stream_above_the_link_s_rate_loses_the_excess_and_waits_in_the_queue(
     under = pair.latency_under_load(duration=2, flows=[Cbr("4mbit", duration=2)], idle=0.2).udp[0]
     figures = f"{over.describe()}\n{under.describe()}"
     payload = 10e6 * 1200 / UDP_FRAME
-    # The first 100 datagrams over the rate fill the queue instead of being dropped: 3750 sent, 100 of the
-    # excess queued, so the loss is a little under the steady share (measured 16.9% beside a CPU hog).
-    assert over.loss == pytest.approx(1 - payload / 12e6, abs=0.04), figures
+    # The first 100 datagrams over the rate fill the queue instead of being dropped, and that queue drains to the
+    # receiver after the sender stops: of the ~3750 sent, the steady share less 100 is lost (16.82%). Measured
+    # 16.88-16.91% in 10 fresh-clone CI runs, one beside a CPU hog on both cores; judged within 1 point.
+    expected_loss = ((1 - payload / 12e6) * over.sent - 100) / over.sent
+    assert over.loss == pytest.approx(expected_loss, abs=0.01), figures
     assert over.throughput_bps == pytest.approx(payload, rel=0.05), figures
     assert over.one_way_delay_s(50) == pytest.approx(100 * UDP_FRAME * 8 / 10e6, rel=0.1), figures
     assert under.loss == 0 and under.one_way_delay_s(95) < 0.005, figures
