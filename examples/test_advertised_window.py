@@ -21,6 +21,11 @@ REQUEST = 65536
 NEW_KERNEL = KernelVersion.parse(os.uname().release).uses_scaling_ratio
 # ±10% (the acceptance bound). Measured: 6.1 gives 64240 B every run (the model: 64240, exact);
 # 6.18 gave 77836-81500 B over runs (the model: 79640, -2.3% .. +2.3%).
+# For 16 KB the window starts at 10 segments (14480 B) and grows to the clamp only when a segment arrives to a
+# receive queue holding nothing else (tcp_grow_window wants free space above twice rcv_ssthresh: with 32 KB of
+# buffer, one skb): in a one-CPU User-Mode Linux guest the reader sometimes never catches up, so 6.1 reads 16060 B
+# (exact) or 14480 B (0.9016), nothing between (3 of 8 fresh-clone CI runs, 3 of 8 probes quiet), and 6.12 18.8 KB
+# or 0.9231 of it. Both values pass: the outcome is decided by whole segments, not by noise.
 REL = 0.10
 
 
