@@ -260,8 +260,13 @@ def test_a_dumbbell_s_flows_share_its_bottleneck_after_a_slower_access_link(tcpn
     that flow keeps its access link's 4.78 Mbit/s and the two others are owed the rest, 11.95 Mbit/s each.
 
     Measured (5 runs): the access-bound flow 1.00 of its share; the two others split the rest 0.75-1.26 (4 s in a
-    1000-packet FIFO: not converged), Jain's index over the shares 0.96 at the least. So the bound flow is judged
-    within ±10% and the split as a group (Jain >= 0.85, as three cubic flows on one link)."""
+    1000-packet FIFO: not converged), Jain's index over the shares 0.96 at the least. The split is judged as a group
+    (Jain >= 0.85, as three cubic flows on one link). The bound flow shares the bottleneck's drop-tail FIFO with
+    the others' sawtooth, so their overflows drop its packets too, and a cut window can fall below its own BDP (5
+    Mbit/s x the ~40 ms the bottleneck's queue adds: ~17 packets), leaving its access link idle for a while: 8 more
+    runs read 0.941-1.000 of its share (0-21 resends), and a fresh-clone CI run's rootless session 0.848 (35
+    drops, 23 resends). The model gives it its own bound and no loss: judged from -25% (two thirds of the spread
+    again below the lowest) to +10% (it cannot pass its access link)."""
     bell = tcpnet.dumbbell(3, bottleneck=Link(rate="30mbit", limit=100), access=[Link(rate="5mbit"), None, None])
     both = bell.concurrent([Flow(duration=4, cc="cubic") for _ in range(3)])
     slow, *others = both.flows
@@ -271,7 +276,7 @@ def test_a_dumbbell_s_flows_share_its_bottleneck_after_a_slower_access_link(tcpn
         rest = (model.link_goodput(30e6) - model.link_goodput(5e6)) / 2  # more while one ran alone: 11.96-12.51
         assert rest <= flow.share.bps <= model.link_goodput(30e6), flow.share.why
         assert model.expected_throughput(flow).bound == "share"
-    assert_share_within(slow, rel=0.1)
+    assert 0.75 * slow.share.bps <= slow.throughput_bps <= 1.1 * slow.share.bps, slow.describe()
     assert_fair(both, jain=0.85)
 
 
