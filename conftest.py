@@ -18,3 +18,15 @@ def children():
         yield owned
     finally:
         owned.close()
+
+
+@pytest.fixture(autouse=True)
+def _numpy_outlives_pytester(request):
+    """An in-process pytester session puts sys.modules back as it found it: numpy first imported inside it (a failing
+    inner test draws its plots) is dropped, and numpy will not load twice in one process ("cannot load module more
+    than once per process"), so a later test of the same worker that plots failed. Imported first, it is kept."""
+    if "pytester" in request.fixturenames:
+        try:
+            import numpy  # noqa: F401
+        except ImportError:  # no plots extra: nothing to keep
+            pass
