@@ -112,15 +112,7 @@ class Share:
 
 def water_fill(capacity_bps: float, demands: list[float | None]) -> list[float]:
     """Max-min fair allocation of capacity among flows whose own demands cap them (None: no cap of its own)."""
-    caps = [float("inf") if demand is None else demand for demand in demands]
-    order = sorted(range(len(demands)), key=caps.__getitem__)
-    shares = [0.0] * len(demands)
-    left, waiting = capacity_bps, len(demands)
-    for i in order:
-        shares[i] = min(caps[i], left / waiting)
-        left -= shares[i]
-        waiting -= 1
-    return shares
+    return weighted_fill(capacity_bps, [1.0] * len(demands), demands)
 
 
 def weighted_fill(capacity_bps: float, weights: list[float], caps: list[float | None]) -> list[float]:
