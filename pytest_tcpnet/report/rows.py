@@ -361,7 +361,7 @@ def flow_row(result, *, test="", flow=0, outcome=None):
         "share": _record(_attr(transfer, "share"), "bps", "flows", "established", "why", "low_bps", "high_bps"),
         "host_limit": _record(_attr(transfer, "host_limit"), "bps", "runs_bps", "run_s", "kernel", "where", "source"),
         "applied_rate": _record(
-            _attr(transfer, "applied_rate"), "asked_bps", "measured_bps", "standing_s", "as_configured"
+            _attr(transfer, "applied_rate"), "asked_bps", "measured_bps", "standing_s", "runs", "as_configured"
         ),
         "applied_duplicate": _record(
             _attr(transfer, "applied_duplicate"), "asked", "expected", "segments", "dsacked", "resent", "as_configured"

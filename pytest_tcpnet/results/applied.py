@@ -106,8 +106,8 @@ class AppliedChecks:
         if self.link is None or self.link.ports or self.samples is None:
             return None
         names = ("bytes_acked", "unacked", "snd_mss", "min_rtt", "busy_time", "rwnd_limited", "total_retrans")
-        columns = [dict(self.series(name)) for name in (*names, "ca_state", "snd_wnd")]
-        acked, unacked, mss, floor, busy, held, retrans, ca_state, window = columns
+        columns = [dict(self.series(name)) for name in (*names, "ca_state", "snd_wnd", "snd_cwnd")]
+        acked, unacked, mss, floor, busy, held, retrans, ca_state, window, cwnd = columns
         times = sorted(set.intersection(*(set(column) for column in columns)))
         samples = [
             RateSample(
@@ -120,6 +120,7 @@ class AppliedChecks:
                 retrans[t],
                 ca_state[t],
                 window[t],
+                cwnd[t],
             )
             for t in times
         ]
