@@ -27,12 +27,28 @@ def test_a_starved_reader_slows_down_and_its_queue_fills(tcpnet):
     assert max(v for _, v in starved.series("rmem_alloc", side="receiver")) > 0  # Recv-Q held data
 
 
+def _held_share(result):
+    """The share of the sender's busy time the receiver's window held it (TCP_INFO rwnd_limited / busy_time)."""
+    info = result.sender_tcp_info
+    return info["rwnd_limited"] / max(1, info["busy_time"])
+
+
 @pytest.mark.tcpnet_needs("netem")
 def test_a_starved_reader_on_a_delayed_path(tcpnet):
-    """The same on a 10 ms path (VM): zero windows appear only when the reader is starved."""
+    """The same on a 10 ms path (VM): the starved reader's window closes and holds its sender most of the time; the
+    unstarved reader's does not.
+
+    Measured under UML 6.1 and 6.12, two guests side by side: 16 runs (8 of them beside a CPU hog on both host
+    cores) and 8 from fresh-clone CI runs. Starved: 1-2 zero windows advertised, the window holding the sender
+    0.76-0.93 of its busy time. Unstarved: 0.00-0.20, and 0.33 once beside a hog, when the host starved the guest's
+    unstarved reader too and it advertised a zero window (so the unstarved reader's zero windows are not judged). The
+    starved download was slower in every run, but in a one-CPU guest it sometimes keeps up (85-87 Mbit/s against
+    88-93 unstarved, 3 of 24 runs), so the pace is judged by who held the sender: over half the time for the
+    starved reader, under half for the unstarved one.
+    """
     pair = tcpnet.pair(link=Link(rate="100mbit", rtt="10ms"))
     normal = pair.transfer(3_000_000)
     starved = pair.transfer(3_000_000, starve_receiver=True)
-    assert normal.zero_windows_advertised == 0, normal.describe()
-    assert starved.zero_windows_advertised >= 1, starved.describe()
-    assert starved.throughput_bps < normal.throughput_bps, f"{normal.describe()}\n---\n{starved.describe()}"
+    both = f"{normal.describe()}\n---\n{starved.describe()}"
+    assert starved.zero_windows_advertised >= 1, both
+    assert _held_share(starved) > 0.5 > _held_share(normal), (_held_share(normal), _held_share(starved), both)
