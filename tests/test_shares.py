@@ -4,7 +4,14 @@ the literature gives none; then real flows sharing a shaped link, judged against
 import pytest
 
 from pytest_tcpnet import Flow, Link, assert_fair, assert_share_within, model
-from pytest_tcpnet.model.shares import Contender, bottleneck_shares, congestion_epoch_s, water_fill, weighted_fill
+from pytest_tcpnet.model.shares import (
+    Contender,
+    bottleneck_shares,
+    congestion_epoch_s,
+    regrown_rate,
+    water_fill,
+    weighted_fill,
+)
 
 
 def test_water_filling_gives_the_capped_flows_their_bound_and_splits_the_rest():
@@ -103,6 +110,43 @@ def test_flows_of_different_rtts_get_the_range_the_literature_brackets():
     # A flow's own bound caps it whatever its RTT, and the rest goes to the other.
     capped = bottleneck_shares(20e6, [Contender(1e6, "reno", 0.01), Contender(None, "reno", 0.08)])
     assert capped[0].high_bps == pytest.approx(1e6) and capped[1].low_bps == pytest.approx(19e6)
+
+
+def test_a_reno_flow_left_the_link_regrows_its_window_toward_it_a_segment_per_round_trip():
+    """At 80 ms a segment per round trip is 1448 * 8 / 0.08^2 = 1.81 Mbit/s gained per second: from 2 Mbit/s it needs
+    ~9.9 s to take 20; at 10 ms (116 Mbit/s per second) 0.16 s. CUBIC and a flow left less change at once."""
+    growth = 1448 * 8 / 0.08**2
+    mean, end = regrown_rate(2e6, 20e6, "reno", 0.08, 0.5)
+    assert end == pytest.approx(2e6 + 0.5 * growth) and mean == pytest.approx(2e6 + 0.25 * growth)
+    mean, end = regrown_rate(2e6, 20e6, "reno", 0.01, 1.0)  # reaches the link after 0.155 s, then holds it
+    reach = 18e6 / (1448 * 8 / 0.01**2)
+    assert end == 20e6 and mean == pytest.approx((reach * 11e6 + (1 - reach) * 20e6) / 1.0)
+    assert regrown_rate(2e6, 20e6, "cubic", 0.08, 0.5) == (20e6, 20e6)
+    assert regrown_rate(20e6, 2e6, "reno", 0.08, 0.5) == (2e6, 2e6)
+
+
+def test_a_far_reno_flow_left_alone_at_its_end_is_owed_what_its_window_reaches_not_the_link():
+    """CI run 9 (UML 6.12): the far flow ran alone its last ~1.25 s; owed the whole link then, its low end rose from
+    the 0.29 Mbit/s of the two together to 3.19, while it carried 1.82 (a window of 8-21 segments throughout)."""
+    from types import SimpleNamespace
+
+    from pytest_tcpnet.results.shares import _time_weighted_shares
+
+    def flow(first, last):
+        return SimpleNamespace(first_byte_at=first, receiver=SimpleNamespace(last_byte_at=last))
+
+    reno = [Contender(None, "reno", 0.01), Contender(None, "reno", 0.08)]
+    way = Link(rate="20mbit", limit=50).toward_client
+    capacity = model.link_goodput(20e6)
+    near, far = _time_weighted_shares([flow(0.0, 8.0), flow(0.7, 8.7)], reno, [], way, capacity, "the bottleneck")
+    together = bottleneck_shares(capacity, reno, queue_s=way.queue_limit_packets() * 1514 * 8 / 20e6)[1]
+    growth = 1448 * 8 / 0.08**2
+    low = (7.3 * together.low_bps + 0.7 * (together.low_bps + growth * 0.35)) / 8.0
+    assert far.low_bps == pytest.approx(low) and far.low_bps < 1.2 * together.low_bps
+    # The high end takes the link at once: the near flow's queue drains as it ends, and 8 s runs stray past the top.
+    assert far.high_bps == pytest.approx((7.3 * together.high_bps + 0.7 * capacity) / 8.0)
+    # The near flow ran alone first, in slow start (owed the link).
+    assert near.low_bps > together.low_bps + 0.7 / 8 * (capacity - together.low_bps) * 0.9
 
 
 def test_reno_flows_of_one_rtt_get_equal_shares_only_once_they_could_converge():

@@ -43,6 +43,8 @@ __all__ = [
     "RTT_SPREAD",
     "RTT_EXPONENTS",
     "FLOW_QUEUEING_KINDS",
+    "WINDOW_GROWTH_SEGMENTS",
+    "regrown_rate",
 ]
 
 #: RTTs within this fraction of each other count as one RTT (an access hop of a millisecond beside a 40 ms path).
@@ -67,6 +69,11 @@ BETAS = {"reno": 0.5, "cubic": 0.7}
 #: and 6.12).
 SHALLOW_BDPS = 1.0
 DEEP_BDPS = 4.0
+#: Segments per round trip a congestion control's window grows by in congestion avoidance: Reno one (RFC 5681 section
+#: 3.1; Linux counts the segments acknowledged, so delayed ACKs do not halve it). A flow left more of the link (the
+#: others ended) takes it that fast, not at once: a reno flow at 80 ms gains 1.8 Mbit/s per second. CUBIC is not
+#: here: past its last maximum its window grows with the cube of the time, which can take a freed link in a second.
+WINDOW_GROWTH_SEGMENTS = {"reno": 1.0}
 #: CUBIC's constant (RFC 9438 section 4.2) and the segment the epochs are counted in.
 CUBIC_C = 0.4
 SEGMENT_BYTES = 1448
@@ -182,6 +189,21 @@ def _rtt_ranges(
         f"throughput ~ 1/RTT^a, a from {a_low:g} to {a_high:g} (Mathis et al. 1997; Lakshman & Madhow 1997)"
     )
     return [Share(None, why, len(contenders), low, high) for low, high in zip(lows, highs)]
+
+
+def regrown_rate(from_bps: float, to_bps: float, cc: str, rtt_s: float, seconds: float) -> tuple[float, float]:
+    """(mean rate over `seconds`, rate at their end) of a flow at from_bps that is left to_bps: its window grows
+    toward it by WINDOW_GROWTH_SEGMENTS per round trip, counted at the path's RTT without queue (the fastest it can:
+    the low end of a share); at once for a cc not listed, or where it is left less."""
+    segments = WINDOW_GROWTH_SEGMENTS.get(cc)
+    if segments is None or to_bps <= from_bps or rtt_s <= 0 or seconds <= 0:
+        return to_bps, to_bps
+    growth = segments * SEGMENT_BYTES * 8 / rtt_s**2  # bit/s gained per second: a segment more per round trip
+    reach_s = (to_bps - from_bps) / growth
+    if seconds <= reach_s:
+        end = from_bps + growth * seconds
+        return (from_bps + end) / 2, end
+    return (reach_s * (from_bps + to_bps) / 2 + (seconds - reach_s) * to_bps) / seconds, to_bps
 
 
 def congestion_epoch_s(cc: str, bps: float, rtt_s: float, beta: float) -> float:

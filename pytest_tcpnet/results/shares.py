@@ -9,8 +9,8 @@ def with_shares(flows, streams, bottleneck, *, what="the bottleneck"):
     """The flows (TransferResults that crossed `bottleneck`, a Link, at once) each with its share of it, per direction.
 
     UDP streams (UdpResults) on it take their rate first. Shares follow who ran beside whom (the measured spans: a
-    flow that ran alone part of its time is owed the whole link then), each flow capped by its own bounds
-    (model.shares). An unshaped or changing direction, or a flow with nothing beside it, is left as it is.
+    flow that ran alone part of its time is owed the whole link then, at the low end only what its window can grow
+    to: model.shares.regrown_rate), each flow capped by its own bounds (model.shares). An unshaped or changing direction, or a flow with nothing beside it, is left as it is.
     """
     from ..model import link_goodput
 
@@ -45,8 +45,9 @@ def _contender(flow, conditions, way):
 
 def _time_weighted_shares(flows, contenders, streams, way, capacity, what):
     """Each flow's Share averaged over its measured span, cut where a flow or stream starts or ends (None: a flow
-    with no span); every share unestablished where any set of flows has no established model."""
-    from ..model.shares import FLOW_QUEUEING_KINDS, Share, bottleneck_shares
+    with no span); every share unestablished where any set of flows has no established model. A flow left more than
+    it had is owed, at the low end, what its window grows to meanwhile (model.shares.regrown_rate)."""
+    from ..model.shares import FLOW_QUEUEING_KINDS, Share, bottleneck_shares, regrown_rate
 
     spans = [(f.first_byte_at, f.receiver.last_byte_at or f.first_byte_at) for f in flows]
     cuts = sorted({t for span in spans for t in span} | {t for u in streams for t in (u.started_at, u.ended_at)})
@@ -63,6 +64,7 @@ def _time_weighted_shares(flows, contenders, streams, way, capacity, what):
     owed = [(0.0, 0.0)] * len(flows)  # per flow: (low, high) bits owed
     queue_s, aqm_s = _queue_delays(way)
     spent: list[dict] = [{} for _ in flows]  # per flow: {(why, flows): seconds spent with that set}
+    reached: list[float | None] = [None] * len(flows)  # per flow: the low end's rate at the end of its last set
     for start, end in zip(cuts, cuts[1:]):
         running = [i for i, (first, last) in enumerate(spans) if first <= start and end <= last]
         if not running:
@@ -87,6 +89,13 @@ def _time_weighted_shares(flows, contenders, streams, way, capacity, what):
             return [Share(None, found[0].why, len(flows))] * len(flows)
         for i, share in zip(running, found):
             low, high = (share.bps, share.bps) if share.bps is not None else (share.low_bps, share.high_bps)
+            if reached[i] is not None:  # a flow already sending regrows its window; one just started is in slow start
+                low, reached[i] = regrown_rate(reached[i], low, contenders[i].cc, contenders[i].rtt_s, end - start)
+            else:
+                reached[i] = low
+            # The high end takes what it is left at once: the others' queue drains as they end, so a window they held
+            # back sends faster at once, and an 8 s run's shares stray past the bracket's top (UML: a far reno flow at
+            # 1.17 of it).
             owed[i] = (owed[i][0] + low * (end - start), owed[i][1] + high * (end - start))
             spent[i][(share.why, share.flows)] = spent[i].get((share.why, share.flows), 0.0) + end - start
     shares = []
