@@ -352,6 +352,16 @@ class World:
             stats.update(netlink.qdisc_stats_of(namespace, ifnames))
         return stats
 
+    def flow_queues(self, ends):
+        """{ifname: per-flow queues its fq_codel lists now} of the given (router) ends, by namespace."""
+        by_namespace = collections.defaultdict(list)
+        for end in ends:
+            by_namespace[end.node.namespace].append(end.ifname)
+        counts = {}
+        for namespace, ifnames in by_namespace.items():
+            counts.update(netlink.flow_queues_of(namespace, ifnames))
+        return counts
+
     def changing_ends(self):
         """[(end, way)] of the ends whose way changes while a flow runs (a Schedule on their link)."""
         return [

@@ -26,6 +26,7 @@ __all__ = [
     "shape_egress_classes",
     "qdisc_stats",
     "qdisc_stats_of",
+    "flow_queues_of",
     "htb_burst_bytes",
     "shaper_burst_s",
     "u32_keys",
@@ -617,6 +618,33 @@ def qdisc_stats_of(namespace, ifnames):
             namespace,
             lambda ipr, ifname=ifname: _stats(ipr.get_qdiscs(index=_index(ipr, ifname))),
             f"reading qdisc stats of {ifname}",
+        )
+        for ifname in ifnames
+    }
+
+
+def flow_queues_of(namespace, ifnames):
+    """{ifname: how many per-flow queues its fq_codel lists now}: one class per queue on fq_codel's lists of new and
+    old flows, which hold packets or held them a round ago."""
+
+    def count(messages):
+        return sum(msg.get_attr("TCA_KIND") == "fq_codel" for msg in messages)
+
+    session = session_for(namespace)
+    indexes = {ifname: session and session.known_index(ifname) for ifname in ifnames}
+    if all(indexes.values()):
+        # One class dump per interface (a dump answers one request), on the session's socket from this thread.
+        return {
+            ifname: count(
+                session.query(f"reading the per-flow queues of {ifname}", [("tc", "dump-class", {"index": index})])[0]
+            )
+            for ifname, index in indexes.items()
+        }
+    return {
+        ifname: with_iproute(
+            namespace,
+            lambda ipr, ifname=ifname: count(ipr.get_classes(index=_index(ipr, ifname))),
+            f"reading the per-flow queues of {ifname}",
         )
         for ifname in ifnames
     }
