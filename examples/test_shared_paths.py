@@ -131,6 +131,11 @@ def test_a_drop_tail_fifo_gets_no_share_and_fq_codel_splits_the_link_evenly(tcpn
         assert_share_within(fifo, rel=0.15)
 
     fair = tcpnet.pair(Link(rate="20mbit", rtt="10ms", queue="fq_codel")).concurrent(flows)
+    if any("met at most 1 of its per-flow queues" in flow.share.why for flow in fair.flows):
+        # The two hashed into one of fq_codel's 1024 queues (about 1 run in 1024): a FIFO of two, owed nothing equal.
+        with pytest.raises(ValueError, match="no share to judge against"):
+            assert_share_within(fair, rel=0.08)
+        return
     assert all("(fq_codel queues per flow)" in flow.share.why for flow in fair.flows), fair.describe()
     assert_share_within(fair, rel=0.08)
     assert_fair(fair, jain=0.98)
@@ -146,7 +151,9 @@ def test_bbr_beside_cubic_takes_what_the_buffer_depth_gives_it_and_half_through_
 
     Measured under UML 6.1 and 6.12 (15 runs, 2 of them beside a CPU hog on both cores): through 8 packets (0.48 BDP)
     bbr carried 0.86-0.95 of the two flows' goodput; through 300 (18 BDP) 0.12-0.19; through fq_codel each flow
-    0.96-1.02 of its share. Judged: the
+    0.96-1.02 of its share. Once, beside a hog, bbr carried 0.83 through fq_codel, as two flows hashed into one of
+    its queues would (nothing read the queues then); the lab now reads how many of fq_codel's queues the flows met
+    (two in 85-90% of the reads in 16 runs beside a hog), and two flows in one are owed no share. Judged: the
     refusal and its direction; bbr's fraction above 0.7 and below 0.35 (each bound about twice the measured spread
     beyond the nearest run, and on the published side of a half); fq_codel's shares within ±8% and Jain >= 0.98."""
     from pytest_tcpnet import assert_fair

@@ -389,3 +389,62 @@ def test_bbr_and_cubic_through_fq_codel_each_get_half(tcpnet):
         assert "(fq_codel queues per flow)" in flow.share.why
     assert_share_within(both, rel=0.15)
     assert_fair(both, jain=0.95)
+
+
+def test_flows_that_met_fewer_fq_codel_queues_than_they_were_are_owed_no_equal_share():
+    """The reading behind the refusal, on records: two bulk flows at once through fq_codel that met one queue are
+    owed no share; two queues, flows one after another, a UDP stream beside or a flow held below its share elsewhere
+    say nothing."""
+    from types import SimpleNamespace
+
+    from pytest_tcpnet.results.shares import _shared_flow_queue
+
+    link = Link(rate="20mbit", rtt="20ms", queue="fq_codel")
+    way = link.toward_client
+
+    def flows(most, spans=((0.0, 3.0), (0.1, 3.1))):
+        return [
+            SimpleNamespace(
+                shaped_ways={"veth-cli": ("toward_client", way), "veth-srv": ("toward_server", link.toward_server)},
+                flow_queues={"veth-cli": most},
+                first_byte_at=first,
+                receiver=SimpleNamespace(last_byte_at=last),
+            )
+            for first, last in spans
+        ]
+
+    bulk = [Contender(None, "cubic", 0.02)] * 2
+    why = _shared_flow_queue(flows(1), bulk, [], way, "download", 19e6)
+    assert why.startswith("2 flows through fq_codel at once met at most 1 of its per-flow queues"), why
+    assert "one of its 1024 queues share it as a FIFO (about 1 pair in 1024)" in why
+    assert _shared_flow_queue(flows(2), bulk, [], way, "download", 19e6) == ""
+    assert _shared_flow_queue(flows(1, ((0, 1), (2, 3))), bulk, [], way, "download", 19e6) == ""
+    assert _shared_flow_queue(flows(1), bulk, ["a stream"], way, "download", 19e6) == ""
+    held = [Contender(None, "cubic", 0.02), Contender(2e6, "cubic", 0.02)]
+    assert _shared_flow_queue(flows(1), held, [], way, "download", 19e6) == ""
+    # Not an fq_codel way, or not read: nothing said.
+    fifo = Link(rate="20mbit", rtt="20ms").toward_client
+    assert _shared_flow_queue(flows(1), bulk, [], fifo, "download", 19e6) == ""
+    unread = flows(1)
+    for flow in unread:
+        flow.flow_queues = {}
+    assert _shared_flow_queue(unread, bulk, [], way, "download", 19e6) == ""
+
+
+@pytest.mark.tcpnet_needs("netem", "fq_codel")
+def test_flows_that_share_one_fq_codel_queue_are_named_and_owed_no_equal_share(tcpnet):
+    """fq_codel hashes each flow into one of its queues; two that hash into one share it as a FIFO, and neither is
+    owed half. With one queue (queue_options flows=1) every pair does: the lab reads how many queues fq_codel listed
+    at once while the flows ran (one), says so in the share and refuses to judge it; with 16384 queues the same two
+    flows met two and are owed half each."""
+    for buckets, met in ((1, 1), (16384, 2)):
+        link = Link(rate="20mbit", rtt="20ms", queue="fq_codel", queue_options={"flows": buckets})
+        both = tcpnet.pair(link).concurrent([Flow(duration=3, cc="cubic"), Flow(duration=3, cc="cubic")])
+        for flow in both.flows:
+            assert max(flow.flow_queues.values()) == met, (flow.flow_queues, both.describe())
+        if met == 1:
+            assert all("met at most 1 of its per-flow queues" in flow.share.why for flow in both.flows), both.describe()
+            with pytest.raises(ValueError, match="no share to judge against: 2 flows through fq_codel at once"):
+                assert_share_within(both, rel=0.15)
+        else:
+            assert all("(fq_codel queues per flow)" in flow.share.why for flow in both.flows), both.describe()

@@ -86,6 +86,12 @@ class Pair(PairWorkloads, WorldView):
                 ways[end.ifname] = ("toward_client" if self._ends.index(end) % 2 else "toward_server", way)
         return ways
 
+    def flow_queue_counts(self):
+        """{ifname: per-flow queues listed now} of the path's shaped interfaces that queue per flow with fq_codel
+        ({} where none does)."""
+        ends = [end for end in self._shaped if _queue_kind(self.world.whole_way(end)) == "fq_codel"]
+        return self.world.flow_queues(ends) if ends else {}
+
     def router_qdisc_stats(self):
         """{ifname: [qdisc stats]} of the path's shaped router interfaces."""
         return self.world.qdisc_stats(self._shaped)
@@ -144,3 +150,8 @@ def check_observe_options(capture, app_window):
     if capture:
         check_need("tshark")
     return app_window
+
+
+def _queue_kind(way):
+    """The queue kind a whole way was asked for (None: no way, or the default FIFO)."""
+    return None if way is None or way.queue is None else way.queue.kind

@@ -344,13 +344,11 @@ class World:
 
     def qdisc_stats(self, ends):
         """{ifname: [qdisc stats]} of the given (router) ends, one dump per namespace."""
-        by_namespace = collections.defaultdict(list)
-        for end in ends:
-            by_namespace[end.node.namespace].append(end.ifname)
-        stats = {}
-        for namespace, ifnames in by_namespace.items():
-            stats.update(netlink.qdisc_stats_of(namespace, ifnames))
-        return stats
+        return _per_namespace(ends, netlink.qdisc_stats_of)
+
+    def flow_queues(self, ends):
+        """{ifname: per-flow queues its fq_codel lists now} of the given (router) ends."""
+        return _per_namespace(ends, netlink.flow_queues_of)
 
     def changing_ends(self):
         """[(end, way)] of the ends whose way changes while a flow runs (a Schedule on their link)."""
@@ -508,3 +506,14 @@ def _ipv6_of(network):
 def _same_family(addresses, network):
     """The address of the family of `network` among an end's addresses."""
     return next(address for address, _ in addresses if ipaddress.ip_address(address).version == network.version)
+
+
+def _per_namespace(ends, read):
+    """{ifname: read(namespace, ifnames)[ifname]} over the ends, one read per namespace."""
+    by_namespace = collections.defaultdict(list)
+    for end in ends:
+        by_namespace[end.node.namespace].append(end.ifname)
+    found = {}
+    for namespace, ifnames in by_namespace.items():
+        found.update(read(namespace, ifnames))
+    return found

@@ -19,6 +19,7 @@ from ..model.validation import is_number, refuse
 from ..netlink.diag import tcp_counters
 from ..records import ConnectionEnd, SocketSample
 from ..results import TransferResult
+from .flow_queues import FlowQueueWatch
 from .sampler import DEFAULT_CPU_BUDGET, SharedSampler, SocketSampler, default_interval
 from .slots import measurement_slot, slot_wait_s
 
@@ -73,13 +74,20 @@ _FIN_QUEUED = (4, 9, 11)  # TCP_FIN_WAIT1, TCP_LAST_ACK, TCP_CLOSING: close() ha
 
 
 class PathCounters:
-    """The router's qdisc counters, the veths' counters and each end's TCP MIB, before and after a measurement."""
+    """The router's qdisc counters, the veths' counters and each end's TCP MIB, before and after a measurement, and
+    the most per-flow queues each fq_codel on the path served at once between (FlowQueueWatch)."""
 
     def __init__(self, pair):
         self.pair = pair
         self.before = self._read()
         self.after = None
         self.host_before, self.host_after = hostload.host_snapshot(), None
+        self._queues = FlowQueueWatch(pair).start()
+        self.flow_queues = {}
+
+    def close(self):
+        """Stop watching the per-flow queues (idempotent): a measurement that failed reads nothing after."""
+        self._queues.close()
 
     def _read(self):
         pair = self.pair
@@ -91,6 +99,7 @@ class PathCounters:
 
     def stop(self):
         """Read the counters after."""
+        self.flow_queues = self._queues.most()
         self.after = self._read()
         self.host_after = hostload.host_snapshot()
 
@@ -115,6 +124,7 @@ class PathCounters:
             sysctls=endpoints.sysctls,
             offloads=dict(pair.offloads),
             qdiscs=_stats_delta(stats_before, stats_after),
+            flow_queues=self.flow_queues,
             interfaces={
                 end: {k: v - counters_before[end][k] for k, v in counts.items()}
                 for end, counts in counters_after.items()
@@ -198,6 +208,7 @@ class Observation:
                 # Waiting for a slot is queueing behind other sessions' transfers, not this measurement's time.
                 stack.enter_context(measurement_slot(slot_wait_s(), hold_s=self.hold_s))
             self._counters = PathCounters(pair)
+            stack.callback(self._counters.close)
             if self.sample_interval and self.shared_sampler is not None:
                 stack.callback(self._take_shared_samples)
             elif self.sample_interval:

@@ -26,6 +26,7 @@ __all__ = [
     "shape_egress_classes",
     "qdisc_stats",
     "qdisc_stats_of",
+    "flow_queues_of",
     "htb_burst_bytes",
     "shaper_burst_s",
     "u32_keys",
@@ -612,11 +613,40 @@ def qdisc_stats_of(namespace, ifnames):
         # From this thread on the session's plain socket: no hop, no IPRoute to open.
         (answer,) = session.query(f"reading qdisc stats of {', '.join(ifnames)}", [("tc", "dump", {})])
         return {ifname: _stats([msg for msg in answer if msg["index"] == index]) for ifname, index in indexes.items()}
+    return _per_interface(
+        namespace, ifnames, "reading qdisc stats", lambda ipr, index: _stats(ipr.get_qdiscs(index=index))
+    )
+
+
+def flow_queues_of(namespace, ifnames):
+    """{ifname: how many per-flow queues its fq_codel lists now}: one class per queue on fq_codel's lists of new and
+    old flows, which hold packets or held them a round ago."""
+
+    def count(messages):
+        return sum(msg.get_attr("TCA_KIND") == "fq_codel" for msg in messages)
+
+    session = session_for(namespace)
+    if session is not None and all(session.known_index(ifname) for ifname in ifnames):
+        # A class dump answers one request: one query per interface, on the session's socket from this thread.
+        return {
+            ifname: count(
+                session.query(
+                    f"reading the per-flow queues of {ifname}",
+                    [("tc", "dump-class", {"index": session.known_index(ifname)})],
+                )[0]
+            )
+            for ifname in ifnames
+        }
+    return _per_interface(
+        namespace, ifnames, "reading the per-flow queues", lambda ipr, index: count(ipr.get_classes(index=index))
+    )
+
+
+def _per_interface(namespace, ifnames, step, read):
+    """{ifname: read(ipr, its index)} through an IPRoute in the namespace: where the session does not know them."""
     return {
         ifname: with_iproute(
-            namespace,
-            lambda ipr, ifname=ifname: _stats(ipr.get_qdiscs(index=_index(ipr, ifname))),
-            f"reading qdisc stats of {ifname}",
+            namespace, lambda ipr, ifname=ifname: read(ipr, _index(ipr, ifname)), f"{step} of {ifname}"
         )
         for ifname in ifnames
     }

@@ -10,9 +10,12 @@ def with_shares(flows, streams, bottleneck, *, what="the bottleneck"):
 
     UDP streams (UdpResults) on it take their rate first. Shares follow who ran beside whom (the measured spans: a
     flow that ran alone part of its time is owed the whole link then, at the low end only what its window can grow
-    to: model.shares.regrown_rate), each flow capped by its own bounds (model.shares). An unshaped or changing direction, or a flow with nothing beside it, is left as it is.
+    to: model.shares.regrown_rate), each flow capped by its own bounds (model.shares). Flows that met fewer of an
+    fq_codel's per-flow queues than they were get a share with no number and the reason. An unshaped or changing
+    direction, or a flow with nothing beside it, is left as it is.
     """
     from ..model import link_goodput
+    from ..model.shares import Share
 
     shared = list(flows)
     for direction, way in (("download", bottleneck.toward_client), ("upload", bottleneck.toward_server)):
@@ -23,11 +26,41 @@ def with_shares(flows, streams, bottleneck, *, what="the bottleneck"):
         conditions = [flows[i].model_conditions() for i in group]
         capacity = link_goodput(way.rate_bps, conditions[0].mss_bytes)
         contenders = [_contender(flows[i], c, way) for i, c in zip(group, conditions)]
-        shares = _time_weighted_shares([flows[i] for i in group], contenders, beside, way, capacity, what)
+        shared_queue = _shared_flow_queue([flows[i] for i in group], contenders, beside, way, direction, capacity)
+        if shared_queue:
+            shares = [Share(None, f"{shared_queue} ({what})", len(group))] * len(group)
+        else:
+            shares = _time_weighted_shares([flows[i] for i in group], contenders, beside, way, capacity, what)
         for i, share in zip(group, shares):
             if share is not None:
                 shared[i] = dataclasses.replace(flows[i], share=share)
     return shared
+
+
+def _shared_flow_queue(flows, contenders, streams, way, direction, capacity):
+    """Why the flows are owed no per-flow share of an fq_codel bottleneck whose per-flow queues they did not each get
+    ("" where they did, or where that cannot be told): fewer queues listed at once than flows that each kept one
+    (measure.flow_queues). Judged for bulk flows alone, each able to take more than an equal share: a flow held
+    below it elsewhere, or a UDP stream, may empty its queue between reads."""
+    if way.queue is None or way.queue.kind != "fq_codel" or streams:
+        return ""
+    if any(c.own_bps is not None and c.own_bps < capacity / len(flows) for c in contenders):
+        return ""
+    toward = "toward_client" if direction == "download" else "toward_server"
+    ifnames = set.intersection(
+        *({ifname for ifname, (d, w) in flow.shaped_ways.items() if d == toward and w == way} for flow in flows)
+    )
+    seen = [flow.flow_queues[ifname] for flow in flows for ifname in ifnames if ifname in flow.flow_queues]
+    spans = [(f.first_byte_at, f.receiver.last_byte_at or f.first_byte_at) for f in flows]
+    together = max(sum(first <= start < last for first, last in spans) for start, _ in spans)
+    if not seen or max(seen) >= together:
+        return ""
+    buckets = way.queue.option("flows", 1024)
+    return (
+        f"{together} flows through fq_codel at once met at most {max(seen)} of its per-flow queues: flows that hash "
+        f"into one of its {buckets} queues share it as a FIFO (about 1 pair in {buckets}), so none is owed an equal "
+        "share"
+    )
 
 
 def _contender(flow, conditions, way):

@@ -88,6 +88,9 @@ class TransferResult(AppliedChecks, ModelInputs):
     artifact_dir: "str | None" = field(default=None, repr=False)
     offloads: dict = field(default_factory=dict, repr=False)
     qdiscs: dict = field(default_factory=dict, repr=False)
+    #: {ifname: the most per-flow queues its fq_codel served at once while the flow was measured} of the path's
+    #: fq_codel interfaces (measure.flow_queues): fewer than the flows that queued there means some shared one.
+    flow_queues: dict = field(default_factory=dict, repr=False)
     interfaces: dict = field(default_factory=dict, repr=False)
     tcp_counters: dict = field(default_factory=dict, repr=False)
     #: The application's own bound, as its test declared it (observe(app_window=...)): bytes it keeps
