@@ -470,6 +470,15 @@ def applied_delay(link, min_rtt_s, *, download, slack_s=0.0, others_packets=0):
     )
 
 
+class RateRun(NamedTuple):
+    """One run of standing queue the applied rate was measured over: where it began (s from the flow's first
+    sample), its length and the payload rate the ACKs came back at."""
+
+    start_s: float
+    seconds: float
+    bps: float
+
+
 @dataclass(frozen=True)
 class AppliedRate:
     """The payload rate the flow's ACKs came back at while its queue stood, against the Link's payload rate."""
@@ -478,8 +487,8 @@ class AppliedRate:
     measured_bps: float
     standing_s: float  # the time the queue stood, over which it was measured
     slack: float = 0.0  # a software-emulated guest's shaper falls behind: its known shortfall allowed on top
-    #: The runs of standing queue it was measured over: (start s, length s, payload bit/s), so a mismatch names them.
-    runs: tuple[tuple[float, float, float], ...] = ()
+    #: The runs of standing queue it was measured over, so a mismatch names them.
+    runs: tuple[RateRun, ...] = ()
 
     @property
     def as_configured(self) -> bool:
@@ -505,7 +514,7 @@ class AppliedRate:
             f"asked {format_rate(self.asked_bps)} (allowed ±{(RATE_TOLERANCE + self.slack):.0%})"
         )
         if not self.as_configured:
-            runs = ", ".join(f"{start:.2f}+{seconds:.2f} s at {format_rate(bps)}" for start, seconds, bps in self.runs)
+            runs = ", ".join(f"{run.start_s:.2f}+{run.seconds:.2f} s at {format_rate(run.bps)}" for run in self.runs)
             line = f"impairment not as configured: {line}, over runs {runs}; {self.likely_cause}"
         return line
 
@@ -548,7 +557,8 @@ def applied_rate(link, samples, *, download, mss_bytes, others_packets=0, slack=
     # Runs of consecutive intervals with the queue standing at every sample and no loss to recover from: after a
     # queue overflow the cumulative ACK stalls behind a hole and jumps when it is filled, so the rate reads low and
     # then high (docs/reports.md, "Verdicts you can trust"), and lost segments still count as unacked.
-    runs, run = [], None
+    runs: list[_StandingRun] = []
+    run = None
     for first, last in zip(samples, samples[1:]):
         usable = None not in first and None not in last and last.t_s > first.t_s
         clean = usable and first.ca_state == last.ca_state == 0 and first.total_retrans == last.total_retrans
@@ -561,10 +571,10 @@ def applied_rate(link, samples, *, download, mss_bytes, others_packets=0, slack=
         acked_segments = (last.bytes_acked - first.bytes_acked) / mss_bytes
         clean = clean and last.cwnd - first.cwnd < _BUILDING_SHARE * acked_segments + 1
         if clean and standing_at(first) and standing_at(last):
-            run = run or [0.0, 0.0, 0.0, first.t_s - samples[0].t_s]
-            run[0] += last.bytes_acked - first.bytes_acked
-            run[1] += last.t_s - first.t_s
-            run[2] += last.sending_s - first.sending_s
+            run = run or _StandingRun(first.t_s - samples[0].t_s)
+            run.acked_bytes += last.bytes_acked - first.bytes_acked
+            run.seconds += last.t_s - first.t_s
+            run.sending_s += last.sending_s - first.sending_s
         elif run is not None:
             runs.append(run)
             run = None
@@ -574,13 +584,9 @@ def applied_rate(link, samples, *, download, mss_bytes, others_packets=0, slack=
     # reader) is no proof the shaper was busy. Judged over whole runs of MIN_RUN_S or more, as the kernel counts
     # that time in jiffies (10 ms where HZ is 100: a User-Mode Linux guest), and a run's ends, picked by the queue
     # they show, misplace up to a sample's worth of ACKs.
-    kept = [
-        (acked, seconds, start)
-        for acked, seconds, sending, start in runs
-        if seconds >= MIN_RUN_S and sending >= _BUSY_SHARE * seconds
-    ]
-    acked = sum(acked for acked, _, _ in kept)
-    standing = sum(seconds for _, seconds, _ in kept)
+    kept = [run for run in runs if run.seconds >= MIN_RUN_S and run.sending_s >= _BUSY_SHARE * run.seconds]
+    acked = sum(run.acked_bytes for run in kept)
+    standing = sum(run.seconds for run in kept)
     if standing < MIN_STANDING_S or acked <= 0:
         return None
     return AppliedRate(
@@ -588,5 +594,16 @@ def applied_rate(link, samples, *, download, mss_bytes, others_packets=0, slack=
         measured_bps=acked * 8 / standing,
         standing_s=standing,
         slack=slack,
-        runs=tuple((start, seconds, acked * 8 / seconds) for acked, seconds, start in kept),
+        runs=tuple(RateRun(run.start_s, run.seconds, run.acked_bytes * 8 / run.seconds) for run in kept),
     )
+
+
+@dataclass
+class _StandingRun:
+    """Consecutive sample intervals with the queue standing, as they add up: where it began (s from the first
+    sample), its length, the payload acknowledged and the time the sender was sending over it."""
+
+    start_s: float
+    seconds: float = 0.0
+    acked_bytes: float = 0.0
+    sending_s: float = 0.0
