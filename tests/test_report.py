@@ -61,6 +61,12 @@ class _LaterResult(TransferResult):
     def artifacts(self):
         return ["/tmp/x/flow.pcap", "/tmp/x/tsg.png"]
 
+    @property
+    def applied_rate(self):
+        from pytest_tcpnet.analysis.impairments import AppliedRate, RateRun
+
+        return AppliedRate(19.13e6, 9.55e6, 1.53, runs=(RateRun(1.3, 0.23, 9.4e6), RateRun(2.0, 1.3, 9.6e6)))
+
 
 def test_row_holds_full_conditions_and_shows_missing_figures_as_missing():
     row = flow_row(_result(), test="tests/test_a.py::test_b", flow=0, outcome="passed")
@@ -89,6 +95,11 @@ def test_row_picks_up_later_attributes_and_the_model_prediction(monkeypatch):
     assert row["limited_by"] == "rwnd" and row["limited_shares"]["rwnd"] == 0.9
     assert row["window_full"] == 12 and row["events"]["retransmission"] == 2 and row["events"]["zero_window"] == 0
     assert row["artifacts"] == ["/tmp/x/flow.pcap", "/tmp/x/tsg.png"]
+    assert row["applied_rate"]["runs"] == [[1.3, 0.23, 9.4e6], [2.0, 1.3, 9.6e6]]
+    # A row crosses from an xdist worker to its controller, whose serializer refuses a named tuple (CI run 11).
+    import execnet
+
+    execnet.dumps(row)
     line = summary_table([row]).splitlines()[2]
     for cell in ("50 Mbit/s (rwnd)", "40 Mbit/s", "0.80", "rwnd", "12"):
         assert cell in line, line

@@ -392,7 +392,17 @@ def _record(found, *names):
     there is none (not judged, ran alone)."""
     if found is None or not all(hasattr(found, name) for name in names):
         return None
-    return {name: getattr(found, name) for name in names}
+    return {name: _plain(getattr(found, name)) for name in names}
+
+
+def _plain(value):
+    """value with its tuples (named ones too: an AppliedRate's RateRuns) as lists: rows cross to xdist's controller,
+    whose serializer takes only builtin types, and land in JSON."""
+    if isinstance(value, (tuple, list)):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
 
 
 def _stall_note(stall):
