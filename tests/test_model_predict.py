@@ -197,7 +197,13 @@ BLOCKED_ON_SNDBUF = {
             "rwnd",
         ),  # ... just acked: room for 2, cwnd far bigger
         ({"notsent_bytes": 65_536, "snd_cwnd": 24}, "cwnd"),  # data waits, cwnd is full
-        ({"notsent_bytes": 65_536}, "cwnd"),  # data waits with room in both windows: pacing, the path
+        # Data waits with room in both windows and more written than cwnd holds: pacing, the path.
+        ({"notsent_bytes": 65_536, "snd_cwnd": 60}, "cwnd"),
+        ({"notsent_bytes": 65_536, "wmem_queued": 8_000}, "cwnd"),  # ... or with room in the buffer
+        # ... but a full buffer whose every byte fits cwnd bounds what is in flight, the stack a moment behind
+        # (fresh-clone CI run 12: a 16 KB SO_SNDBUF at 20 ms under UML beside a CPU hog, cwnd 60, ~22 in flight).
+        ({"notsent_bytes": 40_000, "unacked": 22, "snd_cwnd": 60}, "sndbuf"),
+        ({"notsent_bytes": 65_536}, "sndbuf"),
         ({"snd_cwnd": 24}, "cwnd"),  # the buffer is full but so is cwnd
         ({"snd_wnd": 24 * 1448}, "rwnd"),  # ... or the peer's window
         # A stop-and-wait protocol (16 KB per application ACK, cwnd 25) waiting for its own reply:
