@@ -102,6 +102,9 @@ def test_two_cubic_flows_share_50mbit_20ms_fairly(tcpnet):
 
 
 def test_a_flow_can_start_later_than_another(tcpnet):
+    """A flow asked to start 0.5 s after another sends its first byte 0.5 s after the other's: both wait at the
+    measurement's start gate, the later one then sleeps its delay (on the host; under UML 0.58 s, its connection and
+    one CPU shared with the first flow)."""
     pair = tcpnet.pair(link=Link(rate="20mbit"))
     late = pair.concurrent([Flow(nbytes=2_000_000), Flow(nbytes=200_000, start=0.5)])
     first, second = late.flows

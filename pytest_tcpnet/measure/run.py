@@ -5,6 +5,7 @@ import time
 
 from ..results import TransferResult
 from .changes import LinkChanges
+from .gate import StartGate
 from .observe import TCP_SYSCTLS, Observation, first_value, last_tcp_info, sampled_values, share_sampling
 from .slots import measurement_slot, slot_wait_s
 
@@ -46,21 +47,25 @@ def run_workloads(jobs, *, timeout, sample_interval=None, capture=False, artifac
         outcomes = []
         # A world's links change once for all of its pairs (a dumbbell's bottleneck is every pair's).
         changes = list({id(pair.world): LinkChanges(pair.world) for pair, _ in jobs}.values())
+        gate = stack.enter_context(StartGate())
         try:
             for change in changes:  # before any data moves: a timer slow to start must not make t=0 late
                 change.wait_ready()
             for pair, workload in jobs:
+                workload.start_gate = gate.path
                 workload.start(pair, deadline)
             # t=0 of a changing link: the workloads are connected and about to move data (not the slot, nor
             # the programs' start-up: a phase of 2 s must be 2 s of the flow's life).
             for change in changes:
                 change.start()
+            gate.open()  # every flow that waits at it moves data from now on, at once
             for _, workload in jobs:
                 outcomes.append(workload.wait(deadline))
         finally:
             applied = {id(change.world): (change.stop(), change.origin) for change in changes}
             for _, workload in jobs:
                 workload.stop()
+                workload.start_gate = None
     for observation in observations:
         steps, origin = applied[id(observation.pair.world)]
         observation.shared.update(link_changes=steps, schedule_origin=origin if steps or origin else None)

@@ -56,6 +56,11 @@ class Workload:
     kind = "workload"
     #: Sockets sampled from outside; an adapter that needs none (the fake) sets False.
     sampled = True
+    #: Set by the measurement for start(): the path of a StartGate (measure.gate) each flow's sender waits at before
+    #: it moves data (workload.flows.wait_at_start_gate), opened once every workload has started, so flows asked to
+    #: start at once do however long their programs take to start one after another. None: no gate; an adapter
+    #: that ignores it starts its flows as start() launches them.
+    start_gate = None
 
     def _spawn(self, node, target, kwargs, name, **placement):
         """Fork target(conn, **kwargs) into node's namespace from the zygote; tracked by the node and by us."""

@@ -77,6 +77,11 @@ class Bulk(Workload):
             if self.starve_receiver:
                 # The reader shares one core with a hog at the lowest priority: it gets a sliver of CPU.
                 placement = {receiver.role: {"cpu": starved_cpu, "nice": 19}}
+            # The flow's data moves once the measurement opens its start gate: the end that waits for it is the
+            # client of a delayed flow (before its delay), else the sender (once connected).
+            gated = None if self.start_gate is None else "client" if flow.start else sender.role
+            if gated is not None:
+                ends[gated]["start_gate"] = self.start_gate
             server = self._spawn(
                 pair.server,
                 bulk_endpoint,
@@ -104,6 +109,8 @@ class Bulk(Workload):
                 f"bulk client #{index}",
                 **placement.get("client", {}),
             )
+            if gated is not None:
+                (client if gated == "client" else server).receive(deadline, "gated")
             self._running.append((flow, sender.role, server, client))
         for index, stream in enumerate(self.streams):
             sender, receiver = (
@@ -126,9 +133,12 @@ class Bulk(Workload):
                     duration=stream.duration,
                     packet_size=stream.packet_size,
                     start_delay=stream.start,
+                    start_gate=self.start_gate,
                 ),
                 f"udp sender #{index}",
             )
+            if self.start_gate is not None:
+                source.receive(deadline, "gated")
             self._udp.append((stream, sink, source))
 
     def wait(self, deadline):

@@ -7,6 +7,7 @@ Every function takes the pipe end `conn` first and reports dict messages on it.
 import fcntl
 import http.server
 import os
+import signal
 import socket
 import struct
 import time
@@ -189,6 +190,23 @@ def _family(address):
     return socket.AF_INET6 if ":" in address else socket.AF_INET
 
 
+def wait_at_start_gate(conn, path, timeout):
+    """Report "gated", then wait until the measurement opens the start gate at `path` (measure.gate.StartGate: a
+    FIFO, whose open() to read waits for a writer); TimeoutError after `timeout` seconds."""
+    conn.send({"event": "gated"})
+
+    def expire(signum, frame):
+        raise TimeoutError(f"the start gate {path} was not opened in {timeout:.3g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        os.close(os.open(path, os.O_RDONLY))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def bulk_endpoint(
     conn,
     *,
@@ -207,8 +225,15 @@ def bulk_endpoint(
     write_size=CHUNK,
     start_delay=0.0,
     timeout=60.0,
+    start_gate=None,
 ):
-    """One end of a bulk flow: mode 'serve' listens on address (reports the port), 'connect' dials address:port."""
+    """One end of a bulk flow: mode 'serve' listens on address (reports the port), 'connect' dials address:port.
+
+    start_gate: a StartGate's path to wait at (wait_at_start_gate): a client with a start_delay waits before it,
+    any other end once connected, before it moves data."""
+    if start_gate is not None and start_delay:
+        wait_at_start_gate(conn, start_gate, timeout)
+        start_gate = None
     if mode == "serve":
         listener = socket.socket(_family(address), socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -227,6 +252,8 @@ def bulk_endpoint(
         sock.settimeout(timeout)
         sock.connect((address, port))
     sock.settimeout(None)
+    if start_gate is not None:
+        wait_at_start_gate(conn, start_gate, timeout)
     _play(conn, sock, role, nbytes, duration, reader, writer, read_size, write_size)
 
 
@@ -458,9 +485,12 @@ def udp_sink(conn, *, address, timeout=60.0):
     conn.send({"event": "result", "arrivals": arrivals, "size": size})
 
 
-def udp_cbr_sender(conn, *, address, port, rate, duration, packet_size, start_delay=0.0):
+def udp_cbr_sender(conn, *, address, port, rate, duration, packet_size, start_delay=0.0, start_gate=None, timeout=60.0):
     """Send packet_size-byte datagrams at `rate` bit/s of payload for `duration` s, each stamped with its sequence
-    number and send time; on schedule (a late datagram goes at once, the next ones keep the schedule)."""
+    number and send time; on schedule (a late datagram goes at once, the next ones keep the schedule). start_gate:
+    a StartGate's path to wait at first (wait_at_start_gate)."""
+    if start_gate is not None:
+        wait_at_start_gate(conn, start_gate, timeout)
     if start_delay:
         time.sleep(start_delay)
     # Unconnected: a connected UDP socket reports a late ICMP port-unreachable (the sink gone after the end
