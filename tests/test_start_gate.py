@@ -93,12 +93,23 @@ def test_closing_a_gate_nobody_opened_lets_its_waiters_go_and_removes_it():
     assert not os.path.exists(os.path.dirname(gate.path))
 
 
-def test_flows_asked_to_start_at_once_move_their_first_bytes_at_once(tcpnet):
+def test_flows_asked_to_start_at_once_are_held_until_the_last_has_connected(tcpnet):
     """Three servers of a star, one flow each: every flow's sender waits at the gate, which opens once the third
-    has connected, so their first bytes arrive together. Measured on the host, 5 runs each: 0-0.4 ms apart, 0-1.7 ms
-    beside a CPU hog on both cores; without the gate 9.8-15.7 ms (the third pair's programs started last). Under
-    UML, whose one CPU wakes the senders one after another, 33-89 ms (not judged here: CI runs this on the host)."""
+    has connected, so none writes before the last has come to the gate. That order is what the gate guarantees,
+    and is judged. How close together the first bytes then arrive is the scheduler's: measured on the host, 5 runs
+    each, 0-0.4 ms apart quiet, 0-1.7 ms beside a CPU hog on both cores, 11.3 ms in a fresh-clone CI run's host
+    session beside the hog and the other xdist worker (run 15; three woken senders wait their turn for a CPU); without
+    the gate 9.8-15.7 ms quiet (the third pair's programs started last); under UML, whose one CPU wakes the senders one
+    after another, 33-89 ms."""
     star = tcpnet.star(servers=3, links=Link(rate="20mbit"))
     result = star.concurrent([Flow(duration=1.0) for _ in range(3)])
+    senders = [flow.sender for flow in result.flows]
+    gated = [end.extra["gated_at"] for end in senders]
+    released = [end.extra["released_at"] for end in senders]
     firsts = [flow.first_byte_at for flow in result.flows]
-    assert max(firsts) - min(firsts) < 0.005, [f - min(firsts) for f in firsts]
+    seen = (
+        f"came to the gate at {[round(t - min(gated), 4) for t in gated]} s, went through at "
+        f"{[round(t - min(gated), 4) for t in released]} s; first bytes {[round(t - min(gated), 4) for t in firsts]} s"
+    )
+    assert max(gated) < min(released), seen
+    assert all(end.first_write_at >= end.extra["released_at"] for end in senders), seen

@@ -156,8 +156,9 @@ def _receive(sock, reader, read_size=CHUNK):
     }
 
 
-def _play(conn, sock, role, nbytes, duration, reader, writer, read_size, write_size):
-    """Run one end of a flow on a connected socket and report its record."""
+def _play(conn, sock, role, nbytes, duration, reader, writer, read_size, write_size, gate_times=None):
+    """Run one end of a flow on a connected socket and report its record (with gate_times: when it came to the
+    start gate and went through, wait_at_start_gate's)."""
     connected_at = time.monotonic()
     # (address, port): an IPv6 socket's names also carry flow info and scope id.
     conn.send(
@@ -169,7 +170,7 @@ def _play(conn, sock, role, nbytes, duration, reader, writer, read_size, write_s
             "at": connected_at,
         }
     )
-    record = {"event": "result", "role": role, "connected_at": connected_at}
+    record = {"event": "result", "role": role, "connected_at": connected_at, **(gate_times or {})}
     if role == "sender":
         sent, first_write_at, pauses = _send(sock, nbytes, duration, writer, write_size)
         record.update(nbytes=sent, first_write_at=first_write_at, written_at=time.monotonic(), pauses=pauses)
@@ -192,7 +193,9 @@ def _family(address):
 
 def wait_at_start_gate(conn, path, timeout):
     """Report "gated", then wait until the measurement opens the start gate at `path` (measure.gate.StartGate: a
-    FIFO, whose open() to read waits for a writer); TimeoutError after `timeout` seconds."""
+    FIFO, whose open() to read waits for a writer); TimeoutError after `timeout` seconds. Returns {"gated_at",
+    "released_at"}: when this end came to the gate and when it went through (monotonic)."""
+    gated_at = time.monotonic()
     conn.send({"event": "gated"})
 
     def expire(signum, frame):
@@ -205,6 +208,7 @@ def wait_at_start_gate(conn, path, timeout):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+    return {"gated_at": gated_at, "released_at": time.monotonic()}
 
 
 def bulk_endpoint(
@@ -231,8 +235,9 @@ def bulk_endpoint(
 
     start_gate: a StartGate's path to wait at (wait_at_start_gate): a client with a start_delay waits before it,
     any other end once connected, before it moves data."""
+    gate_times = {}
     if start_gate is not None and start_delay:
-        wait_at_start_gate(conn, start_gate, timeout)
+        gate_times = wait_at_start_gate(conn, start_gate, timeout)
         start_gate = None
     if mode == "serve":
         listener = socket.socket(_family(address), socket.SOCK_STREAM)
@@ -253,8 +258,8 @@ def bulk_endpoint(
         sock.connect((address, port))
     sock.settimeout(None)
     if start_gate is not None:
-        wait_at_start_gate(conn, start_gate, timeout)
-    _play(conn, sock, role, nbytes, duration, reader, writer, read_size, write_size)
+        gate_times = wait_at_start_gate(conn, start_gate, timeout)
+    _play(conn, sock, role, nbytes, duration, reader, writer, read_size, write_size, gate_times)
 
 
 #: A latency probe's request and response: small enough to fit any window, one segment each way.
