@@ -62,3 +62,27 @@ def test_a_shared_sampler_s_view_names_each_namespace_by_the_pair_s_role():
     assert set(view.rows) == {("client", client, server), ("client", client, other), ("server", server, client)}
     assert view.cc_of(("server", server, client)) == "reno" and view.closed == {}
     assert view.opened_and_closed("server", server, client) == (None, None) and view.interval == 0.01
+
+
+def test_a_sampler_behind_its_schedule_still_reads_each_socket_s_destruction_as_it_comes(tcpnet):
+    """A sampler whose samples take longer than its interval (a busy host) went from one sample to the next without
+    reading the kernel's destruction messages between them: a socket that closed mid-run vanished from the samples at
+    once, and its final row was read (and timed) only when the sampler stopped. In a star's shared client (fresh-clone
+    CI run 17, beside a CPU hog) the three flows' rows then ended 0.5 s apart though their sockets closed together."""
+    pair = tcpnet.pair()
+    namespaces = {"client": pair.client.namespace, "server": pair.server.namespace}
+    # An interval no sample can keep: every wait starts past its deadline, as a starved sampler's do.
+    watching = sampler.SocketSampler(namespaces, 1e-6, cpu_budget=None, families=pair.world.socket_families).start()
+    try:
+        result = pair.transfer(200_000)
+        closed_by = time.monotonic()
+        time.sleep(0.5)  # the sampler goes on sampling; the socket is gone
+    finally:
+        stopped_at = time.monotonic()
+        samples = watching.stop()
+    key = ("client", tuple(result.receiver.local), tuple(result.receiver.remote))
+    assert key in samples.closed, sorted(samples.closed)
+    read_at, last_sample_at, _ = samples.closed[key]
+    # Read while sampling went on (within the half second after the transfer returned), not at the stop.
+    assert read_at < stopped_at and read_at <= closed_by + 0.25, (read_at - closed_by, stopped_at - closed_by)
+    assert samples.rows[key][-1][0] == read_at

@@ -231,14 +231,16 @@ class SocketSampler:
         destroyed, packets = self._destroyed.get(role), self._packets.get(role)
         waiting = [self._wake[0]] + [watch for watch in (destroyed, packets) if watch is not None]
         while not self._stop.is_set():
-            left = until - time.monotonic()
-            if left <= 0:
-                return
+            # Past the deadline too (a sample slower than the interval, on a busy host), read what came: else a
+            # socket destroyed meanwhile is missing from every sample until its destruction is read, at the stop.
+            left = max(0.0, until - time.monotonic())
             ready, _, _ = select.select(waiting, [], [], left)
             if packets is not None and packets in ready:
                 packets.read()
             if destroyed is not None and destroyed in ready:
                 self._record_destroyed(role, destroyed)
+            if not left:
+                return
 
     def _record_destroyed(self, role, destroyed):
         for read_at, sock in destroyed.read():
