@@ -6,7 +6,10 @@ A timer thread of the test's process woke late beside a CPU hog (docs/schedules.
 applied"): to run, it needs the interpreter lock, which the samplers' threads hold (and a garbage
 collection they set off holds longer; docs/design.md, pitfall 18). This process holds nothing else.
 As root it runs SCHED_FIFO (it only sleeps and sends), else at nice -10 where it may, else at the
-parent's priority; below SCHED_FIFO it wakes SPIN_S before each step and spins to its time.
+parent's priority; below SCHED_FIFO it asks for a short time slice (SLICE_NS), which a kernel from
+6.12 on honours: a task waking with the earliest deadline runs first. It sleeps to each step's time
+and never spins: a spin used up its slice, and beside a CPU hog the scheduler then made it wait a
+slice of the hog's (docs/schedules.md, "How a step is applied").
 
 Protocol, one JSON line each way: it prints {"ready": priority}; reads the plan, [{"at": monotonic
 s, "messages": [[fd, hex bytes, [seq, ...]], ...]}, ...]; prints {"step": i, "sent_at", "acked_at",
@@ -23,8 +26,11 @@ import time
 
 _HEADER = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, seq, pid
 _NLMSG_ERROR = 2
-#: How early a timer without SCHED_FIFO wakes before each step, to spin the rest of the way.
-SPIN_S = 0.004
+#: The time slice a timer without SCHED_FIFO asks for (sched_setattr's sched_runtime; the kernel's floor is 0.1 ms).
+SLICE_NS = 100_000
+#: sched_setattr and sched_getattr, by machine (other machines keep the default slice).
+_SCHED_ATTR_CALLS = {"x86_64": (314, 315), "aarch64": (274, 275)}
+_SCHED_ATTR = struct.Struct("=IIQiIQQQ")  # struct sched_attr up to sched_period: 48 bytes
 
 
 def _die_with_parent(parent):
@@ -44,9 +50,29 @@ def _raise_priority():
         pass
     try:
         os.setpriority(os.PRIO_PROCESS, 0, -10)
-        return "nice -10"
     except OSError:
-        return f"nice {os.getpriority(os.PRIO_PROCESS, 0)}"
+        pass
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    return f"nice {nice}, 0.1 ms slice" if _short_slice(nice) else f"nice {nice}"
+
+
+def _short_slice(nice):
+    """Ask for a SLICE_NS time slice at this nice (no privilege needed); True if the kernel reads it back."""
+    calls = _SCHED_ATTR_CALLS.get(os.uname().machine)
+    if calls is None:
+        return False
+    setattr_call, getattr_call = calls
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        asked = ctypes.create_string_buffer(_SCHED_ATTR.pack(_SCHED_ATTR.size, 0, 0, nice, 0, SLICE_NS, 0, 0))
+        if libc.syscall(setattr_call, 0, asked, 0) != 0:
+            return False
+        held = ctypes.create_string_buffer(_SCHED_ATTR.size)
+        if libc.syscall(getattr_call, 0, held, _SCHED_ATTR.size, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    return _SCHED_ATTR.unpack(held.raw)[5] == SLICE_NS  # before 6.12 the kernel ignores it and reads back 0
 
 
 def _await_acks(sock, seqs):
@@ -76,12 +102,8 @@ def main():
     plan = json.loads(line)
     # One socket object per descriptor: a second one's collection would close the first's.
     socks = {fd: socket.socket(fileno=fd) for fd in {fd for step in plan for fd, _, _ in step["messages"]}}
-    # Without SCHED_FIFO (an unprivileged run is at nice 0) a wakeup can wait for a CPU behind busy workers
-    # (docs/schedules.md, "How a step is applied"): wake SPIN_S early and spin to the time, so a late wakeup costs
-    # nothing up to that.
-    early = 0.0 if priority.startswith("SCHED_FIFO") else SPIN_S
     for number, step in enumerate(plan):
-        delay = step["at"] - early - time.monotonic()
+        delay = step["at"] - time.monotonic()
         if delay > 0:
             time.sleep(delay)
         while time.monotonic() < step["at"]:
