@@ -127,18 +127,25 @@ def test_a_changing_link_on_a_star_s_classified_links_is_refused_before_anything
 
 @pytest.mark.tcpnet_needs("cubic")
 def test_a_rate_that_steps_down_and_back_is_followed_phase_by_phase(tcpnet, tmp_path):
-    """40 -> 10 -> 40 Mbit/s at 2 s and 4 s under a 6 s cubic flow on the host: each step lands within 5 ms of its
-    time (both directions in one message, the class's rate read back), and from 0.5 s after each step the 0.25 s
-    rate samples average within 12% of the phase's payload rate (measured 1.00x in each phase: 38.3, 9.6, 38.3
-    Mbit/s against 38.26 / 9.56 / 38.26)."""
+    """40 -> 10 -> 40 Mbit/s at 2 s and 4 s under a 6 s cubic flow on the host: each step lands at its time (both
+    directions in one message, the class's rate read back), each phase starts when its step was applied, and from
+    0.5 s after each step the 0.25 s rate samples average within 12% of the phase's payload rate (measured 1.00x in
+    each phase: 38.3, 9.6, 38.3 Mbit/s against 38.26 / 9.56 / 38.26).
+
+    How late a step lands is the scheduler's (benchmarks/bench_link_timer.py, beside CPU hogs: SCHED_FIFO p99
+    under 0.1 ms, max 0.06-5.0 ms; unprivileged p99 0.1 ms, max 2.9-3.7 ms), so it is bounded here by what it would
+    distort: 5% of the 2 s phase it opens, the share a late step hands to the previous rate. A 5 ms bound failed a
+    fresh-clone CI run's rootless session (6.9 ms, beside a CPU hog)."""
     result = tcpnet.pair(Link(rate=STEPS)).transfer(duration=6, cc="cubic")
     figures = result.describe() + "\n" + "\n".join(map(str, result.link_changes))
     assert [step["at"] for step in result.link_changes] == [2.0, 2.0, 4.0, 4.0], figures
     for step in result.link_changes:
-        assert 0 <= step["applied_at"] - step["at"] <= 0.005, figures
+        assert 0 <= step["applied_at"] - step["at"] <= 0.05 * 2.0, figures
         assert step["settings"]["rate_bps"] == model.parse_rate(STEPS.value_at(step["at"])), figures
     phases = result.phases
     assert [p.scheduled_at for p in phases] == [0.0, 2.0, 4.0], figures
+    applied = [max(step["applied_at"] for step in result.link_changes if step["at"] == at) for at in (2.0, 4.0)]
+    assert [p.start_s for p in phases[1:]] == applied, figures
     origin = result.first_byte_at - result.schedule_origin
     samples = [(t + origin, bps) for t, bps in result.rate_series(0.25)]
     for phase in phases:
