@@ -68,7 +68,7 @@ def test_a_sampler_behind_its_schedule_still_reads_each_socket_s_destruction_as_
     """A sampler whose samples take longer than its interval (a busy host) went from one sample to the next without
     reading the kernel's destruction messages between them: a socket that closed mid-run vanished from the samples at
     once, and its final row was read (and timed) only when the sampler stopped. In a star's shared client (fresh-clone
-    CI run 17, beside a CPU hog) the three flows' rows then ended 0.5 s apart though their sockets closed together."""
+    CI run 17, beside a CPU hog) the three flows then kept 140, 108 and 89 rows in the window all three were open."""
     pair = tcpnet.pair()
     namespaces = {"client": pair.client.namespace, "server": pair.server.namespace}
     # An interval no sample can keep: every wait starts past its deadline, as a starved sampler's do.
@@ -82,7 +82,7 @@ def test_a_sampler_behind_its_schedule_still_reads_each_socket_s_destruction_as_
         samples = watching.stop()
     key = ("client", tuple(result.receiver.local), tuple(result.receiver.remote))
     assert key in samples.closed, sorted(samples.closed)
-    read_at, last_sample_at, _ = samples.closed[key]
+    read_at = samples.closed[key][0]
     # Read while sampling went on (within the half second after the transfer returned), not at the stop.
     assert read_at < stopped_at and read_at <= closed_by + 0.25, (read_at - closed_by, stopped_at - closed_by)
     assert samples.rows[key][-1][0] == read_at
