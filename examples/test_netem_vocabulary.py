@@ -144,8 +144,9 @@ def test_gilbert_elliott_loses_in_bursts(tcpnet):
         if "netem" in line and "dev veth-srv " in line
     )
     assert "loss gemodel p 5% r 25% 1-h 100% 1-k 0%" in " ".join(line.split()), line
-    arrived = nodecalls.probe_udp(pair, count=4000, interval=0.002, arrived=True)
-    lost = [n not in arrived for n in range(4000)]
+    datagrams = 4000
+    arrived = nodecalls.probe_udp(pair, count=datagrams, interval=0.002, arrived=True)
+    lost = [n not in arrived for n in range(datagrams)]
     runs, run = [], 0
     for gone in lost + [False]:
         if gone:

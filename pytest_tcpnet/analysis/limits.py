@@ -23,6 +23,8 @@ the sndbuf state starts only when a transmission empties the write queue while t
 already waits, which a writer of small blocking writes never meets.
 """
 
+import math
+
 __all__ = [
     "LABELS",
     "SAMPLE_FIELDS",
@@ -79,7 +81,7 @@ def classify_sample(sample):
     # buffer bounds what can be in flight and the stack (a CPU taken by other work, a pacing timer) is a moment behind:
     # a 16 KB SO_SNDBUF at 20 ms under UML beside a CPU hog read "cwnd" from 43% of its samples with a congestion
     # window of 60 segments over ~22 in flight (fresh-clone CI run 12), and bbr behind the same buffer half the time.
-    if waiting and not (full and unacked + -(-notsent // mss) <= cwnd):
+    if waiting and not (full and unacked + math.ceil(notsent / mss) <= cwnd):
         return "cwnd"
     return "sndbuf"
 

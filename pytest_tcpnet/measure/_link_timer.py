@@ -23,6 +23,7 @@ import socket
 import struct
 import sys
 import time
+from collections import namedtuple
 
 _HEADER = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, seq, pid
 _NLMSG_ERROR = 2
@@ -31,6 +32,7 @@ SLICE_NS = 100_000
 #: sched_setattr and sched_getattr, by machine (other machines keep the default slice).
 _SCHED_ATTR_CALLS = {"x86_64": (314, 315), "aarch64": (274, 275)}
 _SCHED_ATTR = struct.Struct("=IIQiIQQQ")  # struct sched_attr up to sched_period: 48 bytes
+_SchedAttr = namedtuple("_SchedAttr", "size policy flags nice priority runtime deadline period")
 
 
 def _die_with_parent(parent):
@@ -64,7 +66,8 @@ def _short_slice(nice):
     setattr_call, getattr_call = calls
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        asked = ctypes.create_string_buffer(_SCHED_ATTR.pack(_SCHED_ATTR.size, 0, 0, nice, 0, SLICE_NS, 0, 0))
+        request = _SchedAttr(_SCHED_ATTR.size, os.SCHED_OTHER, 0, nice, 0, SLICE_NS, 0, 0)
+        asked = ctypes.create_string_buffer(_SCHED_ATTR.pack(*request))
         if libc.syscall(setattr_call, 0, asked, 0) != 0:
             return False
         held = ctypes.create_string_buffer(_SCHED_ATTR.size)
@@ -72,7 +75,9 @@ def _short_slice(nice):
             return False
     except (OSError, AttributeError):
         return False
-    return _SCHED_ATTR.unpack(held.raw)[5] == SLICE_NS  # before 6.12 the kernel ignores it and reads back 0
+    return (
+        _SchedAttr(*_SCHED_ATTR.unpack(held.raw)).runtime == SLICE_NS
+    )  # before 6.12 the kernel ignores it and reads back 0
 
 
 def _await_acks(sock, seqs):

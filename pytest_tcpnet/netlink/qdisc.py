@@ -626,16 +626,14 @@ def flow_queues_of(namespace, ifnames):
         return sum(msg.get_attr("TCA_KIND") == "fq_codel" for msg in messages)
 
     session = session_for(namespace)
-    if session is not None and all(session.known_index(ifname) for ifname in ifnames):
+    indexes = {ifname: session.known_index(ifname) for ifname in ifnames} if session is not None else {}
+    if session is not None and all(indexes.values()):
         # A class dump answers one request: one query per interface, on the session's socket from this thread.
         return {
             ifname: count(
-                session.query(
-                    f"reading the per-flow queues of {ifname}",
-                    [("tc", "dump-class", {"index": session.known_index(ifname)})],
-                )[0]
+                session.query(f"reading the per-flow queues of {ifname}", [("tc", "dump-class", {"index": index})])[0]
             )
-            for ifname in ifnames
+            for ifname, index in indexes.items()
         }
     return _per_interface(
         namespace, ifnames, "reading the per-flow queues", lambda ipr, index: count(ipr.get_classes(index=index))
