@@ -35,6 +35,23 @@ def test_a_window_bounds_a_large_response_to_window_per_rtt():
     assert slow == pytest.approx(1.0, rel=0.01) and fast == pytest.approx(0.2, rel=0.01)
 
 
+def test_a_large_request_takes_its_own_time_before_the_answer():
+    """An upload acknowledged by the application (chunkup's 64 KB chunks, a 16-byte answer) at 0 RTT on 50 Mbit/s:
+    the chunk's time on the link, 10.5 ms, not the answer's 2.6 us; 20 ms each way on a fast link adds the request's
+    slow-start rounds (10 segments, 20, then the last 22,096 bytes: two RTTs) to the exchange's own round trip."""
+    (upload,) = request_response_times(
+        1, 16, rtt_s=0.0, window_bytes=65536, rate_bps=50e6, request_bytes=65536, request_rate_bps=50e6
+    )
+    assert upload == pytest.approx(65536 * 8 / 50e6 + 16 * 8 / 50e6)
+    (unshaped,) = request_response_times(1, 16, rtt_s=0.0, window_bytes=65536, rate_bps=50e6, request_bytes=65536)
+    assert unshaped == pytest.approx(16 * 8 / 50e6)
+    (far,) = request_response_times(
+        1, 16, rtt_s=0.04, window_bytes=65536, rate_bps=956e6, request_bytes=65536, request_rate_bps=956e6
+    )
+    assert far == pytest.approx(0.04 + 2 * 0.04 + 22_096 * 8 / 956e6 + 16 * 8 / 956e6)
+    assert request_response_times(1, 16, rtt_s=0.04, window_bytes=65536) == [pytest.approx(0.04)]
+
+
 @pytest.mark.parametrize(
     "kwargs, words",
     [

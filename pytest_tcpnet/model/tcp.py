@@ -119,6 +119,8 @@ def request_response_times(
     slow_start_after_idle=True,
     mss_bytes=1448,
     initial_window_segments=10,
+    request_bytes=None,
+    request_rate_bps=None,
 ):
     """Expected seconds from each request's start to its response's last byte: [one per request].
 
@@ -128,29 +130,44 @@ def request_response_times(
     arriving half an RTT after it left. cwnd starts at the initial window on a new connection
     and after idling longer than the RTO (net.ipv4.tcp_slow_start_after_idle=1, the default),
     doubles per round (slow start) up to the window, and carries over between back-to-back
-    requests on one connection.
+    requests on one connection. A request of request_bytes leaves the client the same way
+    (its own cwnd, at request_rate_bps: None for an unshaped way) before it reaches the server;
+    without request_bytes it is taken as too small to take time.
     """
     for name, value in (("count", count), ("response_bytes", response_bytes)):
         check_integer(name, value, 1)
+    if request_bytes is not None:
+        check_integer("request_bytes", request_bytes, 1)
     _nonnegative("rtt_s", rtt_s)
     _positive("window_bytes", window_bytes)
     initial = initial_window_segments * mss_bytes
     rto = TCP_RTO_MIN_S + rtt_s
-    times, cwnd = [], initial
+    times, cwnd, request_cwnd = [], initial, initial
     for index in range(count):
         if new_connection or (index and slow_start_after_idle and interval_s - times[-1] > rto):
-            cwnd = initial
+            cwnd = request_cwnd = initial
         elapsed = rtt_s if new_connection else 0.0
-        sent, rounds = 0, []
-        while sent < response_bytes:
-            size = min(cwnd, window_bytes, response_bytes - sent)
-            rounds.append(size * 8 / rate_bps if rate_bps else 0.0)
-            sent += size
-            if sent < response_bytes or size == min(cwnd, window_bytes):
-                cwnd = min(2 * cwnd, max(cwnd, window_bytes))  # slow start, up to the window
-        elapsed += rtt_s + sum(max(rtt_s, r) for r in rounds[:-1]) + rounds[-1]
+        if request_bytes is not None:
+            asking, request_cwnd = _rounds_s(request_bytes, request_cwnd, window_bytes, request_rate_bps, rtt_s)
+            elapsed += asking
+        answering, cwnd = _rounds_s(response_bytes, cwnd, window_bytes, rate_bps, rtt_s)
+        elapsed += rtt_s + answering
         times.append(elapsed)
     return times
+
+
+def _rounds_s(nbytes, cwnd, window_bytes, rate_bps, rtt_s):
+    """(seconds from the first byte leaving to the last leaving the link, cwnd after): nbytes in rounds of
+    min(cwnd, window), each an RTT or its time on the link, whichever is longer; cwnd doubles (slow start) up to the
+    window."""
+    sent, rounds = 0, []
+    while sent < nbytes:
+        size = min(cwnd, window_bytes, nbytes - sent)
+        rounds.append(size * 8 / rate_bps if rate_bps else 0.0)
+        sent += size
+        if sent < nbytes or size == min(cwnd, window_bytes):
+            cwnd = min(2 * cwnd, max(cwnd, window_bytes))
+    return sum(max(rtt_s, r) for r in rounds[:-1]) + rounds[-1], cwnd
 
 
 def transfer_time(nbytes, rate_bps):

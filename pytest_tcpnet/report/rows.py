@@ -418,7 +418,7 @@ MIN_EXCHANGES = 2
 
 def _judge_exchanges(row, transfer):
     """A captured connection of several request/response exchanges: judged by its p50 exchange time against the
-    model's (a round trip, then the response's rounds), not by a rate; the spread in the notes."""
+    model's (the request's rounds, a round trip, then the response's rounds), not by a rate; the spread in the notes."""
     if transfer.capture is None:
         return
     exchanges = _attr(transfer, "exchanges") or []
@@ -436,7 +436,8 @@ def _judge_exchanges(row, transfer):
         expected_bps=None,
         figure="p50 exchange",
         bound="requests",
-        why="per exchange: a round trip, then the response in slow-start rounds from 10 segments at the link's rate",
+        why="per exchange: the request, then the response, each in slow-start rounds from 10 segments at its way's "
+        "rate, and a round trip",
         ratio=_time_ratio(model, measured),
         requests={
             "count": len(exchanges),

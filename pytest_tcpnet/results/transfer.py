@@ -201,18 +201,21 @@ class TransferResult(AppliedChecks, ModelInputs):
         return find_exchanges(capture.packets, endpoint_text(*end.local))
 
     def exchange_expected_s(self, exchange):
-        """The model's time for one exchange on this path: a round trip, then the response in slow-start rounds from
-        the initial window at the link's payload rate (model.request_response_times; no receive-window bound)."""
+        """The model's time for one exchange on this path: the request and then the response, each in slow-start
+        rounds from the initial window at its way's payload rate, and a round trip (model.request_response_times; no
+        receive-window bound). A large request (an upload acknowledged by the application) takes its own time."""
         from ..model import PAYLOAD_PER_FRAME, link_goodput, request_response_times
 
-        rate = self.link.toward_client.rate_bps
+        answer_rate, ask_rate = self.link.toward_client.rate_bps, self.link.toward_server.rate_bps
         (seconds,) = request_response_times(
             1,
             max(1, exchange.response_bytes),
             rtt_s=self.link.rtt_s,
-            window_bytes=max(1, exchange.response_bytes),
-            rate_bps=link_goodput(rate) if rate else None,
+            window_bytes=max(1, exchange.response_bytes, exchange.request_bytes),
+            rate_bps=link_goodput(answer_rate) if answer_rate else None,
             mss_bytes=PAYLOAD_PER_FRAME,
+            request_bytes=max(1, exchange.request_bytes),
+            request_rate_bps=link_goodput(ask_rate) if ask_rate else None,
         )
         return seconds
 
