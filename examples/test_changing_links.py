@@ -3,6 +3,8 @@ spell, netem's full parameter set at each step, and RFC 8867's capacity schedule
 these. Each step is applied in place and its time and the kernel's settings recorded (docs/schedules.md).
 """
 
+import statistics
+
 import pytest
 
 from pytest_tcpnet import Host, Link, Schedule, assert_follows_schedule, model
@@ -18,12 +20,18 @@ def _series_on_schedule_clock(result, field):
 
 def test_the_sender_s_rtt_follows_a_route_change(tcpnet):
     """A 20 -> 80 ms RTT step at 2 s under a cubic download at 10 Mbit/s (a 20-packet queue, so the queue adds at
-    most 24 ms): asserts the step's delay was read back from netem, the sender's smoothed RTT stays under 50 ms
-    in the second before the step (slow start's is left out: beside a CPU hog on both cores it read 62.3 ms at
-    0.48 s, the guest's own scheduling delay in a CI run) and is at or above 78 ms from 1 s after it (measured in
-    the 6.1 VM: 73 ms 0.16 s after the step, 81 ms from 0.24 s on), and the longer path costs the window-bound
-    flow its rate: the cubic window the queue allowed at 20 ms (~40 packets) covers half the 80 ms path's BDP, and
-    cubic grows it slowly (measured 9.5 then 4.7-5.9 Mbit/s; the first phase fills the link, >= 90%)."""
+    most 24 ms): asserts the step's delay was read back from netem; in the second before the step the sender's
+    smoothed RTT is the 20 ms path's (median at most the path with its queue full, 44.2 ms; p95 under 50 ms), and
+    from 1 s after it the 80 ms path's (at or above 78 ms), every sample before under every one after; and the
+    longer path costs the window-bound flow its rate: the cubic window the queue allowed at 20 ms (~40 packets)
+    covers half the 80 ms path's BDP, and cubic grows it slowly (measured 9.5 then 4.7-5.9 Mbit/s; the first phase
+    fills the link, >= 90%).
+
+    Measured under UML 6.1 and 6.12 (8 runs quiet, 16 beside a CPU hog on both cores), the second before the step:
+    median 36.6-40.1 ms, p95 44.4-45.3, max 45.3-47.0; from 1 s after it, min 80.2-80.7. Single samples are the
+    guest's scheduling too, not the path: fresh-clone CI run 22 (the hog, the VM examples' two guests) read a spike
+    to 50.2 ms at 1.85 s (median 39.0, p95 45.1), and slow start's 62.3 ms at 0.48 s in an earlier run (so slow start
+    is left out). In the 6.1 VM: 73 ms 0.16 s after the step, 81 ms from 0.24 s on."""
     link = Link(rate="10mbit", limit=20, rtt=Schedule([(0, "20ms"), (2, "80ms")]))
     result = tcpnet.pair(link, server=Host(cc="cubic")).transfer(duration=4, cc="cubic")
     figures = result.describe() + "\n" + "\n".join(map(str, result.link_changes))
@@ -31,7 +39,10 @@ def test_the_sender_s_rtt_follows_a_route_change(tcpnet):
     rtt = [(t, us / 1e6) for t, us in _series_on_schedule_clock(result, "rtt")]
     before, after = [v for t, v in rtt if 1.0 <= t < 2.0], [v for t, v in rtt if t >= 3.0]
     assert before and after, figures
-    assert max(before) < 0.050 and min(after) >= 0.078, f"{figures}\nrtt: {rtt}"
+    full_queue_s = 0.020 + 20 * 1514 * 8 / 10e6
+    assert statistics.median(before) <= full_queue_s, f"{figures}\nrtt: {rtt}"
+    assert statistics.quantiles(before, n=20)[-1] < 0.050, f"{figures}\nrtt: {rtt}"
+    assert max(before) < 0.078 <= min(after), f"{figures}\nrtt: {rtt}"
     short, long = result.phases
     assert short.goodput_bps >= 0.9 * model.link_goodput(10e6) and long.goodput_bps < short.goodput_bps, figures
 
