@@ -75,9 +75,8 @@ def _short_slice(nice):
             return False
     except (OSError, AttributeError):
         return False
-    return (
-        _SchedAttr(*_SCHED_ATTR.unpack(held.raw)).runtime == SLICE_NS
-    )  # before 6.12 the kernel ignores it and reads back 0
+    # Before 6.12 the kernel ignores the slice asked for and reads back 0.
+    return _SchedAttr(*_SCHED_ATTR.unpack(held.raw)).runtime == SLICE_NS
 
 
 def _await_acks(sock, seqs):
