@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import threading
 import weakref
+from pathlib import Path
 
 from .. import interrupts, netlink
 from ..errors import LabError
@@ -82,8 +83,8 @@ class Lab:
         #: Every result this lab's pairs produced, in order (register): transfers, window probes, request/response
         #: runs, latency probes, UDP streams. The plugin reports each (table, JUnit, results file, artifacts).
         self.results = []
-        #: Where results write pcaps and plots (None: nowhere until a directory is given).
-        self.artifact_dir = None if artifact_dir is None else str(artifact_dir)
+        #: Where results write pcaps and plots, a Path as docs/reports.md promises (None: nowhere until one is given).
+        self.artifact_dir = None if artifact_dir is None else Path(artifact_dir)
         if endpoint_offloads not in ("wire", "kernel", True, False):
             raise ValueError(f"endpoint_offloads: must be 'wire', 'kernel', True or False, got {endpoint_offloads!r}")
         self._worlds = []

@@ -1,5 +1,6 @@
 """The other result kinds: UDP streams, flows run at once, latency under load, request/response, a window probe."""
 
+import os
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -150,7 +151,7 @@ class LatencyResult:
     kernel: str
     flows: "ConcurrentResult | None" = None
     udp: list = field(default_factory=list)
-    artifact_dir: "str | None" = None
+    artifact_dir: "os.PathLike | str | None" = None
 
     def __post_init__(self):
         self._artifacts = []

@@ -1,6 +1,7 @@
 """One flow's result (TransferResult) and its phases across a changing link: what it measured and why."""
 
 import functools
+import os
 from dataclasses import dataclass, field
 
 from .. import guest
@@ -85,7 +86,7 @@ class TransferResult(AppliedChecks, ModelInputs):
     details: dict = field(default_factory=dict, repr=False)
     samples: object = field(default=None, repr=False)
     capture: object = field(default=None, repr=False)
-    artifact_dir: "str | None" = field(default=None, repr=False)
+    artifact_dir: "os.PathLike | str | None" = field(default=None, repr=False)
     offloads: dict = field(default_factory=dict, repr=False)
     qdiscs: dict = field(default_factory=dict, repr=False)
     #: {ifname: the most per-flow queues its fq_codel served at once while the flow was measured} of the path's
