@@ -7,7 +7,8 @@ Flow start: a flow forked from the preloaded zygote (what workloads do), Node.sp
 function, against a fresh interpreter started in the namespace (what a script-per-flow design pays).
 observe() overhead: a user's own sender and receiver (benchapp.py, spawned) on a 1 Gbit/s path,
 goodput with and without observe() around them, and the sampler's CPU share. Star sampling: a star's shared client
-read by one sampler per pair against one per namespace, on the same flows.
+read by one sampler per pair against one per namespace, on the same flows. Start spread: how far apart flows asked to
+start at once were ready, and how far apart the start gate let them go (--start-spread: only that).
 """
 
 import argparse
@@ -206,6 +207,42 @@ def star_sampling(rounds, servers=8, seconds=3.0, interval=0.02):
     )
 
 
+def _spread_ms(times):
+    return (max(times) - min(times)) * 1e3
+
+
+def start_spread(rounds, servers=3):
+    """Flows asked to start at once on a star's servers: how far apart they came to the start gate (when each was
+    ready: where it would have started without the gate) against how far apart they went (bulk: their first
+    writes; iperf3: their clients' release, before they connect). One run gives both: no switch turns the gate off.
+
+    Returns nothing; prints the medians over rounds, in ms, and their ratio."""
+    from pytest_tcpnet import Flow
+    from pytest_tcpnet.workload.iperf3 import Iperf3
+
+    spreads = {"bulk": ([], []), "iperf3": ([], [])}
+    with Lab() as lab:
+        star = lab.star(servers=servers, links=Link(rate="20mbit"))
+        for _ in range(rounds):
+            senders = [flow.sender for flow in star.concurrent([Flow(duration=1) for _ in star.pairs]).flows]
+            spreads["bulk"][0].append(_spread_ms([end.extra["gated_at"] for end in senders]))
+            spreads["bulk"][1].append(_spread_ms([end.first_write_at for end in senders]))
+            clients = [run.flows[0].receiver for run in star.run([Iperf3(duration=1) for _ in star.pairs])]
+            spreads["iperf3"][0].append(_spread_ms([end.extra["gated_at"] for end in clients]))
+            spreads["iperf3"][1].append(_spread_ms([end.extra["released_at"] for end in clients]))
+    kernel = os.uname().release
+    for name, (ready, went) in spreads.items():
+        moved = "first writes" if name == "bulk" else "clients released"
+        row(
+            "gate",
+            f"{servers} {name} flows at once, start spread: ready / with the gate ({kernel})",
+            median(ready) / max(median(went), 1e-3),
+            "x",
+            note=f"median of {rounds}: ready {median(ready):.1f} ms apart (max {max(ready):.1f}), {moved} "
+            f"{median(went):.2f} ms apart (max {max(went):.2f})",
+        )
+
+
 def main(rounds=5, nbytes=1_000_000_000, seconds=3, observe_bytes=250_000_000):
     with Lab() as lab:
         pair = lab.pair()
@@ -249,6 +286,7 @@ def main(rounds=5, nbytes=1_000_000_000, seconds=3, observe_bytes=250_000_000):
         observe_overhead(rounds, observe_bytes)
     probe_cost(rounds)
     star_sampling(rounds)
+    start_spread(rounds)
 
 
 if __name__ == "__main__":
@@ -262,5 +300,9 @@ if __name__ == "__main__":
         default=250_000_000,
         help="bytes per transfer of the observe() overhead rounds at 1 Gbit/s (0: skip them)",
     )
+    parser.add_argument("--start-spread", action="store_true", help="only the start gate's spread (quick)")
     args = parser.parse_args()
-    main(args.rounds, args.bytes, args.seconds, args.observe_bytes)
+    if args.start_spread:
+        start_spread(args.rounds)
+    else:
+        main(args.rounds, args.bytes, args.seconds, args.observe_bytes)

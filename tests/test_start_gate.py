@@ -6,9 +6,13 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import pytest_tcpnet
 from pytest_tcpnet import Flow, Link
 from pytest_tcpnet.measure.gate import StartGate
+from pytest_tcpnet.workload.iperf3 import Iperf3
+from pytest_tcpnet.workload.requests import RequestResponse
 
 _WAITER = """
 import sys
@@ -113,3 +117,27 @@ def test_flows_asked_to_start_at_once_are_held_until_the_last_has_connected(tcpn
     )
     assert max(gated) < min(released), seen
     assert all(end.first_write_at >= end.extra["released_at"] for end in senders), seen
+
+
+@pytest.mark.tcpnet_needs("iperf3")
+@pytest.mark.parametrize("use_bindings", [True, False], ids=["libiperf", "iperf3 -J"])
+def test_iperf3_and_request_response_clients_wait_at_the_gate_too(tcpnet, use_bindings):
+    """iperf3 (through libiperf, or its command line) and the request/response client on three servers of a star
+    at once: each client is set up (its process forked, libiperf loaded) and waits at the gate before it connects,
+    so none goes through before the last has come (the order the gate guarantees, judged as for bulk flows)."""
+    star = tcpnet.star(servers=3, links=Link(rate="20mbit"))
+    workloads = [
+        Iperf3(duration=1, use_bindings=use_bindings),
+        RequestResponse(5, response_size=100_000),
+        Iperf3(duration=1, direction="upload", use_bindings=use_bindings),
+    ]
+    first, exchanged, last = star.run(workloads)
+    (requests,) = exchanged.results
+    clients = [first.flows[0].receiver, last.flows[0].sender]  # a download's client receives, an upload's sends
+    gated = [end.extra["gated_at"] for end in clients] + [requests.gated_at]
+    released = [end.extra["released_at"] for end in clients] + [requests.released_at]
+    seen = (
+        f"came to the gate at {[round(t - min(gated), 4) for t in gated]} s, went through at "
+        f"{[round(t - min(gated), 4) for t in released]} s"
+    )
+    assert max(gated) < min(released), seen

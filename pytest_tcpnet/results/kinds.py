@@ -238,6 +238,9 @@ class RequestsResult:
     #: the window-per-round law alone, without the endpoints' own share of the RTT to explain.
     observed_rtt_s: "float | None" = None
     observed_expected_s: "list | None" = None
+    #: When the client came to the measurement's start gate and went through it (monotonic s; None: no gate).
+    gated_at: "float | None" = None
+    released_at: "float | None" = None
 
     @property
     def fct_s(self):

@@ -426,11 +426,24 @@ def rr_server(
 
 
 def rr_client(
-    conn, *, address, port, count, request_size, response_size, new_connection, interval=0.0, rcvbuf=None, timeout=60.0
+    conn,
+    *,
+    address,
+    port,
+    count,
+    request_size,
+    response_size,
+    new_connection,
+    interval=0.0,
+    rcvbuf=None,
+    timeout=60.0,
+    start_gate=None,
 ):
     """Send `count` requests and read each response whole, on one connection or a new one each; reports per
-    request its times on the monotonic clock: started (before connect, if any), connected, first byte, done."""
+    request its times on the monotonic clock: started (before connect, if any), connected, first byte, done.
+    start_gate: a StartGate's path to wait at before the first request (wait_at_start_gate)."""
     view = memoryview(bytearray(max(CHUNK, response_size)))
+    gate_times = {} if start_gate is None else wait_at_start_gate(conn, start_gate, timeout)
     records, sock, next_at = [], None, time.monotonic()
     for _ in range(count):
         _sleep_until(next_at)
@@ -459,7 +472,7 @@ def rr_client(
         next_at = started + interval
     if sock is not None:
         sock.close()
-    conn.send({"event": "result", "requests": records})
+    conn.send({"event": "result", "requests": records, **gate_times})
 
 
 _CBR_HEADER = struct.Struct("!Id")  # sequence number, send time (monotonic s); 0xFFFFFFFF: the end
@@ -610,8 +623,11 @@ def iperf3_server(conn, *, address, port, timeout=60.0):
     conn.send({"event": "result", "error": error})
 
 
-def iperf3_client(conn, *, address, port, duration, reverse, cc=None, window=None, parallel=1):
-    """One iperf3 test as the client; reports iperf3's JSON (with the server's, for the sender's cwnd and rtt)."""
+def iperf3_client(
+    conn, *, address, port, duration, reverse, cc=None, window=None, parallel=1, start_gate=None, timeout=60.0
+):
+    """One iperf3 test as the client; reports iperf3's JSON (with the server's, for the sender's cwnd and rtt).
+    start_gate: a StartGate's path to wait at, libiperf loaded and the test set up, before it connects."""
     import ctypes
     import json
 
@@ -630,11 +646,13 @@ def iperf3_client(conn, *, address, port, duration, reverse, cc=None, window=Non
     if window:
         lib.iperf_set_test_socket_bufsize.argtypes = [ctypes.c_void_p, ctypes.c_int]
         lib.iperf_set_test_socket_bufsize(test, window)
+    gate_times = {} if start_gate is None else wait_at_start_gate(conn, start_gate, timeout)
     started_at = time.monotonic()
     result = client.run()
     conn.send(
         {
             "event": "result",
+            **gate_times,
             "started_at": started_at,
             "ended_at": time.monotonic(),
             "json": result.json if result.json else json.loads(result.text),
@@ -642,15 +660,17 @@ def iperf3_client(conn, *, address, port, duration, reverse, cc=None, window=Non
     )
 
 
-def iperf3_cli(conn, *, argv):
-    """iperf3 -J through the command line, where the bindings cannot load; reports its JSON."""
+def iperf3_cli(conn, *, argv, start_gate=None, timeout=60.0):
+    """iperf3 -J through the command line, where the bindings cannot load; reports its JSON. start_gate: a
+    StartGate's path to wait at before iperf3 starts (a client's)."""
     import json
     import subprocess
 
+    gate_times = {} if start_gate is None else wait_at_start_gate(conn, start_gate, timeout)
     started_at = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     try:
         data = json.loads(done.stdout)
     except ValueError:
         data = {"error": (done.stderr or done.stdout).strip() or f"exit {done.returncode}"}
-    conn.send({"event": "result", "started_at": started_at, "ended_at": time.monotonic(), "json": data})
+    conn.send({"event": "result", **gate_times, "started_at": started_at, "ended_at": time.monotonic(), "json": data})

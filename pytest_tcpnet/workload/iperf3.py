@@ -1,6 +1,7 @@
 """iperf3 on a pair: libiperf through the PyPI `iperf3` bindings, `iperf3 -J` where they cannot load."""
 
 import shutil
+import time
 
 from .. import interrupts
 from ..errors import LabError, MissingCapability
@@ -76,6 +77,8 @@ class Iperf3(Workload):
                     cc=self.cc,
                     window=self.window,
                     parallel=self.parallel,
+                    start_gate=self.start_gate,
+                    timeout=max(1.0, deadline - time.monotonic()),
                 ),
                 "iperf3 client",
             )
@@ -101,7 +104,11 @@ class Iperf3(Workload):
                 "--get-server-output",
             ] + (["-R"] if reverse else [])
             argv += (["-C", self.cc] if self.cc else []) + (["-w", str(self.window)] if self.window else [])
-            self._client = self._spawn(pair.client, iperf3_cli, dict(argv=argv), "iperf3 -c")
+            gate = dict(start_gate=self.start_gate, timeout=max(1.0, deadline - time.monotonic()))
+            self._client = self._spawn(pair.client, iperf3_cli, dict(argv=argv, **gate), "iperf3 -c")
+        if self.start_gate is not None:
+            # The client connects once every workload of the measurement has started (its programs are set up).
+            self._client.receive(deadline, "gated")
 
     def wait(self, deadline):
         report = self._client.receive(deadline, "result")
@@ -113,8 +120,9 @@ class Iperf3(Workload):
         connected = data["start"]["connected"][0]
         client_end = (connected["local_host"], connected["local_port"])
         server_end = (connected["remote_host"], connected["remote_port"])
+        gate_times = {name: report[name] for name in ("gated_at", "released_at") if name in report}
         ends = {
-            "client": {"local": client_end, "remote": server_end},
+            "client": {"local": client_end, "remote": server_end, **gate_times},
             "server": {"local": server_end, "remote": client_end},
         }
         received = end["sum_received"]
@@ -172,8 +180,6 @@ def _sender_intervals(data, sender_side):
 
 def _wait_listening(pair, deadline):
     """Block until iperf3 -s listens in the server namespace (read from outside with sock_diag)."""
-    import time
-
     from ..netlink.diag import watch_sockets
 
     found = []

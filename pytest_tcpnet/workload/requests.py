@@ -50,6 +50,7 @@ class RequestResponse(Workload):
         self.cc = cc
         self.connect_timeout = connect_timeout
         self.records = self.server_record = None
+        self.gate_times = {}
         self._children = None
 
     def default_timeout(self, link):
@@ -87,15 +88,20 @@ class RequestResponse(Workload):
                 interval=self.interval,
                 rcvbuf=self.rcvbuf,
                 timeout=self.connect_timeout,
+                start_gate=self.start_gate,
             ),
             "request/response client",
         )
+        if self.start_gate is not None:  # the first request waits for every workload of the measurement to start
+            client.receive(deadline, "gated")
         self._children = (server, client)
 
     def wait(self, deadline):
         server, client = self._children
         # The client process's dicts become typed here, at the adapter's boundary.
-        self.records = [RequestTimes(**times) for times in client.receive(deadline, "result")["requests"]]
+        report = client.receive(deadline, "result")
+        self.records = [RequestTimes(**times) for times in report["requests"]]
+        self.gate_times = {name: report[name] for name in ("gated_at", "released_at") if name in report}
         self.server_record = server.receive(deadline, "result")
         return []
 
@@ -173,5 +179,6 @@ class RequestResponse(Workload):
             server_tcp_info=server_info,
             observed_rtt_s=observed_rtt,
             observed_expected_s=times(observed_rtt) if observed_rtt else None,
+            **self.gate_times,
         )
         return [exchanges]
