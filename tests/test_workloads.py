@@ -1,7 +1,9 @@
 """Workloads against the real kernel: bulk flows with every knob, paced and pausing ends, a starved receiver,
 concurrent flows, iperf3, HTTP + curl, and the measurements every result carries."""
 
+import contextlib
 import os
+import signal
 import time
 
 import pytest
@@ -159,6 +161,48 @@ def test_iperf3_through_the_bindings_and_the_cli(tcpnet):
 
     (cli,) = pair.run(Iperf3(duration=1, use_bindings=False), timeout=60).flows
     assert cli.throughput_bps == pytest.approx(100e6 * 1448 / 1514, rel=0.1)
+
+
+def _children_of(pid):
+    """The pids whose parent is pid (from /proc)."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:  # the field after the state: the parent
+                    found.append(int(entry))
+        except OSError:
+            pass  # gone meanwhile
+    return found
+
+
+@pytest.mark.tcpnet_needs("iperf3")
+def test_a_stopped_iperf3_command_line_child_takes_its_iperf3_with_it(tcpnet):
+    """`iperf3 -J` (where the bindings cannot load) runs as a program of a forked child, and a workload stopped on a
+    failure signals that child alone: an `iperf3 -s -1` whose client never came listened on past the lab's
+    teardown. It now dies with the child."""
+    from pytest_tcpnet.workload.flows import iperf3_cli
+    from pytest_tcpnet.workload.spawn import NamespaceChild
+
+    pair = tcpnet.pair()
+    argv = ["iperf3", "-s", "-1", "-J", "-B", pair.server.address, "-p", "5201"]
+    child = NamespaceChild(pair.server.processes.netns_path, iperf3_cli, dict(argv=argv), name="iperf3 -s")
+    programs = []
+    try:
+        pair.server.wait_listening(5201, timeout=30)
+        programs = _children_of(child.pid)
+        assert len(programs) == 1, programs
+        child.stop()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{programs[0]}"):
+            time.sleep(0.01)
+        assert not os.path.exists(f"/proc/{programs[0]}"), "iperf3 -s outlived the child that ran it"
+        assert 5201 not in netlink.listening_ports(pair.server.namespace)
+    finally:
+        child.stop()
+        for pid in programs:  # this test started it: it does not outlive the test, whatever the verdict
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.tcpnet_needs("curl")

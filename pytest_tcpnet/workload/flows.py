@@ -660,15 +660,33 @@ def iperf3_client(
     )
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _dies_with_this_process():
+    """A preexec_fn: the program gets SIGKILL when the process that started it goes, however it goes (a stopped
+    workload's child is signalled alone: without this its program ran on, even past the lab's teardown)."""
+    import ctypes
+
+    prctl, parent = ctypes.CDLL(None).prctl, os.getpid()
+
+    def prepare():
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent went before the request took hold
+            os._exit(1)
+
+    return prepare
+
+
 def iperf3_cli(conn, *, argv, start_gate=None, timeout=60.0):
     """iperf3 -J through the command line, where the bindings cannot load; reports its JSON. start_gate: a
-    StartGate's path to wait at before iperf3 starts (a client's)."""
+    StartGate's path to wait at before iperf3 starts (a client's). iperf3 is killed with this process."""
     import json
     import subprocess
 
     gate_times = {} if start_gate is None else wait_at_start_gate(conn, start_gate, timeout)
     started_at = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, preexec_fn=_dies_with_this_process())
     try:
         data = json.loads(done.stdout)
     except ValueError:
