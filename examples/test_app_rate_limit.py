@@ -48,16 +48,26 @@ def test_a_paced_reader_converges_to_its_own_rate(tcpnet):
 def test_a_small_receive_buffer_smooths_what_the_wire_carries(tcpnet):
     """With default buffers the kernel takes the whole 60 KB at once; with SO_RCVBUF 2 KB it trickles.
 
-    Measured (4 runs): the socket's highest 100 ms rate 586 KiB/s with default buffers, 26-35
-    KiB/s with SO_RCVBUF 2048 (4096 effective). Asserted: the small buffer's peak is under a
-    fifth of the default's and within 2x the reader's 20 KiB/s.
+    The wire can run ahead of a 20 KiB/s reader only by what the receive buffer holds. Measured
+    (18 runs on the host: quiet, and host and rootless beside a CPU hog on both cores; 8 under UML
+    6.1 and 6.12): with default buffers the kernel held 58.8-60.0 KB unread and the socket's
+    highest 100 ms rate was 586 KiB/s (the whole transfer in one interval); with SO_RCVBUF 2048
+    (4096 effective) it held at most 1.34-1.53 KB unread on the host, 1.46-2.19 KB under UML, and
+    peaked at 14-35 KiB/s. Asserted: the small buffer held no more
+    unread than its 4096 bytes (the rest of it covers a sampler late by 100 ms at the reader's
+    pace), the default one most of the transfer, and the small buffer's peak is under a fifth
+    of the default's. The peak is not judged against the reader's rate: one 100 ms interval can
+    carry the reader's 2-3 chunks plus a buffer's worth of change (42 KiB/s once, in CI).
     """
     pair = tcpnet.pair()
     default = pair.transfer(60_000, reader=Pace(chunk=1024, per_second=20))
     small = pair.transfer(60_000, reader=Pace(chunk=1024, per_second=20), rcvbuf=2048)
+    unread = {name: max(b for _, b in r.unread_series()) for name, r in (("default", default), ("small", small))}
     peaks = {
         name: max(bps for _, bps in r.rate_series(0.1, source="socket")) / 8
         for name, r in (("default", default), ("small", small))
     }
-    assert peaks["small"] < peaks["default"] / 5, peaks
-    assert peaks["small"] < 2 * 20 * 1024, peaks
+    figures = f"most unread {unread} B, highest 100 ms rate {peaks} B/s\n{small.describe()}"
+    assert unread["small"] <= small.receiver.buffers["rcvbuf"], figures
+    assert unread["default"] >= 50_000, figures
+    assert peaks["small"] < peaks["default"] / 5, figures

@@ -69,6 +69,18 @@ def test_a_burst_before_the_first_sample_counts_in_the_socket_rate():
     assert [bps for _, bps in series[1:]] == [0.0] * (len(series) - 1)
 
 
+def test_unread_bytes_are_what_the_socket_took_in_beyond_the_reader_s_reads():
+    # The kernel took 4 KB in at once; the reader read 1 KB every 100 ms from 100.1 s on.
+    checkpoints = [(100.0, 0), (100.1, 1024), (100.2, 2048), (100.3, 3072), (100.4, 4096)]
+    result = fake_result(nbytes=4096, duration_s=0.4, checkpoints=checkpoints)
+    result = dataclasses.replace(result, receiver=result.receiver.replace(connected_at=100.0, first_byte_at=100.0))
+    result = _sampled(result, [(100.05, {"bytes_received": 4096}), (100.25, {"bytes_received": 4096})])
+    unread = result.unread_series()
+    assert [t for t, _ in unread] == pytest.approx([0.0, 0.05, 0.25])
+    assert [b for _, b in unread] == pytest.approx([0, 4096 - 512, 4096 - 2560])
+    assert fake_result().unread_series() == []  # no reader's clock: nothing to compare the socket with
+
+
 def test_jain_index():
     assert jain_index([10, 10]) == 1.0
     assert jain_index([10, 0]) == 0.5

@@ -283,6 +283,19 @@ class TransferResult(AppliedChecks, ModelInputs):
             t = upper
         return series
 
+    def unread_series(self):
+        """[(t_s, bytes)] the receiver's kernel had taken in and its application not yet read, at each socket sample.
+
+        How far the wire ran ahead of the reader: at most what the receive buffer holds. Empty
+        where the receiving program kept no clock of its own (curl, a user's program): its
+        reads are then known only from the socket.
+        """
+        checkpoints = [tuple(p) for p in self.receiver.checkpoints]
+        if len(checkpoints) < 2:
+            return []
+        origin = self.first_byte_at
+        return [(t - origin, taken - _bytes_at(checkpoints, t)) for t, taken in self._socket_bytes()]
+
     def ewma_series(self, interval=0.1, alpha=0.3, *, source="application"):
         """The rate series smoothed as download tools show it: each point alpha * sample + (1 - alpha) * previous."""
         if not 0 < alpha <= 1:
