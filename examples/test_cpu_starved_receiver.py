@@ -7,7 +7,7 @@ ZeroWindow and WindowUpdate appeared, the download was slow and unstable.
 import pytest
 
 from pytest_tcpnet import Link
-from pytest_tcpnet.analysis.limits import chrono_shares
+from pytest_tcpnet.model import expected_throughput
 
 
 def test_a_starved_reader_slows_down_and_its_queue_fills(tcpnet):
@@ -30,25 +30,34 @@ def test_a_starved_reader_slows_down_and_its_queue_fills(tcpnet):
 
 @pytest.mark.tcpnet_needs("netem")
 def test_a_starved_reader_on_a_delayed_path(tcpnet):
-    """The same on a 10 ms path (VM): the starved reader's window closes and holds its sender most of the time; the
-    unstarved reader's does not.
+    """The same on a 10 ms path (VM): the starved reader's window closes and holds its sender longer than the path
+    needs to carry the whole transfer; the unstarved reader's holds it for less.
 
-    Measured under UML 6.1 and 6.12, two guests side by side: 16 runs (8 of them beside a CPU hog on both host
-    cores) and 8 from fresh-clone CI runs. Starved: 1-2 zero windows advertised, the window holding the sender
-    0.76-0.93 of its busy time. Unstarved: 0.00-0.20, and 0.33 once beside a hog, when the host starved the guest's
-    unstarved reader too and it advertised a zero window (so the unstarved reader's zero windows are not judged). The
-    starved download was slower in every run, but in a one-CPU guest it sometimes keeps up (85-87 Mbit/s against
-    88-93 unstarved, 3 of 24 runs), so the pace is judged by who held the sender: over half the time for the
-    starved reader, under half for the unstarved one.
+    How long a reader at nice 19 beside a spinning hog waits for the CPU is the guest scheduler's choice (CFS in
+    6.1, EEVDF in 6.12), so it is judged against the path, by a majority of up to three pairs of downloads.
+    Measured under UML 6.1 and 6.12, two guests side by side, 3 MB each (the path needs 274-283 ms by the model):
+    12 runs quiet, 16 beside a CPU hog on both host cores, and one CI run. Starved: 1-2 zero windows advertised
+    in every run, the window holding the sender 440-7450 ms (440 once, in CI; otherwise 600 or more). Unstarved:
+    0-110 ms (the highest beside the hog), and once, in an earlier CI run beside a hog, a zero window when the
+    host starved the guest's unstarved reader too (so the unstarved reader's zero windows are not judged). The
+    share of the sender's busy time the window held it (0.46-0.93 starved, 0.00-0.33 unstarved) is not judged:
+    a starved reader that starts reading late holds the sender seconds before its first read, one that starts at
+    once and keeps up in bursts can hold it under half the time (the CI run: 440 of 950 ms).
     """
     pair = tcpnet.pair(link=Link(rate="100mbit", rtt="10ms"))
-    normal = pair.transfer(3_000_000)
-    starved = pair.transfer(3_000_000, starve_receiver=True)
-    both = f"{normal.describe()}\n---\n{starved.describe()}"
-    assert starved.zero_windows_advertised >= 1, both
-    # The share of the sender's busy time the receiver's window held it (TCP_INFO rwnd_limited / busy_time).
-    held = {
-        name: chrono_shares(result.sender_tcp_info)["rwnd"]
-        for name, result in (("normal", normal), ("starved", starved))
-    }
-    assert held["starved"] > 0.5 > held["normal"], (held, both)
+    verdicts, figures = [], []
+    while verdicts.count(True) < 2 and verdicts.count(False) < 2:
+        normal = pair.transfer(3_000_000)
+        starved = pair.transfer(3_000_000, starve_receiver=True)
+        both = f"{normal.describe()}\n---\n{starved.describe()}"
+        assert starved.zero_windows_advertised >= 1, both
+        # The time the path needs to carry the transfer, and how long each receiver's window held its sender
+        # (the sender's TCP_INFO rwnd_limited, microseconds).
+        path_s = normal.nbytes * 8 / expected_throughput(normal).bps
+        held = {name: r.sender_tcp_info["rwnd_limited"] / 1e6 for name, r in (("normal", normal), ("starved", starved))}
+        verdicts.append(held["starved"] > path_s > held["normal"])
+        figures.append(
+            f"trial {len(verdicts)}: the window held the starved reader's sender {held['starved'] * 1e3:.0f} ms, "
+            f"the unstarved one's {held['normal'] * 1e3:.0f} ms; the path needs {path_s * 1e3:.0f} ms"
+        )
+    assert verdicts.count(True) >= 2, "\n".join(figures) + f"\n{both}"
