@@ -194,7 +194,9 @@ def _family(address):
 def wait_at_start_gate(conn, path, timeout):
     """Report "gated", then wait until the measurement opens the start gate at `path` (measure.gate.StartGate: a
     FIFO, whose open() to read waits for a writer); TimeoutError after `timeout` seconds. Returns {"gated_at",
-    "released_at"}: when this end came to the gate and when it went through (monotonic)."""
+    "released_at"}: when this end came to the gate and when it went through (monotonic); {} without a gate (None)."""
+    if path is None:
+        return {}
     gated_at = time.monotonic()
     conn.send({"event": "gated"})
 
@@ -209,6 +211,11 @@ def wait_at_start_gate(conn, path, timeout):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     return {"gated_at": gated_at, "released_at": time.monotonic()}
+
+
+def gate_times_of(report):
+    """The start gate's times a child's report carries (wait_at_start_gate's), {} where it waited at none."""
+    return {name: report[name] for name in ("gated_at", "released_at") if name in report}
 
 
 def bulk_endpoint(
@@ -443,7 +450,7 @@ def rr_client(
     request its times on the monotonic clock: started (before connect, if any), connected, first byte, done.
     start_gate: a StartGate's path to wait at before the first request (wait_at_start_gate)."""
     view = memoryview(bytearray(max(CHUNK, response_size)))
-    gate_times = {} if start_gate is None else wait_at_start_gate(conn, start_gate, timeout)
+    gate_times = wait_at_start_gate(conn, start_gate, timeout)
     records, sock, next_at = [], None, time.monotonic()
     for _ in range(count):
         _sleep_until(next_at)
@@ -507,8 +514,7 @@ def udp_cbr_sender(conn, *, address, port, rate, duration, packet_size, start_de
     """Send packet_size-byte datagrams at `rate` bit/s of payload for `duration` s, each stamped with its sequence
     number and send time; on schedule (a late datagram goes at once, the next ones keep the schedule). start_gate:
     a StartGate's path to wait at first (wait_at_start_gate)."""
-    if start_gate is not None:
-        wait_at_start_gate(conn, start_gate, timeout)
+    wait_at_start_gate(conn, start_gate, timeout)
     if start_delay:
         time.sleep(start_delay)
     # Unconnected: a connected UDP socket reports a late ICMP port-unreachable (the sink gone after the end
@@ -646,7 +652,7 @@ def iperf3_client(
     if window:
         lib.iperf_set_test_socket_bufsize.argtypes = [ctypes.c_void_p, ctypes.c_int]
         lib.iperf_set_test_socket_bufsize(test, window)
-    gate_times = {} if start_gate is None else wait_at_start_gate(conn, start_gate, timeout)
+    gate_times = wait_at_start_gate(conn, start_gate, timeout)
     started_at = time.monotonic()
     result = client.run()
     conn.send(
@@ -684,7 +690,7 @@ def iperf3_cli(conn, *, argv, start_gate=None, timeout=60.0):
     import json
     import subprocess
 
-    gate_times = {} if start_gate is None else wait_at_start_gate(conn, start_gate, timeout)
+    gate_times = wait_at_start_gate(conn, start_gate, timeout)
     started_at = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, check=False, preexec_fn=_dies_with_this_process())
     try:

@@ -9,7 +9,7 @@ from ..model.app import Flow
 from ..model.validation import check_integer
 from ..requirements import check_need
 from .base import FlowOutcome, Workload, default_timeout
-from .flows import iperf3_cli, iperf3_client, iperf3_server
+from .flows import gate_times_of, iperf3_cli, iperf3_client, iperf3_server
 
 __all__ = ["Iperf3", "bindings_available"]
 
@@ -120,7 +120,7 @@ class Iperf3(Workload):
         connected = data["start"]["connected"][0]
         client_end = (connected["local_host"], connected["local_port"])
         server_end = (connected["remote_host"], connected["remote_port"])
-        gate_times = {name: report[name] for name in ("gated_at", "released_at") if name in report}
+        gate_times = gate_times_of(report)
         ends = {
             "client": {"local": client_end, "remote": server_end, **gate_times},
             "server": {"local": server_end, "remote": client_end},

@@ -11,7 +11,7 @@ from ..records import RequestTimes
 from ..requirements import check_need
 from ..results import RequestsResult
 from .base import Workload, default_timeout
-from .flows import rr_client, rr_server
+from .flows import gate_times_of, rr_client, rr_server
 
 __all__ = ["RequestResponse"]
 
@@ -101,7 +101,7 @@ class RequestResponse(Workload):
         # The client process's dicts become typed here, at the adapter's boundary.
         report = client.receive(deadline, "result")
         self.records = [RequestTimes(**times) for times in report["requests"]]
-        self.gate_times = {name: report[name] for name in ("gated_at", "released_at") if name in report}
+        self.gate_times = gate_times_of(report)
         self.server_record = server.receive(deadline, "result")
         return []
 
