@@ -6,26 +6,34 @@ ZeroWindow and WindowUpdate appeared, the download was slow and unstable.
 
 import pytest
 
-from pytest_tcpnet import Link
+from pytest_tcpnet import Link, assert_faster
 from pytest_tcpnet.model import expected_throughput
 
 
 def test_a_starved_reader_slows_down_and_its_queue_fills(tcpnet):
     """starve_receiver=True: the reader runs at nice 19 on a core shared with a spinning hog, reading 16 KB at a time.
 
-    Measured on the host (6 runs of 20 MB): unstarved 2.7-4.2 Gbit/s and 0 zero-window
-    advertisements; starved 25-39 Mbit/s and 40-545 (the kernel's TcpExt.TCPToZeroWindowAdv
-    in the receiver's namespace). Asserted here: starved at most a third as fast, the receive
-    queue seen non-empty while starved; zero windows in the VM test below.
+    How much CPU a nice-19 reader gets beside a hog is the scheduler's choice, and over a short transfer it can
+    escape it: with 5 MB, 8 runs on the host (6.18, EEVDF) read 53-2060 Mbit/s starved against 2.8-4.4 Gbit/s
+    unstarved, and CI's host stage once read 923 Mbit/s against 2.26 Gbit/s (2.45x). Over 20 MB it cannot:
+    24 runs (quiet, beside a hog on one core as an xdist neighbour, beside one on both) read 2.46-4.67 Gbit/s
+    unstarved and 32-555 Mbit/s starved, a ratio of 4.4 at the worst pairing and a geometric mean of 30.
+    Asserted: unstarved at least 3x as fast over interleaved pairs of 20 MB downloads (assert_faster: a 95%
+    confidence interval of the ratio decides, the geometric mean of six pairs at most), and every starved
+    reader's receive queue seen holding data. Zero windows are judged in the VM test below: on the host, 2 of
+    8 starved 20 MB runs advertised none while the reader drained a multi-megabyte autotuned buffer.
     """
     pair = tcpnet.pair()
-    normal = pair.transfer(5_000_000)
-    starved = pair.transfer(5_000_000, starve_receiver=True)
-    assert starved.throughput_bps < normal.throughput_bps / 3, f"{normal.describe()}\n---\n{starved.describe()}"
-    # Zero windows are judged in the VM variant below, where no xdist neighbour shares the cores:
-    # on the host under -n 2 a starved 5 MB run once advertised none (424 Mbit/s, the other
-    # worker's load changed who got the core), while quiet runs showed 16-545 against 0.
-    assert max(v for _, v in starved.series("rmem_alloc", side="receiver")) > 0  # Recv-Q held data
+    trials = assert_faster(
+        lambda: pair.transfer(20_000_000),
+        lambda: pair.transfer(20_000_000, starve_receiver=True),
+        factor=3,
+        label_a="unstarved",
+        label_b="starved",
+    )
+    for trial in trials:
+        # Recv-Q held data: the starved reader did not keep up.
+        assert max(v for _, v in trial.b.series("rmem_alloc", side="receiver")) > 0, trial.b.describe()
 
 
 @pytest.mark.tcpnet_needs("netem")
