@@ -7,6 +7,7 @@ ZeroWindow and WindowUpdate appeared, the download was slow and unstable.
 import pytest
 
 from pytest_tcpnet import Link, assert_faster
+from pytest_tcpnet.assertions.verdicts import judge_trials
 from pytest_tcpnet.model import expected_throughput
 
 
@@ -46,26 +47,33 @@ def test_a_starved_reader_on_a_delayed_path(tcpnet):
     Measured under UML 6.1 and 6.12, two guests side by side, 3 MB each (the path needs 274-283 ms by the model):
     12 runs quiet, 16 beside a CPU hog on both host cores, and one CI run. Starved: 1-2 zero windows advertised
     in every run, the window holding the sender 440-7450 ms (440 once, in CI; otherwise 600 or more). Unstarved:
-    0-110 ms (the highest beside the hog), and once, in an earlier CI run beside a hog, a zero window when the
+    0-110 ms, 150 ms once in an earlier CI run beside a hog (1.5 CPUs busy), and in that run a zero window when the
     host starved the guest's unstarved reader too (so the unstarved reader's zero windows are not judged). The
     share of the sender's busy time the window held it (0.46-0.93 starved, 0.00-0.33 unstarved) is not judged:
     a starved reader that starts reading late holds the sender seconds before its first read, one that starts at
     once and keeps up in bursts can hold it under half the time (the CI run: 440 of 950 ms).
     """
     pair = tcpnet.pair(link=Link(rate="100mbit", rtt="10ms"))
-    verdicts, figures = [], []
-    while verdicts.count(True) < 2 and verdicts.count(False) < 2:
-        normal = pair.transfer(3_000_000)
-        starved = pair.transfer(3_000_000, starve_receiver=True)
-        both = f"{normal.describe()}\n---\n{starved.describe()}"
-        assert starved.zero_windows_advertised >= 1, both
+    figures = []
+
+    def a_pair_of_downloads():
+        return pair.transfer(3_000_000), pair.transfer(3_000_000, starve_receiver=True)
+
+    def the_starved_reader_held_its_sender_longer_than_the_path_needs(downloads):
+        normal, starved = downloads
+        assert starved.zero_windows_advertised >= 1, f"{normal.describe()}\n---\n{starved.describe()}"
         # The time the path needs to carry the transfer, and how long each receiver's window held its sender
         # (the sender's TCP_INFO rwnd_limited, microseconds).
         path_s = normal.nbytes * 8 / expected_throughput(normal).bps
         held = {name: r.sender_tcp_info["rwnd_limited"] / 1e6 for name, r in (("normal", normal), ("starved", starved))}
-        verdicts.append(held["starved"] > path_s > held["normal"])
         figures.append(
-            f"trial {len(verdicts)}: the window held the starved reader's sender {held['starved'] * 1e3:.0f} ms, "
+            f"trial {len(figures) + 1}: the window held the starved reader's sender {held['starved'] * 1e3:.0f} ms, "
             f"the unstarved one's {held['normal'] * 1e3:.0f} ms; the path needs {path_s * 1e3:.0f} ms"
         )
-    assert verdicts.count(True) >= 2, "\n".join(figures) + f"\n{both}"
+        return held["starved"] > path_s > held["normal"]
+
+    passed, trials, _ = judge_trials(
+        a_pair_of_downloads, the_starved_reader_held_its_sender_longer_than_the_path_needs, trials=3
+    )
+    normal, starved = trials[-1]
+    assert passed, "\n".join(figures) + f"\n{normal.describe()}\n---\n{starved.describe()}"
