@@ -290,7 +290,7 @@ class TransferResult(AppliedChecks, ModelInputs):
         where the receiving program kept no clock of its own (curl, a user's program): its
         reads are then known only from the socket.
         """
-        checkpoints = [tuple(p) for p in self.receiver.checkpoints]
+        checkpoints = [tuple(p) for p in self.receiver.checkpoints or ()]
         if len(checkpoints) < 2:
             return []
         origin = self.first_byte_at
