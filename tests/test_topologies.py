@@ -114,26 +114,29 @@ def test_bad_topologies_are_refused_before_anything_is_created(call, message):
 def test_three_cubic_flows_share_a_30mbit_dumbbell_bottleneck_fairly_and_fill_it(tcpnet):
     # Queue: 60 packets. The default 1000 (400 ms at 30 Mbit/s) is the whole RTT on the host, and
     # there one flow can hold most of it (DESIGN pitfall 8; a pair's two flows measured Jain 0.67 on it).
-    # Judged on seconds 2-8 of 8 s flows, a majority of up to 3 trials. Seconds 1-4 of 4 s flows gave Jain
+    # Judged on seconds 2-16 of 16 s flows, a majority of up to 3 trials. Seconds 1-4 of 4 s flows gave Jain
     # 0.969-0.999 in 5 quiet runs (queues of 30 and 150 packets: 0.913-0.998, 0.957-1.000), but 0.855-0.994
     # beside a CPU hog in fresh-clone CI run ci34 (two of three trials under 0.9): three seconds of cubic
-    # sawtooth through a FIFO are too few to average the flows' phases out. Seconds 2-8, 4 runs each: quiet
-    # 0.968-1.000, beside a CPU hog 0.960-0.997 (seconds 1-4 of the same flows: 0.944-0.994); sum 0.999-1.001.
+    # sawtooth through a FIFO are too few to average the flows' phases out. Seconds 2-8 of 8 s flows read
+    # 0.968-1.000 quiet and 0.960-0.997 beside a hog in 4 runs each, until fresh-clone run 32 read 0.878, 0.888
+    # and 0.953 on a quiet host (one flow 14 Mbit/s beside two of 6-8, with half their losses), and 12 more runs
+    # here 0.922-0.998. Seconds 2-16 of the same flows: 0.981-0.997 quiet, 0.960-0.996 beside a CPU hog on both
+    # cores (6 runs each); sum 0.999-1.001.
     bell = tcpnet.dumbbell(3, bottleneck=Link(rate="30mbit", limit=60), clients=Host(cc="cubic"))
     payload = model.link_goodput(30e6)
 
     def fair_and_full(result):
-        steady = result.rates_between(2.0, 8.0)
+        steady = result.rates_between(2.0, 16.0)
         return jain_index(steady) >= 0.9 and 0.85 * payload <= sum(steady) <= 1.03 * payload
 
     passed, results, verdicts = judge_trials(
-        lambda: bell.concurrent([Flow(duration=8.0, cc="cubic")] * 3), fair_and_full, trials=3
+        lambda: bell.concurrent([Flow(duration=16.0, cc="cubic")] * 3), fair_and_full, trials=3
     )
     report = "\n".join(
-        f"trial {i + 1} ({'ok' if ok else 'failed'}): steady (2-8 s) "
-        f"{[round(r / 1e6, 2) for r in result.rates_between(2.0, 8.0)]} Mbit/s, "
-        f"sum {sum(result.rates_between(2.0, 8.0)) / payload:.3f} of the payload rate, "
-        f"Jain {jain_index(result.rates_between(2.0, 8.0)):.3f}\n{result.describe()}"
+        f"trial {i + 1} ({'ok' if ok else 'failed'}): steady (2-16 s) "
+        f"{[round(r / 1e6, 2) for r in result.rates_between(2.0, 16.0)]} Mbit/s, "
+        f"sum {sum(result.rates_between(2.0, 16.0)) / payload:.3f} of the payload rate, "
+        f"Jain {jain_index(result.rates_between(2.0, 16.0)):.3f}\n{result.describe()}"
         for i, (result, ok) in enumerate(zip(results, verdicts))
     )
     assert passed, report
