@@ -34,21 +34,47 @@ def test_concurrent_needs_a_tcp_flow_beside_its_streams(tcpnet):
 @pytest.mark.tcpnet_needs("privilege", "cubic")
 def test_a_stream_above_the_link_s_rate_loses_the_excess_and_waits_in_the_queue(tcpnet):
     """12 Mbit/s of 1200-byte datagrams into 10 Mbit/s (9.66 Mbit/s of their payload) with a 100-packet FIFO:
-    the excess is lost (1 - 9.66/12 = 19.5%) and every datagram that gets through waits behind a full queue
-    (100 x 1242 B at 10 Mbit/s = 99 ms one way); the same stream at 4 Mbit/s loses nothing and waits for nothing."""
+    the excess is lost at the queue (1 - 9.66/12 = 19.5%) and every datagram that gets through waits behind a full
+    queue (100 x 1242 B at 10 Mbit/s = 99 ms one way); the same stream at 4 Mbit/s loses nothing and waits for
+    nothing."""
     pair = tcpnet.pair(Link(rate="10mbit", limit=100))
     over = pair.latency_under_load(duration=3, flows=[Cbr("12mbit", duration=3)], idle=0.2).udp[0]
+    dropped = sum(max(q["drops"] for q in qdiscs) for qdiscs in pair.router_qdisc_stats().values())
     under = pair.latency_under_load(duration=2, flows=[Cbr("4mbit", duration=2)], idle=0.2).udp[0]
-    figures = f"{over.describe()}\n{under.describe()}"
-    payload = 10e6 * 1200 / UDP_FRAME
+    queue_delay = 100 * UDP_FRAME * 8 / 10e6
+    carried = _rate_while_the_queue_stood(over, queue_delay)
+    figures = (
+        f"{over.describe()}\n{under.describe()}\nthe queue dropped {dropped}; the link carried "
+        f"{carried / 1e6:.3f} Mbit/s of frames while its queue stood"
+    )
+    # Lost at the queue, nowhere else: the FIFO's drops are the lost datagrams, plus at most the stream's three end
+    # markers (sent into the full queue) and the latency probe's packets (58 in 3 s).
+    assert 0 <= dropped - (over.sent - over.received) <= 3 + 60, figures
+    # The link carries at most its rate while the queue stands (htb cannot send faster), and close to it: htb's
+    # burst (1 ms of its rate, at least two frames) holds a timer up to ~2.4 ms late at 10 Mbit/s, but a vCPU its
+    # hypervisor wakes late fires timers later still, and htb loses what it could not send then. Earlier CI
+    # machines' loss (16.88-16.91%) puts the carried rate at 9.99-10.0 Mbit/s; a quiet Firecracker VM with ~1%
+    # steal and receive gaps up to 12-22 ms read 9.77-9.99 (6 runs), 9.49-9.99 beside a CPU hog on both cores (6),
+    # 9.99 rootless beside the hog (6), and 9.01 once by a window that also left out the sender's stalls.
+    assert 0.85 * 10e6 <= carried <= 1.02 * 10e6, figures
     # The first 100 datagrams over the rate fill the queue instead of being dropped, and that queue drains to the
-    # receiver after the sender stops: of the ~3750 sent, the steady share less 100 is lost (16.82%). Measured
-    # 16.88-16.91% in 10 fresh-clone CI runs, one beside a CPU hog on both cores; judged within 1 point.
-    expected_loss = ((1 - payload / 12e6) * over.sent - 100) / over.sent
+    # receiver after the sender stops: of the ~3750 sent, the excess over what the link carried less 100 is lost
+    # (16.82% at exactly 10 Mbit/s). Judged against the asked rate, a fresh-clone run on that VM read 17.92% (its
+    # link 1.3% slow); against the carried rate the same 18 runs read -0.41 to +0.32 points from the model; within
+    # 1 point.
+    expected_loss = ((1 - carried * 1200 / UDP_FRAME / 12e6) * over.sent - 100) / over.sent
     assert over.loss == pytest.approx(expected_loss, abs=0.01), figures
-    assert over.throughput_bps == pytest.approx(payload, rel=0.05), figures
-    assert over.one_way_delay_s(50) == pytest.approx(100 * UDP_FRAME * 8 / 10e6, rel=0.1), figures
+    assert over.one_way_delay_s(50) == pytest.approx(queue_delay, rel=0.1), figures
     assert under.loss == 0 and under.one_way_delay_s(95) < 0.005, figures
+
+
+def _rate_while_the_queue_stood(stream, queue_delay):
+    """Frames per second (bit/s on the wire) the link delivered from the first datagram that waited behind a nearly
+    full queue to the last that arrived before the sender stopped."""
+    arrivals = sorted(received for _, _, received in stream.arrivals)
+    stood = min(received for _, sent, received in stream.arrivals if received - sent >= 0.9 * queue_delay)
+    carried = [received for received in arrivals if stood <= received <= stream.ended_at]
+    return (len(carried) - 1) * UDP_FRAME * 8 / (carried[-1] - carried[0])
 
 
 @pytest.mark.tcpnet_needs("privilege", "cubic")
