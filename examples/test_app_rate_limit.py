@@ -15,21 +15,28 @@ LIMIT = 200 * 1024  # curl's "200k" is 200 KiB/s
 
 @pytest.mark.tcpnet_needs("curl")
 def test_curl_limit_rate_averages_the_limit_but_bursts_far_above_it(tcpnet):
-    """curl --limit-rate 200k over a 100 Mbit/s link: the average is the limit, 100 ms peaks are many times it.
+    """curl --limit-rate 200k over a 20 Mbit/s link: the average is the limit, 100 ms peaks are many times it.
 
     curl reads in bursts and sleeps between them: the client socket sees 300-1000 KiB bursts
     separated by silences of up to 2 s. A short download's average is therefore quantized by
     a burst: 1-1.5 MB downloads averaged 209-309 KiB/s here (curl 7.88); 4 MB ones 206-209
     KiB/s (3 MB: 212), so the claim is judged on 4 MB (~19 s). Asserted: the average within
     ±15% of 200 KiB/s (the source: 233 KB/s); the highest 100 ms rate at least 3x the limit
-    (measured 2.1-3.8 MB/s: the kernel buffer fills at line rate while curl sleeps).
+    (measured 2.30-2.35 MB/s, the link's rate: the kernel buffer fills at line rate while curl sleeps).
 
     curl's limiter restarts its accounting every 3 s, so a burst read just before a restart is
     never paid for: one 4 MB run under -n 2 beside another worker averaged 291 KiB/s (1.45x).
     The average is therefore judged by a majority of up to three downloads, against the model, which knows curl's
-    limit as the application's bound (200 KiB/s, far below the link's 95.6 Mbit/s).
+    limit as the application's bound (200 KiB/s, far below the link's 19.13 Mbit/s).
+
+    Why 20 Mbit/s: curl 7.87-7.88 (Debian 12's) reads until its socket is empty before it checks the limit (a
+    regression reported as curl/curl#10173; curl/curl#18454 leaves the loop after a quarter of the limit), so
+    where data arrives faster than curl reads, the average runs away. Measured with curl 7.88.1 on a Firecracker VM,
+    4 MB each: unshaped 1.77-22.3x the limit (4 runs), 100 Mbit/s with the lab's 4 ms htb burst (50 KB at once)
+    1.29-22.2x (6), with a 1 ms burst 1.06-1.13x (6); 20 Mbit/s with the 4 ms burst (10 KB at once) 1.01-1.05x (4).
+    The claim is the limiter's, so it is judged where the limiter is what limits.
     """
-    pair = tcpnet.pair(link=Link(rate="100mbit"))
+    pair = tcpnet.pair(link=Link(rate="20mbit"))
     result = assert_throughput_within(lambda: pair.http_download(4_000_000, limit_rate="200k"), rel=0.15, trials=3)
     prediction = expected_throughput(result)
     assert prediction.bound == "app" and prediction.bps == pytest.approx(LIMIT * 8), prediction.why

@@ -51,9 +51,10 @@ def test_a_dumbbell_is_ten_namespaces_addressed_and_routed_by_the_plan(tcpnet):
     assert all(_reaches(pair.client, pair.server.address) for pair in bell.pairs)
     assert _reaches(bell.pairs[0].client, bell.pairs[3].server.address)
     # The bottleneck is shaped both ways, on the routers' egresses only.
+    shaper = f"htb rate 100000000bit burst {netlink.htb_burst_bytes(100e6)}b"  # 4 ms of the rate: 50000b
     assert bell.pairs[2].qdisc_plan == {
-        "veth-right": ["htb rate 100000000bit burst 12500b", "pfifo limit 1000"],
-        "veth-left": ["htb rate 100000000bit burst 12500b", "pfifo limit 1000"],
+        "veth-right": [shaper, "pfifo limit 1000"],
+        "veth-left": [shaper, "pfifo limit 1000"],
     }
     assert sorted(bell.router_qdisc_stats()) == ["veth-left", "veth-right"]
 

@@ -53,11 +53,11 @@ def test_a_stream_above_the_link_s_rate_loses_the_excess_and_waits_in_the_queue(
     # markers (sent into the full queue) and the latency probe's packets (58 in 3 s).
     assert 0 <= dropped - (over.sent - over.received) <= 3 + 60, figures
     # The link carries at most its rate while the queue stands (htb cannot send faster), and close to it: htb's
-    # burst (1 ms of its rate, at least two frames) holds a timer up to ~2.4 ms late at 10 Mbit/s, but a vCPU its
-    # hypervisor wakes late fires timers later still, and htb loses what it could not send then. Earlier CI
-    # machines' loss (16.88-16.91%) puts the carried rate at 9.99-10.0 Mbit/s; a quiet Firecracker VM with ~1%
-    # steal and receive gaps up to 12-22 ms read 9.77-9.99 (6 runs), 9.49-9.99 beside a CPU hog on both cores (6),
-    # 9.99 rootless beside the hog (6), and 9.01 once by a window that also left out the sender's stalls.
+    # burst (4 ms of its rate on the host) holds a timer that late, but a vCPU its hypervisor wakes later still
+    # loses what htb could not send then. Earlier CI machines' loss (16.88-16.91%) puts the carried rate at
+    # 9.99-10.0 Mbit/s; a quiet Firecracker VM with ~1% steal, a 1 ms burst then, read 9.77-9.99 (6 runs), 9.49-9.99
+    # beside a CPU hog on both cores (6), 9.99 rootless beside the hog (6), and 9.01 once by a window that also left
+    # out the sender's stalls.
     assert 0.85 * 10e6 <= carried <= 1.02 * 10e6, figures
     # The first 100 datagrams over the rate fill the queue instead of being dropped, and that queue drains to the
     # receiver after the sender stops: of the ~3750 sent, the excess over what the link carried less 100 is lost

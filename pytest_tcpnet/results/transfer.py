@@ -107,7 +107,7 @@ class TransferResult(AppliedChecks, ModelInputs):
     #: {ifname: (direction, OneWay)}: what each shaped router interface on the path was asked to do (qdiscs has
     #: what it did), for applied_impairments().
     shaped_ways: dict = field(default_factory=dict, repr=False)
-    #: The lab's htb burst in seconds of its rate (netlink.shaper_burst_s: 1 ms on the host, 4 ms under UML): what a
+    #: The lab's htb burst in seconds of its rate (netlink.shaper_burst_s: 4 ms on the host and under UML): what a
     #: shaped way sends at once after an idle spell, which a stop-and-wait window's rounds skip (None: unknown).
     shaper_burst_s: "float | None" = None
     #: Its share of a bottleneck it crossed beside other flows (model.shares.Share; None: it ran alone), which the
