@@ -1,6 +1,7 @@
 """The host's CPU taken by processes outside the session (hostload.py), measured on real processes, and what a
 flow says of it, on the host and in a guest."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import pytest
 
 from pytest_tcpnet import Link, assert_throughput_within
 from pytest_tcpnet import hostload as contention
+from pytest_tcpnet.measure.slots import measurement_slot, slot_count, slot_wait_s
 from pytest_tcpnet.vm import hostcall, inside_vm
 from pytest_tcpnet.workload.fake import fake_result
 
@@ -35,6 +37,41 @@ def _wait_for(fd):
         os.read(fd, 1)
     finally:
         os.close(fd)
+
+
+@pytest.fixture
+def machine_slots(tmp_path, monkeypatch):
+    """Hold every measurement slot of the machine for the test, whose own measurements take slots of a private lock
+    directory: a hog it starts spins beside its own flows only, never beside an xdist sibling's measurement (a
+    20 Mbit/s sibling then read 0.94 of its rate on a 2-CPU VM, and the hog, sharing CPUs with both, 0.59 CPUs)."""
+    with contextlib.ExitStack() as held:
+        for _ in range(slot_count()):
+            held.enter_context(measurement_slot(slot_wait_s(), hold_s=300))
+        private = tmp_path / "slots"
+        private.mkdir(mode=0o700)
+        monkeypatch.setenv("TCPNET_LOCK_DIR", str(private))
+        yield
+
+
+def _start_spinners(count, seconds):
+    """Start `count` SPIN_FOR processes outside this process tree (a shell that exits at once re-parents them, like a
+    neighbour's jobs) for at most `seconds` each; return their pids."""
+    pids = []
+    for _ in range(count):
+        r, w = os.pipe()
+        subprocess.run(["sh", "-c", f'"{sys.executable}" -c "$0" {seconds} {w} &', SPIN_FOR], pass_fds=(w,), check=True)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            pid = int(f.read() or 0)
+        if pid:
+            pids.append(pid)
+    return pids
+
+
+def _kill(pids):
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_a_process_we_started_is_ours_while_it_runs_and_after_it_is_reaped():
@@ -120,25 +157,16 @@ while time.monotonic() < end:
 """
 
 
-def test_a_cpu_hog_beside_a_host_transfer_is_named(tcpnet):
+def test_a_cpu_hog_beside_a_host_transfer_is_named(machine_slots, tcpnet):
     """A process outside the session spinning on a CPU while a host-side flow runs: the flow's reading counts it
     (a whole CPU, >= 0.5 asserted: the hog shares its CPU with the flow's own endpoints on a 2-CPU host) and its
     description names the busy host. Nothing about the hog is known to the session but its CPU time."""
     pair = tcpnet.pair(Link(rate="20mbit"))  # htb alone: this host has no netem
-    r, w = os.pipe()
-    # Started by a shell that exits at once: the hog is re-parented, outside this process tree like a neighbour's job.
-    subprocess.run(["sh", "-c", f'"{sys.executable}" -c "$0" 30 {w} &', SPIN_FOR], pass_fds=(w,), check=True)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        hog = int(f.read() or 0)
+    hogs = _start_spinners(1, 30)
     try:
         result = pair.transfer(duration=2)
     finally:
-        if hog:
-            try:
-                os.kill(hog, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _kill(hogs)
     assert result.host_contention_cpus is not None and result.host_contention_cpus >= 0.5, result.describe()
     assert "other processes kept" in result.describe(), result.describe()
 
@@ -159,19 +187,14 @@ def test_a_verdict_that_says_nothing_of_the_host(tcpnet):
 
 
 @pytest.fixture
-def hog():
-    """A process outside this session spinning on a CPU for at most 60 s (killed at the end)."""
-    r, w = os.pipe()
-    subprocess.run(["sh", "-c", f'"{sys.executable}" -c "$0" 60 {w} &', SPIN_FOR], pass_fds=(w,), check=True)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        pid = int(f.read() or 0)
-    yield pid
-    if pid:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+def hog(machine_slots):
+    """Processes outside this session spinning on every CPU for at most 60 s (killed at the end): beside a flow's own
+    endpoints they keep well over the 0.5 CPUs judged busy (one spinner read 0.59 once, sharing a 2-CPU VM)."""
+    pids = _start_spinners(os.cpu_count() or 2, 60)
+    try:
+        yield pids
+    finally:
+        _kill(pids)
 
 
 @pytest.mark.tcpnet_needs("privilege", "htb")
@@ -227,7 +250,7 @@ time.sleep(600)
 """
 
 
-def test_our_own_kernel_reaped_children_are_not_someone_else_s():
+def test_our_own_kernel_reaped_children_are_not_someone_else_s(machine_slots):
     """The endpoints a session forks from its zygote are reaped by the kernel, so the old reading (the host's busy
     time less this tree's counters) called their CPU someone else's: 0.6 CPUs 'busy' beside a lone 80 Mbit/s
     transfer (fresh-clone run ci8). Counted process by process, a spinner inside our tree that exited between the
