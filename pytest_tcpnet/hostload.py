@@ -24,6 +24,8 @@ __all__ = [
     "cpu_snapshot",
     "host_snapshot",
     "others_cpus",
+    "siblings_cpus",
+    "steal_cpus",
     "snapshot_elsewhere",
 ]
 
@@ -79,15 +81,26 @@ def process_snapshot(root: int) -> dict:
             parents[pid] = ppid
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile
-    own, todo = set(), [root]
     children: dict[int, list[int]] = {}
     for pid, ppid in parents.items():
         children.setdefault(ppid, []).append(pid)
+    return {
+        "processes": ticks,
+        "own": sorted(_tree(root, children)),
+        "mine": sorted(_tree(os.getpid(), children)),
+        "steal_s": host_steal_seconds(),
+        "at": time.monotonic(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def _tree(root: int, children: dict[int, list[int]]) -> set[int]:
+    tree, todo = set(), [root]
     while todo:
         pid = todo.pop()
-        own.add(pid)
+        tree.add(pid)
         todo.extend(children.get(pid, ()))
-    return {"processes": ticks, "own": sorted(own), "at": time.monotonic(), "cpus": os.cpu_count()}
+    return tree
 
 
 def session_root() -> int:
@@ -104,6 +117,43 @@ def host_busy_seconds() -> float | None:
         return None
     # user nice system idle iowait irq softirq steal: everything but idle and iowait is busy.
     return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def host_steal_seconds() -> float | None:
+    """CPU seconds the hypervisor ran something else while this machine's vCPUs wanted to run, since boot (/proc/stat's
+    steal; None where unreadable). A VM host's shaped links stall while it steals: no process here sees it."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return fields[7] / os.sysconf("SC_CLK_TCK") if len(fields) > 7 else None
+
+
+def steal_cpus(before: dict | None, after: dict | None) -> float | None:
+    """Average number of this machine's CPUs its hypervisor stole between two process_snapshot()s (None: unknown)."""
+    if not before or not after or before.get("steal_s") is None or after.get("steal_s") is None:
+        return None
+    wall = after["at"] - before["at"]
+    return max(0.0, after["steal_s"] - before["steal_s"]) / wall if wall > 0 else None
+
+
+def siblings_cpus(before: dict | None, after: dict | None) -> float | None:
+    """Average number of CPUs the session's other processes (an xdist worker's siblings and their children: not
+    counted as others) kept busy between two process_snapshot()s (None: unknown)."""
+    if not before or not after or "mine" not in before or "mine" not in after:
+        return None
+    wall = after["at"] - before["at"]
+    if wall <= 0:
+        return None
+    session = set(before["own"]) | set(after["own"])
+    mine = set(before["mine"]) | set(after["mine"])
+    earlier, spent = before["processes"], 0
+    for pid, (ticks, started) in after["processes"].items():
+        if pid in session and pid not in mine:
+            then = earlier.get(pid)
+            spent += ticks - then[0] if then is not None and then[1] == started else ticks
+    return max(0.0, spent / os.sysconf("SC_CLK_TCK")) / wall
 
 
 def own_cpu_seconds(root: int | None = None) -> float:

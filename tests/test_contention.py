@@ -13,6 +13,8 @@ import pytest
 from pytest_tcpnet import Link, assert_throughput_within
 from pytest_tcpnet import hostload as contention
 from pytest_tcpnet.measure.slots import measurement_slot, slot_count, slot_wait_s
+from pytest_tcpnet.report.rows import result_row
+from pytest_tcpnet.results.transfer import machine_lines
 from pytest_tcpnet.vm import hostcall, inside_vm
 from pytest_tcpnet.workload.fake import fake_result
 
@@ -140,6 +142,9 @@ def test_a_guest_s_flow_carries_the_host_s_load(tcpnet):
     result = tcpnet.pair(Link(rate="20mbit", delay="5ms")).transfer(nbytes=500_000)
     if not inside_vm():
         assert result.host_contention_cpus is not None and result.host_contention_cpus >= 0  # read on this host
+        assert result.host_steal_cpus is not None and 0 <= result.host_steal_cpus <= os.cpu_count()
+        assert result.sibling_cpus is not None and result.sibling_cpus >= 0
+        assert "host_steal_cpus" in result_row(result) and "sibling_cpus" in result_row(result)
     elif not hostcall.available():
         pytest.skip("this guest has no host-call port (a vng boot): the host's load cannot be asked")
     else:
@@ -321,3 +326,24 @@ def test_others_are_summed_process_by_process():
     }
     # 11: one second more; 12: a new process on a reused pid, half a second; 13: gone; 10 and 14: ours.
     assert contention.others_cpus(before, after) == pytest.approx((1 + (tick // 2) / tick) / 2)
+
+
+def test_a_sibling_worker_and_the_hypervisor_s_steal_are_counted_apart_from_others():
+    """The session's tree (an xdist controller's) holds this worker's and its siblings': a sibling's ticks are the
+    siblings' figure, never "others", and steal is /proc/stat's between the snapshots, per second of wall time."""
+    tick = os.sysconf("SC_CLK_TCK")
+    before = {"processes": {1: (0, 1), 10: (0, 2), 20: (0, 3), 30: (0, 4)}, "own": [1, 10, 20], "mine": [10]}
+    before |= {"steal_s": 5.0, "at": 0.0}
+    after = {"processes": {1: (0, 1), 10: (4 * tick, 2), 20: (tick, 3), 30: (tick, 4)}, "own": [1, 10, 20]}
+    after |= {"mine": [10], "steal_s": 5.1, "at": 2.0}
+    assert contention.siblings_cpus(before, after) == pytest.approx(0.5)  # 20: a sibling's second in two
+    assert contention.others_cpus(before, after) == pytest.approx(0.5)  # 30 alone
+    assert contention.steal_cpus(before, after) == pytest.approx(0.05)
+    assert contention.steal_cpus(before, after | {"steal_s": None}) is None
+    assert contention.siblings_cpus({"processes": {}, "own": [], "at": 0.0}, after) is None  # a guest's snapshot
+    lines = machine_lines(0.05, 0.8)
+    assert lines == [
+        "machine: while this flow ran the hypervisor stole 0.05 CPUs (a VM host's shaped links stall meanwhile) "
+        "and this session's other workers kept 0.8 CPUs busy"
+    ]
+    assert machine_lines(0.01, 0.3) == [] and machine_lines(None, None) == []

@@ -1,5 +1,6 @@
 """pair.observe(): a user's own programs on the path, measured and judged like a built-in flow (real sockets)."""
 
+import dataclasses
 import os
 import signal
 import sys
@@ -91,8 +92,14 @@ def test_a_tiny_receive_buffer_is_seen_at_the_sender_whichever_way_the_data_goes
     assert flow.sender_role == sender and flow.capture.point.startswith(sender + "/")
     assert flow.nbytes == 20_000_000 + (32 if command == "put" else 0)  # exact from the packets; a header is data too
     assert flow.effective_rcvbuf <= 16384, flow.describe()
-    # The model gets the request back from the socket (a buffer that never moved, not tcp_rmem's default).
-    assert flow.rcvbuf_requested == 4096 and model.expected_throughput(flow).bound == "rwnd", flow.describe()
+    # The model gets the request back from the socket (a buffer that never moved, not tcp_rmem's default): its window
+    # bound is the 4 KB request's, far below the default's. Whether that bound or the host's calibrated rate binds is
+    # the host's: at 0 RTT the window over a 6 us min RTT read 5.5 Gbit/s beside a VM host's 3.58 (CI run 42).
+    conditions = flow.model_conditions()
+    assert flow.rcvbuf_requested == 4096 and conditions.so_rcvbuf == 4096, flow.describe()
+    tiny = model.expected_throughput(conditions).bounds["rwnd"]
+    default = model.expected_throughput(dataclasses.replace(conditions, so_rcvbuf=None)).bounds["rwnd"]
+    assert tiny < default / 4, (tiny, default, flow.describe())
     assert_window_full(flow, at_least=10)
     assert_limited_by(flow, "rwnd")
     # Named as a stall too, from the sender's own TCP_INFO: the receiver's window held it most of the time.

@@ -130,6 +130,8 @@ class PathCounters:
                 for end, counts in counters_after.items()
             },
             host_contention_cpus=hostload.others_cpus(self.host_before, self.host_after),
+            host_steal_cpus=hostload.steal_cpus(self.host_before, self.host_after),
+            sibling_cpus=hostload.siblings_cpus(self.host_before, self.host_after),
             shaped_ways=pair.shaped_ways,
             shaper_burst_s=netlink.shaper_burst_s(),
             host_limit=getattr(pair.lab, "host_limit", None),

@@ -153,6 +153,8 @@ def _skeleton(kind, result, *, test, flow, outcome):
         "link_changes": [],
         "offloads": {},
         "host_contention_cpus": None,
+        "host_steal_cpus": None,
+        "sibling_cpus": None,
         "applied": [],
         "applied_delay": None,
         "share": None,
@@ -333,6 +335,8 @@ def flow_row(result, *, test="", flow=0, outcome=None):
         "link_changes": list(transfer.link_changes),
         "offloads": transfer.offloads or {},
         "host_contention_cpus": _number(transfer.host_contention_cpus),
+        "host_steal_cpus": _number(_attr(transfer, "host_steal_cpus")),
+        "sibling_cpus": _number(_attr(transfer, "sibling_cpus")),
         # What each shaped interface applied against what it was asked (analysis/impairments.py).
         "applied": [
             {

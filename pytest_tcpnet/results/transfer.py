@@ -33,6 +33,22 @@ def busy_host_lines(contentions, what):
     ]
 
 
+#: Hypervisor steal (average CPUs over a flow) from which describe() names it: 0.02 of a CPU is a 20 ms stall in a
+#: one-second flow, the size of the gaps that cost 20-100 Mbit/s links 5-15% of their rate on a Firecracker VM host.
+STEAL_WARNING_CPUS = 0.02
+
+
+def machine_lines(steal, siblings):
+    """describe()'s line naming the hypervisor's steal and the session's other workers' load while a flow ran (from
+    STEAL_WARNING_CPUS and CONTENTION_WARNING_CORES on); else none."""
+    words = []
+    if steal is not None and steal >= STEAL_WARNING_CPUS:
+        words.append(f"the hypervisor stole {steal:.2f} CPUs (a VM host's shaped links stall meanwhile)")
+    if siblings is not None and siblings >= CONTENTION_WARNING_CORES:
+        words.append(f"this session's other workers kept {siblings:.1f} CPUs busy")
+    return [f"machine: while this flow ran {' and '.join(words)}"] if words else []
+
+
 def kernel_words(kernel):
     """The kernel a result ran under, and in which guest where it was not the host ("6.1.176 (User-Mode Linux guest)")."""
     return f"{kernel} ({guest.conditions()})" if guest.conditions() else f"{kernel}"
@@ -104,6 +120,11 @@ class TransferResult(AppliedChecks, ModelInputs):
     #: In a --tcpnet-vm guest: how many host CPUs processes other than the VM kept busy while the flow was
     #: measured (the runner's answer; None elsewhere). An emulated guest's links and endpoints slow down beside them.
     host_contention_cpus: "float | None" = None
+    #: On the host: how many CPUs its hypervisor stole while the flow was measured (/proc/stat's steal: a VM host's
+    #: shaped links stall meanwhile), and how many the session's other xdist workers kept busy (not "others": their
+    #: measurements wait for a slot, their other work does not). None where unknown (a guest).
+    host_steal_cpus: "float | None" = None
+    sibling_cpus: "float | None" = None
     #: {ifname: (direction, OneWay)}: what each shaped router interface on the path was asked to do (qdiscs has
     #: what it did), for applied_impairments().
     shaped_ways: dict = field(default_factory=dict, repr=False)
@@ -630,6 +651,7 @@ class TransferResult(AppliedChecks, ModelInputs):
         if self.capture is not None:
             lines.append(f"capture: {self.capture.pcap}")
         lines += busy_host_lines([self.host_contention_cpus], "this flow")
+        lines += machine_lines(self.host_steal_cpus, self.sibling_cpus)
         lines += [phase.describe() for phase in self.phases]
         return "\n".join(lines)
 
