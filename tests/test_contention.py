@@ -163,11 +163,12 @@ while time.monotonic() < end:
 
 
 def test_a_cpu_hog_beside_a_host_transfer_is_named(machine_slots, tcpnet):
-    """A process outside the session spinning on a CPU while a host-side flow runs: the flow's reading counts it
-    (a whole CPU, >= 0.5 asserted: the hog shares its CPU with the flow's own endpoints on a 2-CPU host) and its
-    description names the busy host. Nothing about the hog is known to the session but its CPU time."""
+    """Processes outside the session spinning on every CPU while a host-side flow runs: the flow's reading counts
+    them (>= 0.5 CPUs asserted: they share the CPUs with the flow's own endpoints; one spinner on a 2-CPU VM host read
+    0.43 once) and its description names the busy host. Nothing about the hogs is known to the session but their CPU
+    time."""
     pair = tcpnet.pair(Link(rate="20mbit"))  # htb alone: this host has no netem
-    hogs = _start_spinners(1, 30)
+    hogs = _start_spinners(os.cpu_count() or 2, 30)
     try:
         result = pair.transfer(duration=2)
     finally:
