@@ -14,6 +14,7 @@ from pytest_tcpnet import Link, assert_throughput_within
 from pytest_tcpnet import hostload as contention
 from pytest_tcpnet.measure.slots import measurement_slot, slot_count, slot_wait_s
 from pytest_tcpnet.report.rows import result_row
+from pytest_tcpnet.report.table import notes_cell
 from pytest_tcpnet.results.transfer import machine_lines
 from pytest_tcpnet.vm import hostcall, inside_vm
 from pytest_tcpnet.workload.fake import fake_result
@@ -348,3 +349,5 @@ def test_a_sibling_worker_and_the_hypervisor_s_steal_are_counted_apart_from_othe
         "and this session's other workers kept 0.8 CPUs busy"
     ]
     assert machine_lines(0.01, 0.3) == [] and machine_lines(None, None) == []
+    assert "hypervisor stole 0.05 CPUs" in notes_cell({"host_steal_cpus": 0.05})
+    assert "hypervisor" not in notes_cell({"host_steal_cpus": 0.01}) + notes_cell({})

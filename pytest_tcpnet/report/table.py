@@ -1,6 +1,6 @@
 """Text tables of flow rows (session summary) and the key figures CI dashboards read (JUnit properties)."""
 
-from ..hostload import CONTENTION_WARNING_CORES
+from ..hostload import CONTENTION_WARNING_CORES, STEAL_WARNING_CPUS
 from ..model import format_rate, format_size, format_time
 
 MISSING = "-"
@@ -40,6 +40,9 @@ def notes_cell(row):
     busy = row.get("host_contention_cpus")
     if busy is not None and busy >= CONTENTION_WARNING_CORES:
         notes.append(f"host busy: others used {busy:.1f} CPUs")
+    steal = row.get("host_steal_cpus")
+    if steal is not None and steal >= STEAL_WARNING_CPUS:
+        notes.append(f"hypervisor stole {steal:.2f} CPUs")
     notes += [
         f"NOT AS CONFIGURED: {a['direction'].replace('_', ' ')} loss {a['loss_applied'] * 100:.3g}% applied, "
         f"{a['loss_asked'] * 100:.3g}% asked"

@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass, field
 
 from .. import guest
-from ..hostload import CONTENTION_WARNING_CORES
+from ..hostload import CONTENTION_WARNING_CORES, STEAL_WARNING_CPUS
 from ..model import Host, HostLimit, Link, format_rate, format_size, format_time
 from ..model.shares import Share
 from ..model.validation import check_number
@@ -31,11 +31,6 @@ def busy_host_lines(contentions, what):
         "guest's whole kernel) run only when they get a CPU, so its rates and timings may be the busy host's rather "
         "than the path's: judge them again on a quiet host"
     ]
-
-
-#: Hypervisor steal (average CPUs over a flow) from which describe() names it: 0.02 of a CPU is a 20 ms stall in a
-#: one-second flow, the size of the gaps that cost 20-100 Mbit/s links 5-15% of their rate on a Firecracker VM host.
-STEAL_WARNING_CPUS = 0.02
 
 
 def machine_lines(steal, siblings):
