@@ -45,8 +45,8 @@ def _wait_for(fd):
 @pytest.fixture
 def machine_slots(tmp_path, monkeypatch):
     """Hold every measurement slot of the machine for the test, whose own measurements take slots of a private lock
-    directory: a hog it starts spins beside its own flows only, never beside an xdist sibling's measurement (a
-    20 Mbit/s sibling then read 0.94 of its rate on a 2-CPU VM, and the hog, sharing CPUs with both, 0.59 CPUs)."""
+    directory: a hog it starts spins beside its own flows only, never beside an xdist sibling's measurement, whose
+    verdict would then be the hog's."""
     with contextlib.ExitStack() as held:
         for _ in range(slot_count()):
             held.enter_context(measurement_slot(slot_wait_s(), hold_s=300))
@@ -60,14 +60,22 @@ def _start_spinners(count, seconds):
     """Start `count` SPIN_FOR processes outside this process tree (a shell that exits at once re-parents them, like a
     neighbour's jobs) for at most `seconds` each; return their pids."""
     pids = []
-    for _ in range(count):
-        r, w = os.pipe()
-        subprocess.run(["sh", "-c", f'"{sys.executable}" -c "$0" {seconds} {w} &', SPIN_FOR], pass_fds=(w,), check=True)
-        os.close(w)
-        with os.fdopen(r, "rb") as f:
-            pid = int(f.read() or 0)
-        if pid:
-            pids.append(pid)
+    try:
+        for _ in range(count):
+            r, w = os.pipe()
+            with os.fdopen(r, "rb") as f:
+                try:
+                    subprocess.run(
+                        ["sh", "-c", f'"{sys.executable}" -c "$0" {seconds} {w} &', SPIN_FOR], pass_fds=(w,), check=True
+                    )
+                finally:
+                    os.close(w)
+                pid = int(f.read() or 0)
+            if pid:
+                pids.append(pid)
+    except BaseException:
+        _kill(pids)  # the ones already spinning are ours to stop
+        raise
     return pids
 
 
