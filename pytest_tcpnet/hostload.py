@@ -116,24 +116,27 @@ def session_root() -> int:
 
 def host_busy_seconds() -> float | None:
     """CPU seconds the whole host spent busy since boot (None where /proc/stat is unreadable)."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
+    fields = _cpu_fields()
+    if fields is None:
         return None
     # user nice system idle iowait irq softirq steal: everything but idle and iowait is busy.
     return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
+def _cpu_fields() -> list[int] | None:
+    """/proc/stat's first line, the whole machine's CPU ticks by kind (None where unreadable)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+
+
 def host_steal_seconds() -> float | None:
     """CPU seconds the hypervisor ran something else while this machine's vCPUs wanted to run, since boot (/proc/stat's
     steal; None where unreadable). A VM host's shaped links stall while it steals: no process here sees it."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    return fields[7] / os.sysconf("SC_CLK_TCK") if len(fields) > 7 else None
+    fields = _cpu_fields()
+    return fields[7] / os.sysconf("SC_CLK_TCK") if fields is not None and len(fields) > 7 else None
 
 
 def steal_cpus(before: dict | None, after: dict | None) -> float | None:
@@ -154,12 +157,7 @@ def siblings_cpus(before: dict | None, after: dict | None) -> float | None:
         return None
     session = set(before["own"]) | set(after["own"])
     mine = set(before["mine"]) | set(after["mine"])
-    earlier, spent = before["processes"], 0
-    for pid, (ticks, started) in after["processes"].items():
-        if pid in session and pid not in mine:
-            then = earlier.get(pid)
-            spent += ticks - then[0] if then is not None and then[1] == started else ticks
-    return max(0.0, spent / os.sysconf("SC_CLK_TCK")) / wall
+    return _ticks_spent(before, after, lambda pid: pid in session and pid not in mine) / wall
 
 
 def own_cpu_seconds(root: int | None = None) -> float:
@@ -252,11 +250,15 @@ def _others_by_process(before: dict, after: dict) -> float | None:
     if wall <= 0:
         return None
     own = set(before["own"]) | set(after["own"])
-    earlier = before["processes"]
-    spent = 0
+    return _ticks_spent(before, after, lambda pid: pid not in own) / wall
+
+
+def _ticks_spent(before: dict, after: dict, counted: Callable[[int], bool]) -> float:
+    """CPU seconds the counted processes of two process_snapshot()s spent between them: a process that existed
+    before counts its difference, a pid reused by a new process counts whole, one that ended counts nothing."""
+    earlier, spent = before["processes"], 0
     for pid, (ticks, started) in after["processes"].items():
-        if pid in own:
-            continue
-        then = earlier.get(pid)
-        spent += ticks - then[0] if then is not None and then[1] == started else ticks
-    return max(0.0, spent / os.sysconf("SC_CLK_TCK")) / wall
+        if counted(pid):
+            then = earlier.get(pid)
+            spent += ticks - then[0] if then is not None and then[1] == started else ticks
+    return max(0.0, spent / os.sysconf("SC_CLK_TCK"))
