@@ -117,8 +117,8 @@ class TransferResult(AppliedChecks, ModelInputs):
     host_contention_cpus: "float | None" = None
     #: On the host: how many CPUs its hypervisor stole while the flow was measured (/proc/stat's steal: a VM host's
     #: shaped links stall meanwhile), and how many the session's other xdist workers kept busy (not "others": their
-    #: measurements wait for a slot, their other work does not). In a guest the steal is its host's (the runner's
-    #: snapshot) and siblings None; None wherever unknown.
+    #: measurements wait for a slot, their other work does not). None in a guest: the runner's snapshot
+    #: (hostload.cpu_snapshot) carries neither.
     host_steal_cpus: "float | None" = None
     sibling_cpus: "float | None" = None
     #: {ifname: (direction, OneWay)}: what each shaped router interface on the path was asked to do (qdiscs has
