@@ -103,6 +103,16 @@ def add_report_options(group):
         "(table, JUnit, results file) and a test that passed only on a retry is listed as flaky at the end",
     )
     group.addoption(
+        "--tcpnet-steal-retakes",
+        dest="tcpnet_steal_retakes",
+        metavar="N",
+        type=_retries,
+        default=2,
+        help="a measurement while the hypervisor stole 0.1 CPUs or more (a VM host: its shaped links stalled) is "
+        "void and taken again once the steal calms, up to N times (default 2; 0: never); each flow records the void "
+        "takes and the session lists them at the end",
+    )
+    group.addoption(
         "--tcpnet-seed",
         dest="tcpnet_seed",
         metavar="SEED",
@@ -553,6 +563,7 @@ class ReportPlugin:
             terminalreporter.write_line(f"tcpnet: artifacts kept (--tcpnet-keep={self.artifacts.keep}):")
             for path in sorted(self.kept):
                 terminalreporter.write_line(f"  {path}")
+        self._summarize_retakes(terminalreporter)
         if self.flaky:
             terminalreporter.write_sep(
                 "=", f"tcpnet: {len(self.flaky)} flaky test(s): passed only on a retry", yellow=True
@@ -571,6 +582,26 @@ class ReportPlugin:
             self.writer.write([session_row(self.collected, session.exitstatus, shard=self._shard())])
         if self.flaky and self.config.getoption("tcpnet_strict", None) == "all":
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _summarize_retakes(self, terminalreporter):
+        """List the measurements taken again beside hypervisor steal (measure.run): a retake is never silent."""
+        retaken = [row for row in self.flows if row.get("void_takes")]
+        if not retaken:
+            return
+        tests = sorted({row["test"] for row in retaken})
+        terminalreporter.write_sep(
+            "=",
+            f"tcpnet: {len(retaken)} flow(s) of {len(tests)} test(s) measured again: earlier takes void beside "
+            "hypervisor steal (--tcpnet-steal-retakes)",
+            yellow=True,
+        )
+        for row in sorted(retaken, key=lambda r: (r["test"], r["flow"])):
+            takes = "; ".join(
+                f"{take['steal_cpus']:.2f} CPUs stolen over {take['seconds']:.1f} s" for take in row["void_takes"]
+            )
+            steal = row.get("host_steal_cpus")
+            kept = "" if steal is None else f"; the kept take: {steal:.2f}"
+            terminalreporter.write_line(f"{row['test']} flow {row['flow']}: {takes}{kept}")
 
     def _summarize_baseline(self, terminalreporter):
         if self.baseline_writer is None and self.baseline is None:

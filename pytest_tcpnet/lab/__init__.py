@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import interrupts, netlink
 from ..errors import LabError
-from ..measure.run import TCP_SYSCTLS
+from ..measure.run import DEFAULT_STEAL_RETAKES, TCP_SYSCTLS
 from ..model import Host, HostLimit, Link
 from ..model.validation import check_integer
 from ..requirements import check_need
@@ -77,9 +77,21 @@ class Lab:
 
     artifact_dir: where results write their pcaps and plots (the ``tcpnet`` fixture gives each
     test its own, kept per ``--tcpnet-keep``); ``results`` lists every result the lab produced.
+
+    steal_retakes: how many times a measurement beside hypervisor steal is void and taken again (measure.run; the
+    plugin's ``--tcpnet-steal-retakes``, default 2; 0: never).
     """
 
-    def __init__(self, *, sweep=True, endpoint_offloads="wire", artifact_dir=None, seed=None, host_limit=None):
+    def __init__(
+        self,
+        *,
+        sweep=True,
+        endpoint_offloads="wire",
+        artifact_dir=None,
+        seed=None,
+        host_limit=None,
+        steal_retakes=DEFAULT_STEAL_RETAKES,
+    ):
         #: Every result this lab's pairs produced, in order (register): transfers, window probes, request/response
         #: runs, latency probes, UDP streams. The plugin reports each (table, JUnit, results file, artifacts).
         self.results = []
@@ -99,6 +111,8 @@ class Lab:
         #: What one unshaped flow of this host carries (model.HostLimit, e.g. calibrate.calibrate_host()): every
         #: result's "host" bound; None: no such bound.
         self.host_limit = host_limit
+        #: How many times a measurement of this lab beside hypervisor steal is taken again (measure.run).
+        self.steal_retakes = check_integer("steal_retakes", steal_retakes, 0)
         self._worlds_built = 0
         self.closed = False
         interrupts.install()  # a Ctrl-C the interpreter drops is raised again by the lab's next wait

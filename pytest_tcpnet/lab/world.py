@@ -488,7 +488,12 @@ class WorldView:
         )
         lab = self.world.lab
         measured = run_workloads(
-            jobs, timeout=timeout, sample_interval=sample_interval, capture=capture, artifact_dir=lab.artifact_dir
+            jobs,
+            timeout=timeout,
+            sample_interval=sample_interval,
+            capture=capture,
+            artifact_dir=lab.artifact_dir,
+            steal_retakes=lab.steal_retakes,
         )
         runs = []
         for (pair, workload), flows in zip(jobs, measured):

@@ -190,6 +190,7 @@ class Observation:
         self.shared_sampler = None
         self.link_changes = link_changes  # False: another observation of the same world applies them
         self._changes = None
+        self._counters = None
         self.applied_changes = []
         self.schedule_origin = None
 
@@ -315,6 +316,15 @@ class Observation:
             )
             self.register(self.flows)
         return False
+
+    @property
+    def surely_stolen_cpus(self):
+        """The hypervisor's steal while this observation ran, counted low (hostload.surely_stolen_cpus; None: not
+        ended, or unknown)."""
+        counters = self._counters
+        if counters is None or counters.host_after is None:
+            return None
+        return hostload.surely_stolen_cpus(counters.host_before, counters.host_after)
 
     def capture_for(self, sender_role, local=None, remote=None):
         """The capture of a connection whose data `sender_role` sent: the sender's end's (or the one node

@@ -3,16 +3,23 @@
 import contextlib
 import time
 
-from ..results import TransferResult
+from .. import hostload
+from ..results import TransferResult, VoidTake
 from .changes import LinkChanges
 from .gate import StartGate
 from .observe import TCP_SYSCTLS, Observation, first_value, last_tcp_info, sampled_values, share_sampling
 from .slots import measurement_slot, slot_wait_s
 
-__all__ = ["run_workloads", "TCP_SYSCTLS"]
+__all__ = ["run_workloads", "TCP_SYSCTLS", "DEFAULT_STEAL_RETAKES"]
 
 
-def run_workloads(jobs, *, timeout, sample_interval=None, capture=False, artifact_dir=None):
+#: How many times a measurement beside hypervisor steal is taken again before the last take is kept (Lab's default).
+DEFAULT_STEAL_RETAKES = 2
+
+
+def run_workloads(
+    jobs, *, timeout, sample_interval=None, capture=False, artifact_dir=None, steal_retakes=DEFAULT_STEAL_RETAKES
+):
     """Run several (pair, workload) at once, each inside an Observation of its pair; a list of TransferResults each,
     one per flow, registered with the lab.
 
@@ -24,7 +31,39 @@ def run_workloads(jobs, *, timeout, sample_interval=None, capture=False, artifac
 
     One measurement slot covers them all; every pair's counters are read before the first
     workload starts and after the last one ends, so the workloads share one span of time.
+
+    A take beside hypervisor steal (hostload.STEAL_VOID_CPUS or more, counted low) is void: its links ran slower
+    than asked, whatever the verdict would have been. Once the steal calms it is taken again, up to steal_retakes
+    times; the kept take's flows list the void ones (TransferResult.void_takes), and the last take is kept whatever
+    its steal (its description names it). Every take is judged alike, so a retake cannot favour a verdict.
     """
+    void_takes = []
+    while True:
+        started = time.monotonic()
+        observations, outcomes = _take(jobs, timeout=timeout, sample_interval=sample_interval, capture=capture)
+        stolen = _surely_stolen(observations)
+        if stolen is None or stolen < hostload.STEAL_VOID_CPUS or len(void_takes) >= steal_retakes:
+            break
+        seconds = time.monotonic() - started
+        waited = hostload.wait_for_steal_below(hostload.STEAL_VOID_CPUS)
+        void_takes.append(VoidTake(steal_cpus=stolen, seconds=seconds, waited_s=waited))
+    for observation in observations:
+        observation.shared["void_takes"] = tuple(void_takes)
+    return [
+        _results(observation, workload, pair_outcomes, artifact_dir)
+        for observation, (_, workload), pair_outcomes in zip(observations, jobs, outcomes)
+    ]
+
+
+def _surely_stolen(observations):
+    """The most steal any of a take's observations saw, counted low (None: unknown, as in a guest)."""
+    readings = [observation.surely_stolen_cpus for observation in observations]
+    readings = [cpus for cpus in readings if cpus is not None]
+    return max(readings) if readings else None
+
+
+def _take(jobs, *, timeout, sample_interval, capture):
+    """One take of the measurement: (the observations, each workload's FlowOutcomes)."""
     with contextlib.ExitStack() as stack:
         # Waiting for a slot is queueing behind other sessions' transfers, not this measurement's time.
         stack.enter_context(measurement_slot(slot_wait_s(), hold_s=timeout))
@@ -69,10 +108,7 @@ def run_workloads(jobs, *, timeout, sample_interval=None, capture=False, artifac
     for observation in observations:
         steps, origin = applied[id(observation.pair.world)]
         observation.shared.update(link_changes=steps, schedule_origin=origin if steps or origin else None)
-    return [
-        _results(observation, workload, pair_outcomes, artifact_dir)
-        for observation, (_, workload), pair_outcomes in zip(observations, jobs, outcomes)
-    ]
+    return observations, outcomes
 
 
 def _results(observation, workload, outcomes, artifact_dir):

@@ -155,6 +155,7 @@ def _skeleton(kind, result, *, test, flow, outcome):
         "host_contention_cpus": None,
         "host_steal_cpus": None,
         "sibling_cpus": None,
+        "void_takes": [],
         "applied": [],
         "applied_delay": None,
         "share": None,
@@ -337,6 +338,11 @@ def flow_row(result, *, test="", flow=0, outcome=None):
         "host_contention_cpus": _number(transfer.host_contention_cpus),
         "host_steal_cpus": _number(_attr(transfer, "host_steal_cpus")),
         "sibling_cpus": _number(_attr(transfer, "sibling_cpus")),
+        # The takes voided beside hypervisor steal before this one (measure.run): never a silent retake.
+        "void_takes": [
+            {"steal_cpus": take.steal_cpus, "seconds": take.seconds, "waited_s": take.waited_s}
+            for take in (_attr(transfer, "void_takes") or ())
+        ],
         # What each shaped interface applied against what it was asked (analysis/impairments.py).
         "applied": [
             {

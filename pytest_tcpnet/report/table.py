@@ -43,6 +43,9 @@ def notes_cell(row):
     steal = row.get("host_steal_cpus")
     if steal is not None and steal >= STEAL_WARNING_CPUS:
         notes.append(f"hypervisor stole {steal:.2f} CPUs")
+    void = row.get("void_takes") or []
+    if void:
+        notes.append("retaken: void beside steal " + ", ".join(f"{take['steal_cpus']:.2f}" for take in void) + " CPUs")
     notes += [
         f"NOT AS CONFIGURED: {a['direction'].replace('_', ' ')} loss {a['loss_applied'] * 100:.3g}% applied, "
         f"{a['loss_asked'] * 100:.3g}% asked"
@@ -185,4 +188,12 @@ def junit_properties(rows):
                     f"{value:.6g}" if field in ("ratio", "min_rtt_s", "measured_s", "expected_s") else f"{value:.0f}"
                 )
             properties.append((f"tcpnet.flow{row.get('flow', 0)}.{suffix}", str(value)))
+        void = row.get("void_takes") or []
+        if void:
+            properties.append(
+                (
+                    f"tcpnet.flow{row.get('flow', 0)}.void_takes_steal_cpus",
+                    ",".join(f"{take['steal_cpus']:.3g}" for take in void),
+                )
+            )
     return properties

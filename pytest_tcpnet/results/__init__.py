@@ -18,12 +18,13 @@ from .kinds import (
     transfer_of,
 )
 from .shares import with_shares
-from .transfer import TransferResult
+from .transfer import TransferResult, VoidTake
 
 __all__ = [
     "WorkloadRun",
     "REGISTERED_KINDS",
     "TransferResult",
+    "VoidTake",
     "ConcurrentResult",
     "LatencyResult",
     "RequestsResult",

@@ -13,11 +13,39 @@ from ..records import SERIES_FIELDS, ConnectionEnd
 from .applied import EMULATED_TIMER_SLACK_S, AppliedChecks
 from .conditions import ModelInputs, Phase
 
-__all__ = ["TransferResult", "Phase", "KEY_COUNTERS", "EMULATED_TIMER_SLACK_S", "kernel_words"]
+__all__ = ["TransferResult", "VoidTake", "Phase", "KEY_COUNTERS", "EMULATED_TIMER_SLACK_S", "kernel_words"]
 
 _TC_H_ROOT = 0xFFFFFFFF
 #: What a sender's samples say it had written, with notsent_bytes (sent at least once, less resends).
 _WRITTEN_FIELDS = ("bytes_sent", "bytes_retrans")
+
+
+@dataclass(frozen=True)
+class VoidTake:
+    """A take of a measurement that was void and taken again (measure.run): the hypervisor stole at least
+    hostload.STEAL_VOID_CPUS while it ran, so its links ran slower than asked."""
+
+    #: The steal while it ran, counted low (hostload.surely_stolen_cpus), in average CPUs.
+    steal_cpus: float
+    #: How long the take ran, and how long the next one waited for the steal to calm (hostload.wait_for_steal_below).
+    seconds: float
+    waited_s: float
+
+    def describe(self):
+        """One line: the steal, the take's span and the wait."""
+        return (
+            f"{self.steal_cpus:.2f} CPUs stolen over {self.seconds:.1f} s; the next take waited {self.waited_s:.1f} s"
+        )
+
+
+def void_take_lines(void_takes):
+    """describe()'s line naming the takes a measurement voided before this one, if any."""
+    if not void_takes:
+        return []
+    return [
+        f"retaken: {len(void_takes)} earlier take(s) void beside hypervisor steal (--tcpnet-steal-retakes): "
+        + "; ".join(take.describe() for take in void_takes)
+    ]
 
 
 def busy_host_lines(contentions, what):
@@ -121,6 +149,8 @@ class TransferResult(AppliedChecks, ModelInputs):
     #: (hostload.cpu_snapshot) carries neither.
     host_steal_cpus: "float | None" = None
     sibling_cpus: "float | None" = None
+    #: The takes of this measurement voided before it, each beside hypervisor steal (VoidTake; empty: none).
+    void_takes: tuple = ()
     #: {ifname: (direction, OneWay)}: what each shaped router interface on the path was asked to do (qdiscs has
     #: what it did), for applied_impairments().
     shaped_ways: dict = field(default_factory=dict, repr=False)
@@ -648,6 +678,7 @@ class TransferResult(AppliedChecks, ModelInputs):
             lines.append(f"capture: {self.capture.pcap}")
         lines += busy_host_lines([self.host_contention_cpus], "this flow")
         lines += machine_lines(self.host_steal_cpus, self.sibling_cpus)
+        lines += void_take_lines(self.void_takes)
         lines += [phase.describe() for phase in self.phases]
         return "\n".join(lines)
 

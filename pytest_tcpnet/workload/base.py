@@ -51,6 +51,8 @@ class Workload:
     Flows to check and what its results record.
     `Pair.run(workload)` wraps them with the measurement slot, socket sampling, capture and
     counters, so an adapter only knows how to drive its own tool (a user's too: docs/workloads.md).
+    A measurement may start the same workload again after stop() (a take beside hypervisor steal is
+    void: measure.run), so start() begins afresh.
     """
 
     kind = "workload"

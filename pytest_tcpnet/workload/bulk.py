@@ -47,6 +47,7 @@ class Bulk(Workload):
         return {"starved_receiver": self.starve_receiver}
 
     def start(self, pair, deadline):
+        self.udp_records = []  # a measurement taken again (measure.run) starts afresh
         starved_cpu = max(os.sched_getaffinity(0)) if self.starve_receiver else None
         if self.starve_receiver:
             # The hog runs before the first byte, so the whole transfer competes with it.
