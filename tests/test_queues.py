@@ -4,6 +4,8 @@ The host has pfifo and bfifo only; fq_codel, codel, cake, pie, fq_pie, red, fq a
 the pinned-kernel VM (tests/test_queue_kinds.py, examples/test_bufferbloat.py).
 """
 
+import statistics
+
 import pytest
 from refusals import assert_refused
 
@@ -257,7 +259,8 @@ def test_fifo_limits_are_read_back_from_the_kernel(tcpnet):
 @pytest.mark.tcpnet_needs("privilege", "pfifo", "bfifo", "cubic")
 def test_a_byte_limited_fifo_bounds_the_latency_a_bulk_flow_adds(tcpnet, tmp_path):
     """The same cubic download at 10 Mbit/s through 200 packets of pfifo and 30 KB of bfifo: the probe waits
-    behind what each queue holds (at most 242 ms and 24.6 ms of the link's time); both carry the link's rate."""
+    behind what each queue holds, which the byte limit bounds (at most 24.6 ms of the link's time) and the packet
+    limit lets grow past it (up to 242 ms); both carry the link's rate."""
     flows = [Flow(duration=4, cc="cubic")]
     deep = tcpnet.pair(Link(rate="10mbit", limit=200)).latency_under_load(duration=4, flows=flows, idle=0.5)
     short = tcpnet.pair(Link(rate="10mbit", queue="bfifo", limit="30kb")).latency_under_load(
@@ -265,12 +268,17 @@ def test_a_byte_limited_fifo_bounds_the_latency_a_bulk_flow_adds(tcpnet, tmp_pat
     )
     figures = f"pfifo 200:\n{deep.describe()}\nbfifo 30 KB:\n{short.describe()}"
     full_fifo = 200 * 1514 * 8 / 10e6
-    full_bfifo = 30 * 1024 * 8 / 10e6
-    # cubic fills the FIFO until it drops, then backs off by 30%: the queue swings between ~0.7 and 1.0 of its
-    # limit once slow start is over. Measured on the host beside a fresh-clone CI run, 3 runs: p95 0.85-0.86 of
-    # the limit (pfifo), 0.99 (bfifo); the probe waits behind the queue plus the packet on the wire.
-    assert 0.7 * full_fifo <= deep.induced_latency_s(95, after=1.0) <= 1.1 * full_fifo, figures
-    assert short.induced_latency_s(95, after=1.0) <= 1.3 * full_bfifo + 0.002, figures
+    bfifo_bound = 1.3 * 30 * 1024 * 8 / 10e6 + 0.002  # the probe waits behind the queue plus the packet on the wire
+    # How much cubic keeps in the deep FIFO within 4 s depends on how its slow start ended, which a busy second
+    # worker moves: HyStart's exit before the FIFO fills left p95 at 0.83-0.86 of the limit with no loss, an
+    # overflow and cubic's 30% back-off at 0.54-0.60 (one retransmission; 6 runs under -n 2), and 0.30 in three CI
+    # runs. So the probe is judged against the queue the flow built, as the flow's own RTT saw it over the same
+    # span: probe p50 / the flow's median srtt read 0.83-0.99 (those 6 runs; 0.84-0.86 alone).
+    (flow,) = deep.flows.flows
+    flow_rtt = statistics.median(v / 1e6 for t, v in flow.series("rtt") if t >= 1.0)
+    assert 0.7 <= deep.loaded_rtt_s(50, after=1.0) / flow_rtt <= 1.15, (flow_rtt, figures)
+    assert bfifo_bound < deep.induced_latency_s(95, after=1.0) <= 1.1 * full_fifo, figures
+    assert short.induced_latency_s(95, after=1.0) <= bfifo_bound, figures
     for result in (deep, short):
         assert result.flows.total_bps >= 0.9 * 9.56e6, figures
     (plot,) = deep.plot(tmp_path)  # RTT over time beside the idle and loaded CDFs
