@@ -15,7 +15,7 @@ import resource
 import time
 from typing import Callable
 
-from .guest import inside_vm
+from .guest import inside_vm, time_travel
 
 __all__ = [
     "process_snapshot",
@@ -150,8 +150,9 @@ def host_steal_seconds() -> float | None:
 
 
 def steal_cpus(before: dict | None, after: dict | None) -> float | None:
-    """Average number of this machine's CPUs its hypervisor stole between two process_snapshot()s (None: unknown)."""
-    if not before or not after or before.get("steal_s") is None or after.get("steal_s") is None:
+    """Average number of this machine's CPUs its hypervisor stole between two process_snapshot()s (None: unknown, or
+    in a time-travel guest, whose clock stands still while the host is stalled: steal moves nothing it measures)."""
+    if time_travel() or not before or not after or before.get("steal_s") is None or after.get("steal_s") is None:
         return None
     wall = after["at"] - before["at"]
     return max(0.0, after["steal_s"] - before["steal_s"]) / wall if wall > 0 else None
@@ -159,8 +160,8 @@ def steal_cpus(before: dict | None, after: dict | None) -> float | None:
 
 def surely_stolen_cpus(before: dict | None, after: dict | None) -> float | None:
     """steal_cpus() less one clock tick, the counter's resolution: what was stolen for certain, so that a short
-    measurement which straddled a tick's increment is not called stolen from (None: unknown)."""
-    if not before or not after or before.get("steal_s") is None or after.get("steal_s") is None:
+    measurement which straddled a tick's increment is not called stolen from (None: unknown, as for steal_cpus)."""
+    if time_travel() or not before or not after or before.get("steal_s") is None or after.get("steal_s") is None:
         return None
     wall = after["at"] - before["at"]
     tick = 1 / os.sysconf("SC_CLK_TCK")
@@ -173,12 +174,22 @@ def wait_for_steal_below(cpus: float, *, window_s: float = 1.0, most_s: float = 
     A steal episode lasts seconds: a measurement taken again at once would likely land in the same one."""
     started = time.monotonic()
     while True:
-        before = {"steal_s": host_steal_seconds(), "at": time.monotonic()}
+        before = _steal_now()
         time.sleep(window_s)
-        stolen = surely_stolen_cpus(before, {"steal_s": host_steal_seconds(), "at": time.monotonic()})
+        stolen = surely_stolen_cpus(before, _steal_now())
         waited = time.monotonic() - started
         if stolen is None or stolen < cpus or waited + window_s > most_s:
             return waited
+
+
+def _steal_now() -> dict | None:
+    """The host's steal counter now, {"steal_s", "at"}: the runner's in a guest (None without one), else this
+    machine's."""
+    if _elsewhere is not None:
+        return _elsewhere()
+    if inside_vm():
+        return None
+    return {"steal_s": host_steal_seconds(), "at": time.monotonic()}
 
 
 def siblings_cpus(before: dict | None, after: dict | None) -> float | None:
@@ -250,6 +261,7 @@ def cpu_snapshot(root: int | None = None) -> dict:
     return {
         "busy_s": host_busy_seconds(),
         "own_s": own_cpu_seconds(root),
+        "steal_s": host_steal_seconds(),  # a guest's steal_cpus(): the hypervisor stalls its VM host's guests too
         "at": time.monotonic(),
         "cpus": os.cpu_count(),
     }

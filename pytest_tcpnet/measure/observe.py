@@ -318,13 +318,14 @@ class Observation:
         return False
 
     @property
-    def surely_stolen_cpus(self):
-        """The hypervisor's steal while this observation ran, counted low (hostload.surely_stolen_cpus; None: not
-        ended, or unknown)."""
+    def steal_reading(self):
+        """(the hypervisor's steal while this observation ran, counted low: hostload.surely_stolen_cpus, over how
+        many seconds), or None: not ended, or unknown."""
         counters = self._counters
         if counters is None or counters.host_after is None:
             return None
-        return hostload.surely_stolen_cpus(counters.host_before, counters.host_after)
+        stolen = hostload.surely_stolen_cpus(counters.host_before, counters.host_after)
+        return None if stolen is None else (stolen, counters.host_after["at"] - counters.host_before["at"])
 
     def capture_for(self, sender_role, local=None, remote=None):
         """The capture of a connection whose data `sender_role` sent: the sender's end's (or the one node

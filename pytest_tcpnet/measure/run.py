@@ -39,12 +39,10 @@ def run_workloads(
     """
     void_takes = []
     while True:
-        started = time.monotonic()
         observations, outcomes = _take(jobs, timeout=timeout, sample_interval=sample_interval, capture=capture)
-        stolen = _surely_stolen(observations)
+        stolen, seconds = _most_stolen(observations)
         if stolen is None or stolen < hostload.STEAL_VOID_CPUS or len(void_takes) >= steal_retakes:
             break
-        seconds = time.monotonic() - started
         waited = hostload.wait_for_steal_below(hostload.STEAL_VOID_CPUS)
         void_takes.append(VoidTake(steal_cpus=stolen, seconds=seconds, waited_s=waited))
     for observation in observations:
@@ -55,11 +53,11 @@ def run_workloads(
     ]
 
 
-def _surely_stolen(observations):
-    """The most steal any of a take's observations saw, counted low (None: unknown, as in a guest)."""
-    readings = [observation.surely_stolen_cpus for observation in observations]
-    readings = [cpus for cpus in readings if cpus is not None]
-    return max(readings) if readings else None
+def _most_stolen(observations):
+    """(the most steal any of a take's observations saw, counted low, over how many seconds); (None, None): unknown."""
+    readings = [observation.steal_reading for observation in observations]
+    readings = [reading for reading in readings if reading is not None]
+    return max(readings) if readings else (None, None)
 
 
 def _take(jobs, *, timeout, sample_interval, capture):

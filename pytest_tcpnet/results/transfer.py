@@ -143,10 +143,10 @@ class TransferResult(AppliedChecks, ModelInputs):
     #: In a --tcpnet-vm guest: how many host CPUs processes other than the VM kept busy while the flow was
     #: measured (the runner's answer; None elsewhere). An emulated guest's links and endpoints slow down beside them.
     host_contention_cpus: "float | None" = None
-    #: On the host: how many CPUs its hypervisor stole while the flow was measured (/proc/stat's steal: a VM host's
-    #: shaped links stall meanwhile), and how many the session's other xdist workers kept busy (not "others": their
-    #: measurements wait for a slot, their other work does not). None in a guest: the runner's snapshot
-    #: (hostload.cpu_snapshot) carries neither.
+    #: How many CPUs the host's hypervisor stole while the flow was measured (/proc/stat's steal: a VM host's shaped
+    #: links, and its guests, stall meanwhile; in a guest the runner's reading), and on the host how many the
+    #: session's other xdist workers kept busy (not "others": their measurements wait for a slot, their other work
+    #: does not; None in a guest, whose runner's snapshot, hostload.cpu_snapshot, has no worker tree).
     host_steal_cpus: "float | None" = None
     sibling_cpus: "float | None" = None
     #: The takes of this measurement voided before it, each beside hypervisor steal (VoidTake; empty: none).
