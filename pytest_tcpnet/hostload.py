@@ -152,20 +152,20 @@ def host_steal_seconds() -> float | None:
 def steal_cpus(before: dict | None, after: dict | None) -> float | None:
     """Average number of this machine's CPUs its hypervisor stole between two process_snapshot()s (None: unknown, or
     in a time-travel guest, whose clock stands still while the host is stalled: steal moves nothing it measures)."""
-    if time_travel() or not before or not after or before.get("steal_s") is None or after.get("steal_s") is None:
-        return None
-    wall = after["at"] - before["at"]
-    return max(0.0, after["steal_s"] - before["steal_s"]) / wall if wall > 0 else None
+    return _stolen_cpus(before, after, 0.0)
 
 
 def surely_stolen_cpus(before: dict | None, after: dict | None) -> float | None:
     """steal_cpus() less one clock tick, the counter's resolution: what was stolen for certain, so that a short
     measurement which straddled a tick's increment is not called stolen from (None: unknown, as for steal_cpus)."""
+    return _stolen_cpus(before, after, 1 / os.sysconf("SC_CLK_TCK"))
+
+
+def _stolen_cpus(before: dict | None, after: dict | None, less_s: float) -> float | None:
     if time_travel() or not before or not after or before.get("steal_s") is None or after.get("steal_s") is None:
         return None
     wall = after["at"] - before["at"]
-    tick = 1 / os.sysconf("SC_CLK_TCK")
-    return max(0.0, after["steal_s"] - before["steal_s"] - tick) / wall if wall > 0 else None
+    return max(0.0, after["steal_s"] - before["steal_s"] - less_s) / wall if wall > 0 else None
 
 
 def wait_for_steal_below(cpus: float, *, window_s: float = 1.0, most_s: float = 10.0) -> float:
