@@ -143,7 +143,8 @@ def test_stolen_once(tcpnet, monkeypatch):
     monkeypatch.setattr(hostload, "host_steal_seconds", counter)
     tcpnet.pair(link=Link(rate="20mbit")).transfer(nbytes=200_000)
 
-def test_quiet(tcpnet):
+def test_quiet(tcpnet, monkeypatch):
+    monkeypatch.setattr(hostload, "host_steal_seconds", lambda: 1000.0)  # this machine's own may steal: not here
     tcpnet.pair(link=Link(rate="20mbit")).transfer(nbytes=200_000)
 """
 
