@@ -270,7 +270,7 @@ def tcpnet(request, _tcpnet_sweep, _tcpnet_host_limit):
         artifact_dir=reporting.start_test(request.node),
         seed=session.lab_seed(request.config, request.node.nodeid),
         host_limit=_tcpnet_host_limit,
-        steal_retakes=request.config.getoption("tcpnet_steal_retakes", 2),
+        steal_retakes=request.config.getoption("tcpnet_steal_retakes", None),
     )
     request.node.stash[session.LAB_KEY] = lab
     try:

@@ -107,9 +107,9 @@ def add_report_options(group):
         dest="tcpnet_steal_retakes",
         metavar="N",
         type=_retries,
-        default=2,
+        default=None,
         help="a measurement while the hypervisor stole 0.1 CPUs or more (a VM host: its shaped links stalled) is "
-        "void and taken again once the steal calms, up to N times (default 2; 0: never); each flow records the void "
+        "void and taken again once the steal calms, up to N times (default 4; 0: never); each flow records the void "
         "takes and the session lists them at the end",
     )
     group.addoption(

@@ -79,7 +79,7 @@ class Lab:
     test its own, kept per ``--tcpnet-keep``); ``results`` lists every result the lab produced.
 
     steal_retakes: how many times a measurement beside hypervisor steal is void and taken again (measure.run; the
-    plugin's ``--tcpnet-steal-retakes``, default 2; 0: never).
+    plugin's ``--tcpnet-steal-retakes``; None: measure.run.DEFAULT_STEAL_RETAKES, 4; 0: never).
     """
 
     def __init__(
@@ -90,7 +90,7 @@ class Lab:
         artifact_dir=None,
         seed=None,
         host_limit=None,
-        steal_retakes=DEFAULT_STEAL_RETAKES,
+        steal_retakes=None,
     ):
         #: Every result this lab's pairs produced, in order (register): transfers, window probes, request/response
         #: runs, latency probes, UDP streams. The plugin reports each (table, JUnit, results file, artifacts).
@@ -112,7 +112,9 @@ class Lab:
         #: result's "host" bound; None: no such bound.
         self.host_limit = host_limit
         #: How many times a measurement of this lab beside hypervisor steal is taken again (measure.run).
-        self.steal_retakes = check_integer("steal_retakes", steal_retakes, 0)
+        self.steal_retakes = (
+            DEFAULT_STEAL_RETAKES if steal_retakes is None else check_integer("steal_retakes", steal_retakes, 0)
+        )
         self._worlds_built = 0
         self.closed = False
         interrupts.install()  # a Ctrl-C the interpreter drops is raised again by the lab's next wait
