@@ -15,7 +15,6 @@ from .. import guest, interrupts
 from ..errors import LabError
 from ..locks import open_lock_file
 from ..netlink.ownership import owner_alive, process_start_ticks
-from .awake import awake_cpus
 
 __all__ = ["measurement_slot", "slot_count", "slot_holders", "slot_wait_s", "DEFAULT_SLOT_WAIT_S", "OVERDUE_GRACE_S"]
 
@@ -89,8 +88,7 @@ def measurement_slot(timeout, hold_s=None):
             try:
                 _write_holder(fd, hold_s)
                 start_on_time_grid()
-                with awake_cpus():  # a VM host's vCPUs do not halt while the slot's measurement runs
-                    yield slot
+                yield slot
             finally:
                 with contextlib.suppress(OSError):
                     os.ftruncate(fd, 0)
