@@ -493,7 +493,9 @@ class WorldView:
             sample_interval=sample_interval,
             capture=capture,
             artifact_dir=lab.artifact_dir,
-            steal_retakes=lab.steal_retakes,
+            # A seeded lab's netem draws the next numbers of its sequence in a retake, so the kept take would not lose
+            # the packets its seed promises (run 54's seeded-netem stage): its takes are never retaken.
+            steal_retakes=lab.steal_retakes if lab.seed is None else 0,
         )
         runs = []
         for (pair, workload), flows in zip(jobs, measured):
