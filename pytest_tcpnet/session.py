@@ -591,7 +591,7 @@ class ReportPlugin:
         tests = sorted({row["test"] for row in retaken})
         terminalreporter.write_sep(
             "=",
-            f"tcpnet: {len(retaken)} flow(s) of {len(tests)} test(s) measured again: earlier takes void beside "
+            f"tcpnet: {len(retaken)} result(s) of {len(tests)} test(s) measured again: earlier takes void beside "
             "hypervisor steal (--tcpnet-steal-retakes)",
             yellow=True,
         )
@@ -601,7 +601,7 @@ class ReportPlugin:
             )
             steal = row.get("host_steal_cpus")
             kept = "" if steal is None else f"; the kept take: {steal:.2f}"
-            terminalreporter.write_line(f"{row['test']} flow {row['flow']}: {takes}{kept}")
+            terminalreporter.write_line(f"{row['test']} result {row['flow']} ({row['kind']}): {takes}{kept}")
 
     def _summarize_baseline(self, terminalreporter):
         if self.baseline_writer is None and self.baseline is None:

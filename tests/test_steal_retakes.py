@@ -16,6 +16,7 @@ from pytest_tcpnet.measure import run
 from pytest_tcpnet.report.rows import result_row
 from pytest_tcpnet.report.table import junit_properties, notes_cell
 from pytest_tcpnet.results import TransferResult, UdpResult
+from pytest_tcpnet.workload import Bulk
 
 pytest_plugins = ["pytester"]
 
@@ -71,6 +72,28 @@ def test_a_take_beside_steal_is_void_and_taken_again_with_a_changing_link_and_a_
     settings = pair.world.read_back([(end, way.phases[0][1], way) for end, way in pair.world.changing_ends()])
     assert [s["rate_bps"] for s in settings.values()] == [20_000_000, 20_000_000], settings
     assert run.flows and run.flows[0] is flow
+    # The stream is the kept take's and says so, as the flows do: the one registered is the one the run returned.
+    assert run.udp == udp and udp[0].void_takes == flow.void_takes, udp
+    assert "retaken: 1 earlier take(s)" in udp[0].describe() and "retaken" in run.describe(), run.describe()
+
+
+@pytest.mark.tcpnet_needs("htb", "pfifo")
+def test_a_void_take_s_drops_are_not_the_kept_take_s(tcpnet, steal):
+    """12 Mbit/s of datagrams into a 10 Mbit/s link whose 100-packet FIFO drops the excess, taken twice (the first
+    void): the stream's emulator_drops are the kept take's own, about the datagrams it lost, while the router's
+    cumulative counter holds both takes' drops. Reading the counters around run() counts a void take's traffic (CI
+    run 55); the result's own deltas do not."""
+    steal(jumps_at=[1])
+    pair = tcpnet.pair(Link(rate="10mbit", limit=100))
+    (udp,) = pair.run(Bulk([Cbr("12mbit", duration=1)])).results
+    cumulative = sum(max(q["drops"] for q in qdiscs) for qdiscs in pair.router_qdisc_stats().values())
+    assert len(udp.void_takes) == 1, udp.describe()
+    lost = udp.sent - udp.received
+    # Lost at the queue only; the stream's three end markers go into the full queue too.
+    assert lost > 100 and 0 <= udp.emulator_drops - lost <= 3, (udp.emulator_drops, lost, udp.describe())
+    assert cumulative > 1.5 * udp.emulator_drops, (cumulative, udp.emulator_drops)
+    row = result_row(udp)
+    assert len(row["void_takes"]) == 1 and "retaken: void beside steal" in notes_cell(row), row
 
 
 @pytest.mark.tcpnet_needs("htb")
@@ -171,11 +194,11 @@ def test_the_session_lists_the_measurements_it_took_again(pytester, monkeypatch)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         [
-            "*tcpnet: 1 flow(s) of 1 test(s) measured again: earlier takes void beside hypervisor steal*",
-            "test_stolen.py::test_stolen_once flow 0: * CPUs stolen over * s; the kept take: 0.00",
+            "*tcpnet: 1 result(s) of 1 test(s) measured again: earlier takes void beside hypervisor steal*",
+            "test_stolen.py::test_stolen_once result 0 (transfer): * CPUs stolen over * s; the kept take: 0.00",
         ]
     )
-    assert "test_quiet flow" not in result.stdout.str()
+    assert "test_quiet result" not in result.stdout.str()
     from pytest_tcpnet.report import read_rows
 
     rows = {r["test"].split("::")[1]: r for r in read_rows([pytester.path / "r.jsonl"]) if r.get("flow") is not None}

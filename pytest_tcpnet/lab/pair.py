@@ -93,7 +93,8 @@ class Pair(PairWorkloads, WorldView):
         return self.world.flow_queues(ends) if ends else {}
 
     def router_qdisc_stats(self):
-        """{ifname: [qdisc stats]} of the path's shaped router interfaces."""
+        """{ifname: [qdisc stats]} of the path's shaped router interfaces, cumulative since they were built (around a
+        measurement they count its void takes too: its results' own deltas are their `qdiscs`)."""
         return self.world.qdisc_stats(self._shaped)
 
     def run(self, workload, *, timeout=None, capture=False, sample_interval=None):

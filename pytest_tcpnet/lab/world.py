@@ -21,7 +21,7 @@ from ..measure.run import run_workloads
 from ..model import Host, OneWay
 from ..model.validation import check_number
 from ..requirements import check_need
-from ..results import WorkloadRun
+from ..results import WorkloadRun, with_take
 from ..workload.base import Workload
 from .node import Node
 
@@ -498,8 +498,11 @@ class WorldView:
             steal_retakes=lab.steal_retakes if lab.seed is None else 0,
         )
         runs = []
-        for (pair, workload), flows in zip(jobs, measured):
-            own = lab.register(*workload.results(pair, flows), by=f"{type(workload).__name__}.results()")
+        for (pair, workload), (flows, void_takes, qdiscs) in zip(jobs, measured):
+            # Its own results carry the kept take's counters and void takes too: a test that read the router's
+            # cumulative counters around run() would count a void take's packets as well (CI run 55).
+            own = with_take(workload.results(pair, flows), void_takes=void_takes, qdiscs=qdiscs)
+            own = lab.register(*own, by=f"{type(workload).__name__}.results()")
             runs.append(WorkloadRun(flows, own))
         return runs
 

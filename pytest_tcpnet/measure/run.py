@@ -2,6 +2,7 @@
 
 import contextlib
 import time
+from typing import NamedTuple
 
 from .. import hostload
 from ..results import TransferResult, VoidTake
@@ -10,7 +11,16 @@ from .gate import StartGate
 from .observe import TCP_SYSCTLS, Observation, first_value, last_tcp_info, sampled_values, share_sampling
 from .slots import measurement_slot, slot_wait_s
 
-__all__ = ["run_workloads", "TCP_SYSCTLS", "DEFAULT_STEAL_RETAKES"]
+__all__ = ["run_workloads", "Measured", "TCP_SYSCTLS", "DEFAULT_STEAL_RETAKES"]
+
+
+class Measured(NamedTuple):
+    """One workload's part of a measurement: its flows' TransferResults (registered), and what every result of the
+    kept take shares: the takes voided before it and the path's router qdisc counters over it (deltas)."""
+
+    flows: list
+    void_takes: tuple
+    qdiscs: dict
 
 
 #: How many times a measurement beside hypervisor steal is taken again before the last take is kept (Lab's default).
@@ -24,8 +34,8 @@ STEAL_CALM_MOST_S = 30.0
 def run_workloads(
     jobs, *, timeout, sample_interval=None, capture=False, artifact_dir=None, steal_retakes=DEFAULT_STEAL_RETAKES
 ):
-    """Run several (pair, workload) at once, each inside an Observation of its pair; a list of TransferResults each,
-    one per flow, registered with the lab.
+    """Run several (pair, workload) at once, each inside an Observation of its pair; a Measured each: its
+    TransferResults, one per flow, registered with the lab, and what the kept take shares with its own results.
 
     The measurement is pair.observe()'s: the same slot, counters, sampler and capture point (the end that sent
     each flow's data, its own packets only); the flows come from what the workloads' programs reported, completed
@@ -56,7 +66,11 @@ def run_workloads(
     for observation in observations:
         observation.shared["void_takes"] = tuple(void_takes)
     return [
-        _results(observation, workload, pair_outcomes, artifact_dir)
+        Measured(
+            _results(observation, workload, pair_outcomes, artifact_dir),
+            observation.shared["void_takes"],
+            observation.shared["qdiscs"],
+        )
         for observation, (_, workload), pair_outcomes in zip(observations, jobs, outcomes)
     ]
 

@@ -155,7 +155,7 @@ def _skeleton(kind, result, *, test, flow, outcome):
         "host_contention_cpus": None,
         "host_steal_cpus": None,
         "sibling_cpus": None,
-        "void_takes": [],
+        "void_takes": void_take_records(result),
         "applied": [],
         "applied_delay": None,
         "share": None,
@@ -166,6 +166,15 @@ def _skeleton(kind, result, *, test, flow, outcome):
         "artifacts": [],
         "notes": "",
     }
+
+
+def void_take_records(result):
+    """The takes voided beside hypervisor steal before this result's (measure.run), as the results file keeps them:
+    never a silent retake."""
+    return [
+        {"steal_cpus": take.steal_cpus, "seconds": take.seconds, "waited_s": take.waited_s}
+        for take in (_attr(result, "void_takes") or ())
+    ]
 
 
 def _time_ratio(expected_s, measured_s):
@@ -253,6 +262,7 @@ def udp_row(result, *, test="", flow=0, outcome=None):
         expected_bps=_number(offered),
         bound="offered",
         ratio=delivered / offered if is_number(offered) and offered > 0 else None,
+        emulator_drops=result.emulator_drops if result.qdiscs else None,
         udp={
             "sent": result.sent,
             "received": result.received,
@@ -339,10 +349,7 @@ def flow_row(result, *, test="", flow=0, outcome=None):
         "host_steal_cpus": _number(_attr(transfer, "host_steal_cpus")),
         "sibling_cpus": _number(_attr(transfer, "sibling_cpus")),
         # The takes voided beside hypervisor steal before this one (measure.run): never a silent retake.
-        "void_takes": [
-            {"steal_cpus": take.steal_cpus, "seconds": take.seconds, "waited_s": take.waited_s}
-            for take in (_attr(transfer, "void_takes") or ())
-        ],
+        "void_takes": void_take_records(transfer),
         # What each shaped interface applied against what it was asked (analysis/impairments.py).
         "applied": [
             {

@@ -16,12 +16,14 @@ from .kinds import (
     host_contentions,
     jain_index,
     transfer_of,
+    with_take,
 )
 from .shares import with_shares
 from .transfer import TransferResult, VoidTake
 
 __all__ = [
     "WorkloadRun",
+    "with_take",
     "REGISTERED_KINDS",
     "TransferResult",
     "VoidTake",

@@ -1,5 +1,6 @@
 """The other result kinds: UDP streams, flows run at once, latency under load, request/response, a window probe."""
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -7,7 +8,15 @@ from typing import NamedTuple
 from ..model import format_rate, format_size, format_time
 from ..model.stats import percentile
 from ..records import RequestTimes
-from .transfer import TransferResult, _bytes_at, _plot_into, busy_host_lines, kernel_words
+from .transfer import (
+    TransferResult,
+    _bytes_at,
+    _plot_into,
+    busy_host_lines,
+    kernel_words,
+    router_drops,
+    void_take_lines,
+)
 
 __all__ = [
     "transfer_of",
@@ -19,6 +28,7 @@ __all__ = [
     "WorkloadRun",
     "REGISTERED_KINDS",
     "jain_index",
+    "with_take",
 ]
 
 
@@ -44,6 +54,10 @@ class UdpResult:
     started_at: float
     ended_at: float
     link: object = None
+    #: The takes of its measurement voided beside hypervisor steal before the one kept (measure.run), and the path's
+    #: router qdisc counters over the kept take ({ifname: [stats deltas]}): set by the lab (with_take).
+    void_takes: tuple = ()
+    qdiscs: dict = field(default_factory=dict, repr=False)
 
     @property
     def received(self):
@@ -69,17 +83,23 @@ class UdpResult:
         end = max((received for _, _, received in self.arrivals), default=self.ended_at)
         return self.received * self.packet_size * 8 / max(1e-6, end - self.started_at)
 
+    @property
+    def emulator_drops(self):
+        """Packets the router's qdiscs dropped over the kept take (this stream's and whatever crossed beside it)."""
+        return router_drops(self.qdiscs)
+
     def describe(self):
-        """Rate, loss and one-way delay, one line."""
+        """Rate, loss and one-way delay, one line (and one naming the takes voided before it, if any)."""
         delays = (
             f"one-way delay p50 {format_time(self.one_way_delay_s(50))}, p95 {format_time(self.one_way_delay_s(95))}"
             if self.arrivals
             else "nothing arrived"
         )
-        return (
+        line = (
             f"{self.spec.describe()}: {self.sent} sent ({self.send_errors} refused locally), {self.received} "
             f"received, loss {self.loss * 100:.3g}%, {format_rate(self.throughput_bps)} received; {delays}"
         )
+        return "\n".join([line, *void_take_lines(self.void_takes)])
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,9 +143,11 @@ class ConcurrentResult:
             f"  flow {i}: {format_rate(f.throughput_bps)}, cc {f.cc}, {format_size(f.nbytes)}"
             for i, f in enumerate(self.flows)
         ]
-        lines += [f"  {u.describe()}" for u in self.udp]
+        lines += [f"  {line}" for u in self.udp for line in u.describe().splitlines()]
         lines.append(f"link: {self.flows[0].link.describe()}; kernel: {kernel_words(self.flows[0].kernel)}")
         lines += busy_host_lines([f.host_contention_cpus for f in self.flows], "these flows")
+        if not self.udp:  # a stream's lines name the retake already
+            lines += void_take_lines(self.flows[0].void_takes)
         return "\n".join(lines)
 
 
@@ -152,6 +174,9 @@ class LatencyResult:
     flows: "ConcurrentResult | None" = None
     udp: list = field(default_factory=list)
     artifact_dir: "os.PathLike | str | None" = None
+    #: As UdpResult's: the takes voided before the kept one and the path's router qdisc counters over it.
+    void_takes: tuple = ()
+    qdiscs: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         self._artifacts = []
@@ -200,6 +225,8 @@ class LatencyResult:
         else:
             lines += [u.describe() for u in self.udp]
             lines.append(f"link: {self.link.describe()}; kernel: {kernel_words(self.kernel)}")
+            if not self.udp:  # a stream's lines name the retake already
+                lines += void_take_lines(self.void_takes)
         return "\n".join(lines)
 
     @property
@@ -241,6 +268,9 @@ class RequestsResult:
     #: When the client came to the measurement's start gate and went through it (monotonic s; None: no gate).
     gated_at: "float | None" = None
     released_at: "float | None" = None
+    #: As UdpResult's: the takes voided before the kept one and the path's router qdisc counters over it.
+    void_takes: tuple = ()
+    qdiscs: dict = field(default_factory=dict, repr=False)
 
     @property
     def fct_s(self):
@@ -314,6 +344,31 @@ def host_contentions(results):
         for result in results
         if (transfer := transfer_of(result)) is not None and (cpus := transfer.host_contention_cpus) is not None
     ]
+
+
+def with_take(results, *, void_takes=(), qdiscs=None):
+    """A workload's own results (Workload.results()) each carrying what its measurement's kept take shares: the takes
+    voided before it and the path's router qdisc counters over it. A stream a LatencyResult holds stays the same
+    object as the one listed beside it; other kinds pass through unchanged (the lab's register() judges them)."""
+    take = dict(void_takes=tuple(void_takes), qdiscs=dict(qdiscs or {}))
+    replaced = {}
+
+    def carried(result):
+        if id(result) not in replaced:
+            if isinstance(result, (UdpResult, RequestsResult)):
+                replaced[id(result)] = dataclasses.replace(result, **take)
+            elif isinstance(result, LatencyResult):
+                flows = result.flows
+                if flows is not None:
+                    flows = dataclasses.replace(flows, udp=[carried(u) for u in flows.udp])
+                replaced[id(result)] = dataclasses.replace(
+                    result, flows=flows, udp=[carried(u) for u in result.udp], **take
+                )
+            else:
+                replaced[id(result)] = result
+        return replaced[id(result)]
+
+    return [carried(result) for result in results]
 
 
 class WorkloadRun(NamedTuple):

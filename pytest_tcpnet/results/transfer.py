@@ -48,6 +48,12 @@ def void_take_lines(void_takes):
     ]
 
 
+def router_drops(qdiscs):
+    """Packets the router's qdiscs dropped over a measurement ({ifname: [qdisc stats deltas]}): loss the spec asked
+    for plus queue overflow. Only root qdiscs count: an htb root already includes its leaf's drops."""
+    return sum(q["drops"] for stats in qdiscs.values() for q in stats if q["parent"] == _TC_H_ROOT)
+
+
 def busy_host_lines(contentions, what):
     """The describe() line naming a busy host: the most CPUs other processes kept busy while `what` ran, from half
     a CPU on; else none."""
@@ -556,11 +562,8 @@ class TransferResult(AppliedChecks, ModelInputs):
 
     @property
     def emulator_drops(self):
-        """Packets the router's qdiscs dropped (loss the spec asked for plus queue overflow).
-
-        Only root qdiscs count: an htb root already includes its leaf's drops.
-        """
-        return sum(q["drops"] for stats in self.qdiscs.values() for q in stats if q["parent"] == _TC_H_ROOT)
+        """Packets the router's qdiscs dropped over the measurement (loss the spec asked for plus queue overflow)."""
+        return router_drops(self.qdiscs)
 
     def key_counters(self):
         """'client DelayedACKs 200, server TCPTimeouts 1': the TCP counters that explain stalls and losses, non-zero
