@@ -271,6 +271,7 @@ def tcpnet(request, _tcpnet_sweep, _tcpnet_host_limit):
         seed=session.lab_seed(request.config, request.node.nodeid),
         host_limit=_tcpnet_host_limit,
         steal_retakes=request.config.getoption("tcpnet_steal_retakes", None),
+        idle_poll=request.config.getoption("tcpnet_idle_poll", "on") == "on",
     )
     request.node.stash[session.LAB_KEY] = lab
     try:

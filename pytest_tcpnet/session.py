@@ -113,6 +113,16 @@ def add_report_options(group):
         "takes and the session lists them at the end",
     )
     group.addoption(
+        "--tcpnet-idle-poll",
+        dest="tcpnet_idle_poll",
+        choices=("on", "off"),
+        default="on",
+        help="while a measurement runs, keep the machine's idle CPUs polling instead of halted (a PM QoS CPU latency "
+        "request of 0, held by an open file and gone when it closes; needs root): a VM host's halted vCPUs wait for "
+        "their hypervisor on every wake-up, which stalls shaped links and reads as steal (default on; each result "
+        "records cpus_polled)",
+    )
+    group.addoption(
         "--tcpnet-seed",
         dest="tcpnet_seed",
         metavar="SEED",

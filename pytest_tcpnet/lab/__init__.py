@@ -80,6 +80,10 @@ class Lab:
 
     steal_retakes: how many times a measurement beside hypervisor steal is void and taken again (measure.run; the
     plugin's ``--tcpnet-steal-retakes``; None: measure.run.DEFAULT_STEAL_RETAKES, 4; 0: never).
+
+    idle_poll: while a measurement runs, ask the kernel to keep idle CPUs polling rather than halted
+    (hostload.idle_cpus_polling: a PM QoS request held by an open file, gone when it closes; needs root), so a VM
+    host's vCPUs do not wait for their hypervisor on every wake-up (the plugin's ``--tcpnet-idle-poll``).
     """
 
     def __init__(
@@ -91,6 +95,7 @@ class Lab:
         seed=None,
         host_limit=None,
         steal_retakes=None,
+        idle_poll=True,
     ):
         #: Every result this lab's pairs produced, in order (register): transfers, window probes, request/response
         #: runs, latency probes, UDP streams. The plugin reports each (table, JUnit, results file, artifacts).
@@ -115,6 +120,10 @@ class Lab:
         self.steal_retakes = (
             DEFAULT_STEAL_RETAKES if steal_retakes is None else check_integer("steal_retakes", steal_retakes, 0)
         )
+        if idle_poll not in (True, False):
+            raise ValueError(f"idle_poll: must be True or False, got {idle_poll!r}")
+        #: Whether its measurements keep the machine's idle CPUs polling (measure.slots.measuring).
+        self.idle_poll = idle_poll
         self._worlds_built = 0
         self.closed = False
         interrupts.install()  # a Ctrl-C the interpreter drops is raised again by the lab's next wait

@@ -21,7 +21,7 @@ from ..records import ConnectionEnd, SocketSample
 from ..results import TransferResult
 from .flow_queues import FlowQueueWatch
 from .sampler import DEFAULT_CPU_BUDGET, SharedSampler, SocketSampler, default_interval
-from .slots import measurement_slot, slot_wait_s
+from .slots import measuring
 
 __all__ = ["Observation", "PathCounters", "TCP_SYSCTLS", "Endpoints", "endpoint_conditions"]
 
@@ -193,6 +193,8 @@ class Observation:
         self._counters = None
         self.applied_changes = []
         self.schedule_origin = None
+        #: Whether idle CPUs were kept polling while it ran (slots.measuring; set by whoever holds the slot).
+        self.cpus_polled = None
 
     def __enter__(self):
         pair = self.pair
@@ -209,7 +211,7 @@ class Observation:
             stack.callback(setattr, pair, "_observing", False)
             if self.take_slot:
                 # Waiting for a slot is queueing behind other sessions' transfers, not this measurement's time.
-                stack.enter_context(measurement_slot(slot_wait_s(), hold_s=self.hold_s))
+                self.cpus_polled = stack.enter_context(measuring([pair], hold_s=self.hold_s))
             self._counters = PathCounters(pair)
             stack.callback(self._counters.close)
             if self.sample_interval and self.shared_sampler is not None:
@@ -304,7 +306,10 @@ class Observation:
             return False
         self._counters.stop()
         self.shared = dict(
-            self._counters.conditions(), link_changes=self.applied_changes, schedule_origin=self.schedule_origin
+            self._counters.conditions(),
+            link_changes=self.applied_changes,
+            schedule_origin=self.schedule_origin,
+            cpus_polled=self.cpus_polled,
         )
         if self.connections:
             self.flows = connection_results(
@@ -371,7 +376,9 @@ class TopologyObservation:
     def __enter__(self):
         stack = contextlib.ExitStack()
         try:
-            stack.enter_context(measurement_slot(slot_wait_s(), hold_s=None))
+            polled = stack.enter_context(measuring([observation.pair for observation in self.observations]))
+            for observation in self.observations:
+                observation.cpus_polled = polled
             share_sampling(self.observations, stack)
             for observation in self.observations:
                 stack.enter_context(observation)

@@ -9,7 +9,7 @@ from ..results import TransferResult, VoidTake
 from .changes import LinkChanges
 from .gate import StartGate
 from .observe import TCP_SYSCTLS, Observation, first_value, last_tcp_info, sampled_values, share_sampling
-from .slots import measurement_slot, slot_wait_s
+from .slots import idle_poll_wanted, measuring
 
 __all__ = ["run_workloads", "Measured", "TCP_SYSCTLS", "DEFAULT_STEAL_RETAKES"]
 
@@ -59,9 +59,13 @@ def run_workloads(
             break
         # A calm window as long as the take it replaces (1-5 s): a one-second lull inside an episode of tens of
         # seconds (run 50) let the next take into the same episode.
-        waited = hostload.wait_for_steal_below(
-            hostload.STEAL_VOID_CPUS, window_s=min(max(1.0, seconds), 5.0), most_s=STEAL_CALM_MOST_S
-        )
+        with hostload.idle_cpus_polling(idle_poll_wanted([pair for pair, _ in jobs])) as polled:
+            waited = hostload.wait_for_steal_below(
+                hostload.STEAL_VOID_CPUS,
+                window_s=min(max(1.0, seconds), 5.0),
+                most_s=STEAL_CALM_MOST_S,
+                spin=not polled,  # a spinning window beside another worker's measurement would be its load
+            )
         void_takes.append(VoidTake(steal_cpus=stolen, seconds=seconds, waited_s=waited))
     for observation in observations:
         observation.shared["void_takes"] = tuple(void_takes)
@@ -86,7 +90,7 @@ def _take(jobs, *, timeout, sample_interval, capture):
     """One take of the measurement: (the observations, each workload's FlowOutcomes)."""
     with contextlib.ExitStack() as stack:
         # Waiting for a slot is queueing behind other sessions' transfers, not this measurement's time.
-        stack.enter_context(measurement_slot(slot_wait_s(), hold_s=timeout))
+        polled = stack.enter_context(measuring([pair for pair, _ in jobs], hold_s=timeout))
         observations = [
             Observation(
                 pair,
@@ -101,6 +105,7 @@ def _take(jobs, *, timeout, sample_interval, capture):
         ]
         share_sampling(observations, stack)  # a star's shared client is read once per sample, not once per pair
         for observation in observations:
+            observation.cpus_polled = polled
             stack.enter_context(observation)
         deadline = time.monotonic() + timeout  # from the slot on
         outcomes = []

@@ -11,12 +11,20 @@ import os
 import time
 import warnings
 
-from .. import guest, interrupts
+from .. import guest, hostload, interrupts
 from ..errors import LabError
 from ..locks import open_lock_file
 from ..netlink.ownership import owner_alive, process_start_ticks
 
-__all__ = ["measurement_slot", "slot_count", "slot_holders", "slot_wait_s", "DEFAULT_SLOT_WAIT_S", "OVERDUE_GRACE_S"]
+__all__ = [
+    "measuring",
+    "measurement_slot",
+    "slot_count",
+    "slot_holders",
+    "slot_wait_s",
+    "DEFAULT_SLOT_WAIT_S",
+    "OVERDUE_GRACE_S",
+]
 
 #: Seconds a transfer may queue for a measurement slot before giving up (env TCPNET_SLOT_WAIT).
 DEFAULT_SLOT_WAIT_S = 900.0
@@ -61,6 +69,19 @@ def start_on_time_grid():
     grid_ns = round(TIME_GRID_S * 1e9)
     now_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     time.sleep((grid_ns - now_ns % grid_ns) / 1e9)
+
+
+@contextlib.contextmanager
+def measuring(pairs, hold_s=None):
+    """A measurement's hold on the machine for the block: a slot (measurement_slot), and the idle CPUs kept polling
+    (hostload.idle_cpus_polling) unless a pair's lab said not to (Lab(idle_poll=False)); yields whether they were."""
+    with measurement_slot(slot_wait_s(), hold_s=hold_s), hostload.idle_cpus_polling(idle_poll_wanted(pairs)) as polled:
+        yield polled
+
+
+def idle_poll_wanted(pairs):
+    """Whether a measurement of these pairs may keep idle CPUs polling: unless one's lab said not to."""
+    return all(getattr(pair.lab, "idle_poll", True) for pair in pairs)
 
 
 @contextlib.contextmanager

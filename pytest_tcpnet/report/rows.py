@@ -155,6 +155,7 @@ def _skeleton(kind, result, *, test, flow, outcome):
         "host_contention_cpus": None,
         "host_steal_cpus": None,
         "sibling_cpus": None,
+        "cpus_polled": _attr(result, "cpus_polled"),
         "void_takes": void_take_records(result),
         "applied": [],
         "applied_delay": None,
@@ -348,6 +349,7 @@ def flow_row(result, *, test="", flow=0, outcome=None):
         "host_contention_cpus": _number(transfer.host_contention_cpus),
         "host_steal_cpus": _number(_attr(transfer, "host_steal_cpus")),
         "sibling_cpus": _number(_attr(transfer, "sibling_cpus")),
+        "cpus_polled": _attr(transfer, "cpus_polled"),
         # The takes voided beside hypervisor steal before this one (measure.run): never a silent retake.
         "void_takes": void_take_records(transfer),
         # What each shaped interface applied against what it was asked (analysis/impairments.py).

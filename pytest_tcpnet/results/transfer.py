@@ -67,12 +67,21 @@ def busy_host_lines(contentions, what):
     ]
 
 
-def machine_lines(steal, siblings):
+def machine_lines(steal, siblings, polled=None):
     """describe()'s line naming the hypervisor's steal and the session's other workers' load while a flow ran (from
-    STEAL_WARNING_CPUS and CONTENTION_WARNING_CORES on); else none."""
+    STEAL_WARNING_CPUS and CONTENTION_WARNING_CORES on); else none. polled False: the idle CPUs halted meanwhile, and
+    part of that steal was their wake-ups (hostload.idle_cpus_polling)."""
     words = []
     if steal is not None and steal >= STEAL_WARNING_CPUS:
-        words.append(f"the hypervisor stole {steal:.2f} CPUs (a VM host's shaped links stall meanwhile)")
+        words.append(
+            f"the hypervisor stole {steal:.2f} CPUs (a VM host's shaped links stall meanwhile"
+            + (
+                "; its idle CPUs were not kept polling, so waking them counted too: run as root without "
+                "--tcpnet-idle-poll=off)"
+                if polled is False
+                else ")"
+            )
+        )
     if siblings is not None and siblings >= CONTENTION_WARNING_CORES:
         words.append(f"this session's other workers kept {siblings:.1f} CPUs busy")
     return [f"machine: while this flow ran {' and '.join(words)}"] if words else []
@@ -155,6 +164,10 @@ class TransferResult(AppliedChecks, ModelInputs):
     #: does not; None in a guest, whose runner's snapshot, hostload.cpu_snapshot, has no worker tree).
     host_steal_cpus: "float | None" = None
     sibling_cpus: "float | None" = None
+    #: Whether the machine's idle CPUs were kept polling, not halted, while it was measured (hostload.
+    #: idle_cpus_polling: a halted vCPU's wake-up is steal; False: not allowed, a rootless session, or
+    #: --tcpnet-idle-poll=off; None: unknown).
+    cpus_polled: "bool | None" = None
     #: The takes of this measurement voided before it, each beside hypervisor steal (VoidTake; empty: none).
     void_takes: tuple = ()
     #: {ifname: (direction, OneWay)}: what each shaped router interface on the path was asked to do (qdiscs has
@@ -680,7 +693,7 @@ class TransferResult(AppliedChecks, ModelInputs):
         if self.capture is not None:
             lines.append(f"capture: {self.capture.pcap}")
         lines += busy_host_lines([self.host_contention_cpus], "this flow")
-        lines += machine_lines(self.host_steal_cpus, self.sibling_cpus)
+        lines += machine_lines(self.host_steal_cpus, self.sibling_cpus, self.cpus_polled)
         lines += void_take_lines(self.void_takes)
         lines += [phase.describe() for phase in self.phases]
         return "\n".join(lines)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 
 from .. import guest
-from ..hostload import CONTENTION_WARNING_CORES, HostContention
+from ..hostload import CONTENTION_WARNING_CORES, HostContention, idle_cpus_polling
 from ..report.artifacts import artifacts_root
 from . import ACCEL_ENV, IN_VM_ENV, console, fastboot, hostcall, uml
 from . import backend as backends
@@ -874,6 +874,13 @@ def run_config_in_vm(config) -> int:
             "Linux: one) and each measurement still waits for the one measurement slot: the session is slower "
             "than without -n, not faster. Drop -n for --tcpnet-vm"
         )
+    # The guest's whole session is its measurements: the host's idle CPUs poll meanwhile, so the guest's threads do
+    # not wait for a halted vCPU's wake-up on a VM host (hostload.idle_cpus_polling; --tcpnet-idle-poll=off: not).
+    with idle_cpus_polling(config.getoption("tcpnet_idle_poll", default="on") == "on"):
+        return _run_config_in_vm(config)
+
+
+def _run_config_in_vm(config) -> int:
     try:
         _jobs(config)  # checked before anything else, whether one kernel was asked for or several
         if config.getoption("tcpnet_deterministic", default=False):
