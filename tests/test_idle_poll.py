@@ -6,9 +6,10 @@ import struct
 
 import pytest
 
-from pytest_tcpnet import Lab, Link, hostload
+from pytest_tcpnet import Cbr, Lab, Link, hostload
 from pytest_tcpnet.report.rows import result_row
 from pytest_tcpnet.results.transfer import machine_lines
+from pytest_tcpnet.workload import Bulk
 
 pytest_plugins = ["pytester"]
 
@@ -67,6 +68,8 @@ def test_a_measurement_keeps_idle_cpus_polling_and_records_it(tcpnet):
     assert inside == (1 if allowed else 0) and _held_by_me() == 0
     flow = pair.transfer(nbytes=200_000)
     assert flow.cpus_polled is allowed and result_row(flow)["cpus_polled"] is allowed, flow
+    (stream,) = pair.run(Bulk([Cbr("1mbit", duration=0.3)])).results  # a workload's own results say so too
+    assert stream.cpus_polled is allowed and result_row(stream)["cpus_polled"] is allowed, stream
     assert _held_by_me() == 0
 
 

@@ -498,12 +498,17 @@ class WorldView:
             steal_retakes=lab.steal_retakes if lab.seed is None else 0,
         )
         runs = []
-        for (pair, workload), (flows, void_takes, qdiscs) in zip(jobs, measured):
+        for (pair, workload), take in zip(jobs, measured):
             # Its own results carry the kept take's counters and void takes too: a test that read the router's
             # cumulative counters around run() would count a void take's packets as well (CI run 55).
-            own = with_take(workload.results(pair, flows), void_takes=void_takes, qdiscs=qdiscs)
+            own = with_take(
+                workload.results(pair, take.flows),
+                void_takes=take.void_takes,
+                qdiscs=take.qdiscs,
+                cpus_polled=take.cpus_polled,
+            )
             own = lab.register(*own, by=f"{type(workload).__name__}.results()")
-            runs.append(WorkloadRun(flows, own))
+            runs.append(WorkloadRun(take.flows, own))
         return runs
 
 

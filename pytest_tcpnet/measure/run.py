@@ -16,11 +16,13 @@ __all__ = ["run_workloads", "Measured", "TCP_SYSCTLS", "DEFAULT_STEAL_RETAKES"]
 
 class Measured(NamedTuple):
     """One workload's part of a measurement: its flows' TransferResults (registered), and what every result of the
-    kept take shares: the takes voided before it and the path's router qdisc counters over it (deltas)."""
+    kept take shares: the takes voided before it, the path's router qdisc counters over it (deltas), whether idle
+    CPUs were kept polling."""
 
     flows: list
     void_takes: tuple
     qdiscs: dict
+    cpus_polled: "bool | None"
 
 
 #: How many times a measurement beside hypervisor steal is taken again before the last take is kept (Lab's default).
@@ -74,6 +76,7 @@ def run_workloads(
             _results(observation, workload, pair_outcomes, artifact_dir),
             observation.shared["void_takes"],
             observation.shared["qdiscs"],
+            observation.shared["cpus_polled"],
         )
         for observation, (_, workload), pair_outcomes in zip(observations, jobs, outcomes)
     ]

@@ -58,6 +58,8 @@ class UdpResult:
     #: router qdisc counters over the kept take ({ifname: [stats deltas]}): set by the lab (with_take).
     void_takes: tuple = ()
     qdiscs: dict = field(default_factory=dict, repr=False)
+    #: Whether idle CPUs were kept polling while it ran (TransferResult.cpus_polled).
+    cpus_polled: "bool | None" = None
 
     @property
     def received(self):
@@ -174,9 +176,11 @@ class LatencyResult:
     flows: "ConcurrentResult | None" = None
     udp: list = field(default_factory=list)
     artifact_dir: "os.PathLike | str | None" = None
-    #: As UdpResult's: the takes voided before the kept one and the path's router qdisc counters over it.
+    #: As UdpResult's: the takes voided before the kept one, the path's router qdisc counters over it, whether idle
+    #: CPUs were kept polling.
     void_takes: tuple = ()
     qdiscs: dict = field(default_factory=dict, repr=False)
+    cpus_polled: "bool | None" = None
 
     def __post_init__(self):
         self._artifacts = []
@@ -268,9 +272,11 @@ class RequestsResult:
     #: When the client came to the measurement's start gate and went through it (monotonic s; None: no gate).
     gated_at: "float | None" = None
     released_at: "float | None" = None
-    #: As UdpResult's: the takes voided before the kept one and the path's router qdisc counters over it.
+    #: As UdpResult's: the takes voided before the kept one, the path's router qdisc counters over it, whether idle
+    #: CPUs were kept polling.
     void_takes: tuple = ()
     qdiscs: dict = field(default_factory=dict, repr=False)
+    cpus_polled: "bool | None" = None
 
     @property
     def fct_s(self):
@@ -346,11 +352,12 @@ def host_contentions(results):
     ]
 
 
-def with_take(results, *, void_takes=(), qdiscs=None):
+def with_take(results, *, void_takes=(), qdiscs=None, cpus_polled=None):
     """A workload's own results (Workload.results()) each carrying what its measurement's kept take shares: the takes
-    voided before it and the path's router qdisc counters over it. A stream a LatencyResult holds stays the same
-    object as the one listed beside it; other kinds pass through unchanged (the lab's register() judges them)."""
-    take = dict(void_takes=tuple(void_takes), qdiscs=dict(qdiscs or {}))
+    voided before it, the path's router qdisc counters over it, whether idle CPUs were kept polling. A stream a
+    LatencyResult holds stays the same object as the one listed beside it; other kinds pass through unchanged (the
+    lab's register() judges them)."""
+    take = dict(void_takes=tuple(void_takes), qdiscs=dict(qdiscs or {}), cpus_polled=cpus_polled)
     replaced = {}
 
     def carried(result):
