@@ -62,9 +62,11 @@ _elsewhere: Callable[[], dict | None] | None = None
 
 
 @contextlib.contextmanager
-def idle_cpus_polling(wanted: bool = True) -> Iterator[bool]:
+def idle_cpus_polling(wanted: bool = True) -> Iterator[bool | None]:
     """Ask the kernel to keep idle CPUs polling, not halted, for the block (a PM QoS CPU latency request of 0 us);
-    yields whether the request is held (False: not wanted, or not allowed: the device is root's).
+    yields whether the request is held (False: not wanted, or not allowed: the device is root's; None in a guest,
+    whose idle CPUs are its host's threads: the runner holds the host's request for the whole session, and the
+    guest's kernel has no idle governor that would read its own).
 
     A halted vCPU waits for its hypervisor to run it again when a packet or a timer wakes it, and /proc/stat counts
     that wait as steal: on a 2-vCPU Firecracker VM host a pipe ping-pong made 14-22 thousand round trips a second
@@ -73,6 +75,9 @@ def idle_cpus_polling(wanted: bool = True) -> Iterator[bool]:
     and 0.986-1.003 with it (20 each, alternated). Nothing persists: the kernel drops the request when the file closes, however the process ends."""
     if not wanted:
         yield False
+        return
+    if inside_vm():
+        yield None
         return
     try:
         fd = os.open(CPU_LATENCY_DEVICE, os.O_WRONLY | os.O_CLOEXEC)

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from pytest_tcpnet import Cbr, Lab, Link, hostload
+from pytest_tcpnet import Cbr, Lab, Link, guest, hostload
 from pytest_tcpnet.report.rows import result_row
 from pytest_tcpnet.results.transfer import machine_lines
 from pytest_tcpnet.workload import Bulk
@@ -15,7 +15,10 @@ pytest_plugins = ["pytester"]
 
 
 def _may_request():
-    """Whether this process may hold a CPU latency request (root on a kernel with PM QoS), tried for real."""
+    """Whether this process may hold a CPU latency request (root on a kernel with PM QoS), tried for real; None in a
+    guest, which leaves it to its runner on the host."""
+    if guest.inside_vm():
+        return None
     try:
         os.close(os.open(hostload.CPU_LATENCY_DEVICE, os.O_WRONLY))
     except OSError:
@@ -43,6 +46,10 @@ def _latency_now_us():
 
 
 def test_the_request_is_held_for_the_block_and_dropped_after():
+    if guest.inside_vm():
+        with hostload.idle_cpus_polling() as held:
+            assert held is None and _held_by_me() == 0
+        pytest.skip("in a guest the runner holds the host's request (vm/runner.py)")
     if not _may_request():
         with hostload.idle_cpus_polling() as held:
             assert held is False and _held_by_me() == 0
@@ -65,7 +72,7 @@ def test_a_measurement_keeps_idle_cpus_polling_and_records_it(tcpnet):
     with pair.observe():
         inside = _held_by_me()
         pair.server.run(["python3", "-c", "pass"], check=True)
-    assert inside == (1 if allowed else 0) and _held_by_me() == 0
+    assert inside == (1 if allowed is True else 0) and _held_by_me() == 0
     flow = pair.transfer(nbytes=200_000)
     assert flow.cpus_polled is allowed and result_row(flow)["cpus_polled"] is allowed, flow
     (stream,) = pair.run(Bulk([Cbr("1mbit", duration=0.3)])).results  # a workload's own results say so too

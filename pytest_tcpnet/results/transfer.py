@@ -166,7 +166,7 @@ class TransferResult(AppliedChecks, ModelInputs):
     sibling_cpus: "float | None" = None
     #: Whether the machine's idle CPUs were kept polling, not halted, while it was measured (hostload.
     #: idle_cpus_polling: a halted vCPU's wake-up is steal; False: not allowed, a rootless session, or
-    #: --tcpnet-idle-poll=off; None: unknown).
+    #: --tcpnet-idle-poll=off; None: unknown, or a guest's, whose runner holds the host's request for the session).
     cpus_polled: "bool | None" = None
     #: The takes of this measurement voided before it, each beside hypervisor steal (VoidTake; empty: none).
     void_takes: tuple = ()
