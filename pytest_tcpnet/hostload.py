@@ -72,7 +72,8 @@ def idle_cpus_polling(wanted: bool = True) -> Iterator[bool | None]:
     that wait as steal: on a 2-vCPU Firecracker VM host a pipe ping-pong made 14-22 thousand round trips a second
     beside 0.000-0.20 CPUs of steal, and 128-153 thousand beside 0.000-0.005 with the request held (6 x 2 s each);
     1 MB transfers at 20 Mbit/s read 0.017-0.51 CPUs of steal and 0.968-1.002 of the model without it, 0.000-0.043
-    and 0.986-1.003 with it (20 each, alternated). Nothing persists: the kernel drops the request when the file closes, however the process ends."""
+    and 0.986-1.003 with it (20 each, alternated). Nothing persists: the kernel drops the request when the file
+    closes, however the process ends."""
     if not wanted:
         yield False
         return
@@ -81,7 +82,7 @@ def idle_cpus_polling(wanted: bool = True) -> Iterator[bool | None]:
         return
     try:
         fd = os.open(CPU_LATENCY_DEVICE, os.O_WRONLY | os.O_CLOEXEC)
-    except OSError:  # no such device (a guest's kernel without PM QoS), or not root (rootless sessions)
+    except OSError:  # no such device (a kernel without PM QoS), or not root (rootless sessions)
         yield False
         return
     try:

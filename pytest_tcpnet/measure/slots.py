@@ -18,6 +18,7 @@ from ..netlink.ownership import owner_alive, process_start_ticks
 
 __all__ = [
     "measuring",
+    "idle_poll_wanted",
     "measurement_slot",
     "slot_count",
     "slot_holders",
