@@ -214,13 +214,14 @@ def _spread_ms(times):
 def start_spread(rounds, servers=3):
     """Flows asked to start at once on a star's servers: how far apart they came to the start gate (when each was
     ready: where it would have started without the gate) against how far apart they went (bulk: their first
-    writes; iperf3: their clients' release, before they connect). One run gives both: no switch turns the gate off.
+    writes; iperf3 and curl: their clients' release, before they connect). One run gives both: no switch turns the gate off.
 
     Returns nothing; prints the medians over rounds, in ms, and their ratio."""
     from pytest_tcpnet import Flow
+    from pytest_tcpnet.workload.http import HttpDownload
     from pytest_tcpnet.workload.iperf3 import Iperf3
 
-    spreads = {"bulk": ([], []), "iperf3": ([], [])}
+    spreads = {"bulk": ([], []), "iperf3": ([], []), "curl": ([], [])}
     with Lab() as lab:
         star = lab.star(servers=servers, links=Link(rate="20mbit"))
         for _ in range(rounds):
@@ -230,6 +231,9 @@ def start_spread(rounds, servers=3):
             clients = [run.flows[0].receiver for run in star.run([Iperf3(duration=1) for _ in star.pairs])]
             spreads["iperf3"][0].append(_spread_ms([end.extra["gated_at"] for end in clients]))
             spreads["iperf3"][1].append(_spread_ms([end.extra["released_at"] for end in clients]))
+            clients = [run.flows[0].receiver for run in star.run([HttpDownload(1_000_000) for _ in star.pairs])]
+            spreads["curl"][0].append(_spread_ms([end.extra["gated_at"] for end in clients]))
+            spreads["curl"][1].append(_spread_ms([end.extra["released_at"] for end in clients]))
     kernel = os.uname().release
     for name, (ready, went) in spreads.items():
         moved = "first writes" if name == "bulk" else "clients released"

@@ -192,6 +192,10 @@ def test_a_topology_runs_a_user_s_workload_on_each_pair_at_once(tcpnet):
     assert all(f.sender_tcp_info["bytes_acked"] >= 2_000_000 for f in flows)
     assert all(f.share is not None and f.share.flows == 2 for f in flows), [f.describe() for f in flows]
     assert all(f.applied_rate is None and not f.impairment_mismatches for f in flows), [f.describe() for f in flows]
+    # Each curl waited at the start gate (its process starts once it opens): none went before both had come.
+    clients = [f.receiver.extra for f in flows]
+    assert max(c["gated_at"] for c in clients) <= min(c["released_at"] for c in clients), clients
+    assert all(f.receiver.connected_at >= c["released_at"] for f, c in zip(flows, clients)), clients
     idle, busy = dumbbell.run([None, UserDownload(100_000)], timeout=30)  # None: that pair stays idle
     assert idle is None and busy.flows[0].nbytes == 100_000
     with pytest.raises(ValueError, match="workloads: expected 2 entries"):
@@ -202,10 +206,10 @@ def test_a_topology_runs_a_user_s_workload_on_each_pair_at_once(tcpnet):
 
 @pytest.mark.tcpnet_needs("curl")
 def test_curl_downloads_side_by_side_see_each_other_as_other_traffic(tcpnet):
-    """The plugin's own adapters run the same way: two curl downloads at once through a 20 Mbit/s bottleneck. curl
-    reports no TCP_INFO, so each flow's segments on the shaper come from the sampled socket (segs_out); without
-    them the other download's packets went unseen and the shared shaper read 8.6 and 11.2 of 19.1 Mbit/s, 'not
-    as configured'."""
+    """The plugin's own adapters run the same way: two curl downloads at once through a 20 Mbit/s bottleneck, both
+    connecting once the start gate opens. curl reports no TCP_INFO, so each flow's segments on the shaper come from
+    the sampled socket (segs_out); without them the other download's packets went unseen and the shared shaper
+    read 8.6 and 11.2 of 19.1 Mbit/s, 'not as configured'."""
     from pytest_tcpnet.workload.http import HttpDownload
 
     dumbbell = tcpnet.dumbbell(2, bottleneck=Link(rate="20mbit"))
@@ -213,3 +217,7 @@ def test_curl_downloads_side_by_side_see_each_other_as_other_traffic(tcpnet):
     flows = [run.flows[0] for run in runs]
     assert all(f.sender_tcp_info.get("segs_out", 0) >= 2_000_000 // 1448 for f in flows), [f.describe() for f in flows]
     assert all(f.applied_rate is None and not f.impairment_mismatches for f in flows), [f.describe() for f in flows]
+    # Each curl waited at the start gate (its process starts once it opens): none went before both had come.
+    clients = [f.receiver.extra for f in flows]
+    assert max(c["gated_at"] for c in clients) <= min(c["released_at"] for c in clients), clients
+    assert all(f.receiver.connected_at >= c["released_at"] for f, c in zip(flows, clients)), clients

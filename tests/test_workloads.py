@@ -181,12 +181,12 @@ def test_a_stopped_iperf3_command_line_child_takes_its_iperf3_with_it(tcpnet):
     """`iperf3 -J` (where the bindings cannot load) runs as a program of a forked child, and a workload stopped on a
     failure signals that child alone: an `iperf3 -s -1` whose client never came listened on past the lab's
     teardown. It now dies with the child."""
-    from pytest_tcpnet.workload.flows import iperf3_cli
+    from pytest_tcpnet.workload.flows import gated_program
     from pytest_tcpnet.workload.spawn import NamespaceChild
 
     pair = tcpnet.pair()
     argv = ["iperf3", "-s", "-1", "-J", "-B", pair.server.address, "-p", "5201"]
-    child = NamespaceChild(pair.server.processes.netns_path, iperf3_cli, dict(argv=argv), name="iperf3 -s")
+    child = NamespaceChild(pair.server.processes.netns_path, gated_program, dict(argv=argv), name="iperf3 -s")
     programs = []
     try:
         pair.server.wait_listening(5201, timeout=30)

@@ -155,8 +155,8 @@ class TransferResult(AppliedChecks, ModelInputs):
     #: monotonic time of the schedule's t=0.
     link_changes: list = field(default_factory=list, repr=False)
     schedule_origin: "float | None" = field(default=None, repr=False)
-    #: In a --tcpnet-vm guest: how many host CPUs processes other than the VM kept busy while the flow was
-    #: measured (the runner's answer; None elsewhere). An emulated guest's links and endpoints slow down beside them.
+    #: How many host CPUs processes outside the session kept busy while the flow was measured (in a --tcpnet-vm
+    #: guest, processes other than the VM: the runner's answer; None: not read). Links and endpoints slow beside them.
     host_contention_cpus: "float | None" = None
     #: How many CPUs the host's hypervisor stole while the flow was measured (/proc/stat's steal: a VM host's shaped
     #: links, and its guests, stall meanwhile; in a guest the runner's reading), and on the host how many the

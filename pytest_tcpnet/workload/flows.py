@@ -26,6 +26,7 @@ __all__ = [
     "rr_client",
     "udp_sink",
     "udp_cbr_sender",
+    "gated_program",
 ]
 
 CHUNK = 1 << 20  # 1 MiB per send/recv: few syscalls, so Python is not the bottleneck
@@ -684,17 +685,23 @@ def _dies_with_this_process():
     return prepare
 
 
-def iperf3_cli(conn, *, argv, start_gate=None, timeout=60.0):
-    """iperf3 -J through the command line, where the bindings cannot load; reports its JSON. start_gate: a
-    StartGate's path to wait at before iperf3 starts (a client's). iperf3 is killed with this process."""
-    import json
+def gated_program(conn, *, argv, start_gate=None, timeout=60.0):
+    """Run a program (curl, `iperf3 -J` where the bindings cannot load) once the measurement's start gate opens;
+    report its exit status and output with when it ran. start_gate: a StartGate's path to wait at first (a
+    client's: it connects once every workload has started). The program is killed with this process."""
     import subprocess
 
     gate_times = wait_at_start_gate(conn, start_gate, timeout)
     started_at = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, check=False, preexec_fn=_dies_with_this_process())
-    try:
-        data = json.loads(done.stdout)
-    except ValueError:
-        data = {"error": (done.stderr or done.stdout).strip() or f"exit {done.returncode}"}
-    conn.send({"event": "result", **gate_times, "started_at": started_at, "ended_at": time.monotonic(), "json": data})
+    conn.send(
+        {
+            "event": "result",
+            **gate_times,
+            "started_at": started_at,
+            "ended_at": time.monotonic(),
+            "returncode": done.returncode,
+            "stdout": done.stdout,
+            "stderr": done.stderr,
+        }
+    )

@@ -2,15 +2,13 @@
 
 import json
 import re
-import subprocess
 import time
 
-from .. import interrupts
 from ..errors import LabError, program_path
 from ..model.app import Flow, RateLimit
 from ..requirements import check_need
 from .base import FlowOutcome, Workload, default_timeout
-from .flows import http_server
+from .flows import gate_times_of, gated_program, http_server
 
 __all__ = ["HttpDownload", "check_limit_rate"]
 
@@ -60,7 +58,6 @@ class HttpDownload(Workload):
         return [self.flow]
 
     def start(self, pair, deadline):
-        self._pair = pair
         self._server = self._spawn(pair.server, http_server, dict(address=pair.server.address), "http server")
         port = self._server.receive(deadline, "listening")["port"]
         argv = [
@@ -78,27 +75,26 @@ class HttpDownload(Workload):
             argv += ["--limit-rate", str(self.limit_rate)]
         host = f"[{pair.server.address}]" if ":" in pair.server.address else pair.server.address
         argv.append(f"http://{host}:{port}/{self.nbytes}")
-        self._started_at = time.monotonic()
-        self._curl = pair.client.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # curl connects once the measurement opens its start gate: a download asked to start beside other
+        # workloads does, however long their programs take to start.
+        gate = dict(start_gate=self.start_gate, timeout=max(1.0, deadline - time.monotonic()))
+        self._curl = self._spawn(pair.client, gated_program, dict(argv=argv, **gate), "curl")
+        if self.start_gate is not None:
+            self._curl.receive(deadline, "gated")
 
     def wait(self, deadline):
-        output = []
-        if not interrupts.wait(
-            lambda seconds: _communicate(self._curl, seconds, output), max(0.1, deadline - time.monotonic())
-        ):
-            raise LabError(f"curl (pid {self._curl.pid}) did not finish before the deadline; stopped it")
-        out, err = output[0]
-        ended_at = time.monotonic()
+        report = self._curl.receive(deadline, "result")
+        out, err, returncode = report["stdout"], report["stderr"], report["returncode"]
         try:
             timing = json.loads(out)
         except ValueError:
-            raise LabError(f"curl failed (exit {self._curl.returncode}): {err.strip() or out.strip()}") from None
-        if self._curl.returncode != 0 or timing.get("size_download") != self.nbytes:
+            raise LabError(f"curl failed (exit {returncode}): {err.strip() or out.strip()}") from None
+        if returncode != 0 or timing.get("size_download") != self.nbytes:
             raise LabError(
-                f"curl failed (exit {self._curl.returncode}, {timing.get('size_download')} of "
+                f"curl failed (exit {returncode}, {timing.get('size_download')} of "
                 f"{self.nbytes} bytes): {err.strip() or timing.get('errormsg')}"
             )
-        start = self._started_at
+        start = report["started_at"]
         client_end = (timing["local_ip"], timing["local_port"])
         server_end = (timing["remote_ip"], timing["remote_port"])
         receiver = {
@@ -109,6 +105,7 @@ class HttpDownload(Workload):
             "first_byte_at": start + timing["time_starttransfer"],
             "last_byte_at": start + timing["time_total"],
             "buffers": {},
+            **gate_times_of(report),
         }
         sender = {"nbytes": self.nbytes, "local": server_end, "remote": client_end, "buffers": {}, "tcp_info": {}}
         return [
@@ -118,20 +115,9 @@ class HttpDownload(Workload):
                 sender_role="server",
                 spec=self,
                 reported_bps=timing["speed_download"] * 8,
-                details={"curl": timing, "ended_at": ended_at},
+                details={"curl": timing, "ended_at": report["ended_at"]},
             )
         ]
 
     def stop(self):
-        if self._curl is not None:
-            self._pair.client.processes.stop(self._curl)
         self._stop_spawned()
-
-
-def _communicate(proc, seconds, output):
-    """proc.communicate(timeout=seconds) into output; False if it is still running (call again to go on)."""
-    try:
-        output.append(proc.communicate(timeout=seconds))
-    except subprocess.TimeoutExpired:
-        return False
-    return True

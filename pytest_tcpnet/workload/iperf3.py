@@ -1,5 +1,6 @@
 """iperf3 on a pair: libiperf through the PyPI `iperf3` bindings, `iperf3 -J` where they cannot load."""
 
+import json
 import shutil
 import time
 
@@ -9,7 +10,7 @@ from ..model.app import Flow
 from ..model.validation import check_integer
 from ..requirements import check_need
 from .base import FlowOutcome, Workload, default_timeout
-from .flows import gate_times_of, iperf3_cli, iperf3_client, iperf3_server
+from .flows import gate_times_of, gated_program, iperf3_client, iperf3_server
 
 __all__ = ["Iperf3", "bindings_available"]
 
@@ -85,7 +86,7 @@ class Iperf3(Workload):
         else:
             self._server = self._spawn(
                 pair.server,
-                iperf3_cli,
+                gated_program,
                 dict(argv=["iperf3", "-s", "-1", "-J", "-B", pair.server.address, "-p", str(PORT)]),
                 "iperf3 -s",
             )
@@ -105,14 +106,14 @@ class Iperf3(Workload):
             ] + (["-R"] if reverse else [])
             argv += (["-C", self.cc] if self.cc else []) + (["-w", str(self.window)] if self.window else [])
             gate = dict(start_gate=self.start_gate, timeout=max(1.0, deadline - time.monotonic()))
-            self._client = self._spawn(pair.client, iperf3_cli, dict(argv=argv, **gate), "iperf3 -c")
+            self._client = self._spawn(pair.client, gated_program, dict(argv=argv, **gate), "iperf3 -c")
         if self.start_gate is not None:
             # The client connects once every workload of the measurement has started (its programs are set up).
             self._client.receive(deadline, "gated")
 
     def wait(self, deadline):
         report = self._client.receive(deadline, "result")
-        data = report["json"]
+        data = report["json"] if "json" in report else _cli_json(report)
         if "error" in data:
             raise LabError(f"iperf3 failed: {data['error']}")
         end = data["end"]
@@ -197,3 +198,11 @@ def _wait_listening(pair, deadline):
     watch_sockets(pair.server.namespace, check)
     if not found:
         raise LabError("iperf3 -s did not listen before the deadline")
+
+
+def _cli_json(report):
+    """`iperf3 -J`'s JSON from a gated_program report, or {"error": why} where it printed none."""
+    try:
+        return json.loads(report["stdout"])
+    except ValueError:
+        return {"error": (report["stderr"] or report["stdout"]).strip() or f"exit {report['returncode']}"}
