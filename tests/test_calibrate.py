@@ -4,6 +4,7 @@ import pytest
 
 from pytest_tcpnet import model
 from pytest_tcpnet.calibrate import RUN_S, RUNS, calibrate_host
+from pytest_tcpnet.hostload import CONTENTION_WARNING_CORES
 
 pytest_plugins = ["pytester"]
 
@@ -58,9 +59,15 @@ def test_a_bad_host_limit_is_a_usage_error(pytester):
 
 def test_an_unshaped_flow_is_judged_against_what_the_host_carries(tcpnet):
     """Three 2 s unshaped downloads: the model names the host's limit, not a window of hundreds of Gbit/s (the rows
-    read ratio 0.00-0.10 before), and the flows' median lands within a factor of two of it: 24 flows read 0.75-1.29
-    of it on this host and 0.73-1.61 under UML 6.1 and 6.12 (one CPU: a session's calibration there moves 1.9-3.6
-    Gbit/s), 2026-11-27."""
+    read ratio 0.00-0.10 before), and on a quiet host the flows' median lands within a factor of two of it: 24 flows
+    read 0.75-1.29 of it on this host and 0.73-1.61 under UML 6.1 and 6.12 (one CPU: a session's calibration there
+    moves 1.9-3.6 Gbit/s), 2026-11-27.
+
+    Beside a CPU hog an unshaped flow's rate is the scheduler's, not a property of the host: beside two spinners
+    (0.8-1.0 CPUs of them counted outside the session) one flow read 1.7-4.0 Gbit/s from one 0.5 s run to the next,
+    four calibrations 1.9-3.4 Gbit/s and the medians of three 2 s flows 0.78-1.73 of them (a fresh-clone CI run:
+    2.04), 2026-11-29. What the plugin owes there is to say so: the calibration's line and every flow beside half a
+    CPU or more name the load (docs/model.md, "The host's own limit")."""
     if tcpnet.host_limit is None:
         pytest.skip("no host limit here (a time-travel guest, or --tcpnet-host-limit=off)")
     pair = tcpnet.pair()
@@ -68,5 +75,12 @@ def test_an_unshaped_flow_is_judged_against_what_the_host_carries(tcpnet):
     prediction = model.expected_throughput(results[0])
     assert prediction.bound == "host" and prediction.bounds["host"] == tcpnet.host_limit.bps, prediction.why
     assert prediction.why.startswith("host-limited: one unshaped flow carried"), prediction.why
+    text = "\n".join([prediction.why, *(r.describe() for r in results)])
+    calibrated_busy = (tcpnet.host_limit.contention_cpus or 0.0) >= CONTENTION_WARNING_CORES
+    busy = [r for r in results if (r.host_contention_cpus or 0.0) >= CONTENTION_WARNING_CORES]
+    if calibrated_busy or busy:
+        assert not calibrated_busy or "CPUs busy outside the session" in prediction.why, text
+        assert all("host: other processes kept" in r.describe() for r in busy), text
+        return
     median = sorted(result.throughput_bps for result in results)[1]
-    assert 0.5 < median / prediction.bps < 2, "\n".join([prediction.why, *(r.describe() for r in results)])
+    assert 0.5 < median / prediction.bps < 2, text

@@ -192,10 +192,6 @@ def test_a_topology_runs_a_user_s_workload_on_each_pair_at_once(tcpnet):
     assert all(f.sender_tcp_info["bytes_acked"] >= 2_000_000 for f in flows)
     assert all(f.share is not None and f.share.flows == 2 for f in flows), [f.describe() for f in flows]
     assert all(f.applied_rate is None and not f.impairment_mismatches for f in flows), [f.describe() for f in flows]
-    # Each curl waited at the start gate (its process starts once it opens): none went before both had come.
-    clients = [f.receiver.extra for f in flows]
-    assert max(c["gated_at"] for c in clients) <= min(c["released_at"] for c in clients), clients
-    assert all(f.receiver.connected_at >= c["released_at"] for f, c in zip(flows, clients)), clients
     idle, busy = dumbbell.run([None, UserDownload(100_000)], timeout=30)  # None: that pair stays idle
     assert idle is None and busy.flows[0].nbytes == 100_000
     with pytest.raises(ValueError, match="workloads: expected 2 entries"):
