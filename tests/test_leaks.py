@@ -357,7 +357,9 @@ def test_ctrl_c_at_any_stage_beside_a_busy_session_exits_promptly(children, look
     _, err = children.communicate(proc, timeout=10)
     request.node.user_properties.append(("sigint_to_exit_s", f"{exited:.3f}"))  # in the JUnit XML
     assert "KeyboardInterrupt" in err, err
-    assert exited < 1, f"{exited:.2f} s from SIGINT to exit"
+    # The traceback says which wait the interrupt met (run 64, beside a CPU hog: 1.60 s once at 0.3 s, against
+    # 0.17-0.57 s in 29 other readings of five fresh-clone runs; which stage was slow went unrecorded).
+    assert exited < 1, f"{exited:.2f} s from SIGINT to exit; the child's stderr ends:\n{err[-4000:]}"
     _assert_gone(int(pid))
     _assert_lookalike_untouched(lookalike)
 
