@@ -214,7 +214,8 @@ def _spread_ms(times):
 def start_spread(rounds, servers=3):
     """Flows asked to start at once on a star's servers: how far apart they came to the start gate (when each was
     ready: where it would have started without the gate) against how far apart they went (bulk: their first
-    writes; iperf3 and curl: their clients' release, before they connect). One run gives both: no switch turns the gate off.
+    writes; iperf3 and curl: their clients' release, before they connect). One run gives both: no switch turns the
+    gate off.
 
     Returns nothing; prints the medians over rounds, in ms, and their ratio."""
     from pytest_tcpnet import Flow
@@ -228,12 +229,10 @@ def start_spread(rounds, servers=3):
             senders = [flow.sender for flow in star.concurrent([Flow(duration=1) for _ in star.pairs]).flows]
             spreads["bulk"][0].append(_spread_ms([end.extra["gated_at"] for end in senders]))
             spreads["bulk"][1].append(_spread_ms([end.first_write_at for end in senders]))
-            clients = [run.flows[0].receiver for run in star.run([Iperf3(duration=1) for _ in star.pairs])]
-            spreads["iperf3"][0].append(_spread_ms([end.extra["gated_at"] for end in clients]))
-            spreads["iperf3"][1].append(_spread_ms([end.extra["released_at"] for end in clients]))
-            clients = [run.flows[0].receiver for run in star.run([HttpDownload(1_000_000) for _ in star.pairs])]
-            spreads["curl"][0].append(_spread_ms([end.extra["gated_at"] for end in clients]))
-            spreads["curl"][1].append(_spread_ms([end.extra["released_at"] for end in clients]))
+            for name, workload in (("iperf3", lambda: Iperf3(duration=1)), ("curl", lambda: HttpDownload(1_000_000))):
+                clients = [run.flows[0].receiver for run in star.run([workload() for _ in star.pairs])]
+                spreads[name][0].append(_spread_ms([end.extra["gated_at"] for end in clients]))
+                spreads[name][1].append(_spread_ms([end.extra["released_at"] for end in clients]))
     kernel = os.uname().release
     for name, (ready, went) in spreads.items():
         moved = "first writes" if name == "bulk" else "clients released"
