@@ -17,14 +17,21 @@ TUNED_RMEM = Host(sysctls={"net.ipv4.tcp_rmem": "4096 1048576 6291456"})
 def test_capture_is_ready_before_and_flushed_after_the_flow(tcpnet, tmp_path):
     pair = tcpnet.pair()
     with Capture(pair.server, directory=tmp_path) as cap:
-        pair.transfer(nbytes=2_000_000)
+        transfer = pair.transfer(nbytes=2_000_000)
     result = cap.result
     assert result.pcap.parent == tmp_path and result.point == "server/veth-rtr"
     assert result.dropped == 0 and result.received == len(result.packets)
-    flags = [p.flags for p in result.packets]
+    # A take void beside hypervisor steal ran its own connection on this interface (a rootless CI run's capture held
+    # two, retaken beside 0.14 CPUs of steal): one connection per take, and the kept take's is judged.
+    streams = sorted({p.stream for p in result.packets})
+    assert len(streams) == 1 + len(transfer.void_takes), (streams, transfer.describe())
+    own = result.for_connection(transfer.sender.local, transfer.sender.remote)
+    flags = [p.flags for p in own.packets]
     # The SYN (first packet, so it was live before the connect) and both FINs (so nothing was left unflushed).
-    assert flags[0] == "S" and sum("F" in f for f in flags) == 2
-    data = [p for p in result.packets if p.direction == "data" and p.len]
+    assert flags[0] == "S" and sum("F" in f for f in flags) == 2, "\n".join(
+        f"{p.flags:3} {p.brief()}" for p in own.packets if p.flags != "A"
+    )
+    data = [p for p in own.packets if p.direction == "data" and p.len]
     assert max(p.seq + p.len for p in data) == 2_000_000 + 1  # relative sequence numbers start at 1
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import pytest_tcpnet
-from pytest_tcpnet import Cbr, Flow, Lab, Link, Schedule, guest, hostload
+from pytest_tcpnet import Capture, Cbr, Flow, Lab, Link, Schedule, guest, hostload
 from pytest_tcpnet.measure import run
 from pytest_tcpnet.report.rows import result_row
 from pytest_tcpnet.report.table import junit_properties, notes_cell
@@ -94,6 +94,23 @@ def test_a_void_take_s_drops_are_not_the_kept_take_s(tcpnet, steal):
     assert cumulative > 1.5 * udp.emulator_drops, (cumulative, udp.emulator_drops)
     row = result_row(udp)
     assert len(row["void_takes"]) == 1 and "retaken: void beside steal" in notes_cell(row), row
+
+
+@pytest.mark.tcpnet_needs("tshark")
+def test_a_capture_around_a_retaken_transfer_holds_each_take_s_connection(tcpnet, steal, tmp_path):
+    """A Capture the test opened records the interface, so it holds the void take's connection beside the kept one's
+    (a rootless CI run counted four FINs in one 2 MB transfer's capture); for_connection() keeps the kept take's."""
+    steal(jumps_at=[1])
+    pair = tcpnet.pair()
+    with Capture(pair.server, directory=tmp_path) as cap:
+        flow = pair.transfer(nbytes=500_000)
+    assert len(flow.void_takes) == 1, flow.describe()
+    streams = {p.stream for p in cap.result.packets}
+    assert len(streams) == 2 and sum("F" in p.flags for p in cap.result.packets) == 4, cap.result.describe()
+    own = cap.result.for_connection(flow.sender.local, flow.sender.remote)
+    assert len({p.stream for p in own.packets}) == 1 and own.packets[0].flags == "S", own.describe()
+    assert sum("F" in p.flags for p in own.packets) == 2 and own.data_bytes == 500_000, own.describe()
+    assert own.packets[0].stream == max(streams)  # the kept take ran last
 
 
 @pytest.mark.tcpnet_needs("htb")
