@@ -8,6 +8,7 @@ import statistics
 import pytest
 
 from pytest_tcpnet import Host, Link, Schedule, assert_follows_schedule, model
+from pytest_tcpnet.hostload import CONTENTION_WARNING_CORES
 
 pytestmark = pytest.mark.tcpnet_needs("netem", "cubic")
 
@@ -31,7 +32,8 @@ def test_the_sender_s_rtt_follows_a_route_change(tcpnet):
     median 36.6-40.1 ms, p95 44.4-45.3, max 45.3-47.0; from 1 s after it, min 80.2-80.7. Single samples are the
     guest's scheduling too, not the path: fresh-clone CI run 22 (the hog, the VM examples' two guests) read a spike
     to 50.2 ms at 1.85 s (median 39.0, p95 45.1), and slow start's 62.3 ms at 0.48 s in an earlier run (so slow start
-    is left out). In the 6.1 VM: 73 ms 0.16 s after the step, 81 ms from 0.24 s on."""
+    is left out). In the 6.1 VM: 73 ms 0.16 s after the step, 81 ms from 0.24 s on. The tail before the step (p95,
+    max) is judged beside a quiet host only (half a CPU or less used outside the session)."""
     link = Link(rate="10mbit", limit=20, rtt=Schedule([(0, "20ms"), (2, "80ms")]))
     result = tcpnet.pair(link, server=Host(cc="cubic")).transfer(duration=4, cc="cubic")
     figures = result.describe() + "\n" + "\n".join(map(str, result.link_changes))
@@ -44,8 +46,16 @@ def test_the_sender_s_rtt_follows_a_route_change(tcpnet):
     full_queue = model.expected_throughput(short_conditions)
     figures += f"\nfirst phase: {full_queue.why}"
     assert statistics.median(before) <= full_queue.loaded_rtt_s, f"{figures}\nrtt: {rtt}"
-    assert statistics.quantiles(before, n=20)[-1] < 0.050, f"{figures}\nrtt: {rtt}"
-    assert max(before) < 0.078 <= min(after), f"{figures}\nrtt: {rtt}"
+    # A stalled guest only adds to an RTT: the longer path's floor holds beside any load.
+    assert 0.078 <= min(after), f"{figures}\nrtt: {rtt}"
+    if (result.host_contention_cpus or 0.0) < CONTENTION_WARNING_CORES:
+        assert statistics.quantiles(before, n=20)[-1] < 0.050, f"{figures}\nrtt: {rtt}"
+        assert max(before) < 0.078, f"{figures}\nrtt: {rtt}"
+    else:
+        # Beside a busy host the guest waits for a CPU: fresh-clone CI run 68 (two spinners, 1.5 CPUs outside) saw
+        # the sampler's 5 ms ticks come 20-31 ms apart at 1.35-1.45 s and the srtt climb to 85 ms there (p95 79 ms).
+        # That is the host's time, not the path's: the tail is not judged, and the failure message must say so.
+        assert "host: other processes kept" in result.describe(), result.describe()
     assert short.goodput_bps >= 0.9 * model.link_goodput(10e6) and long.goodput_bps < short.goodput_bps, figures
 
 
