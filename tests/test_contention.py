@@ -12,6 +12,7 @@ import pytest
 
 from pytest_tcpnet import Link, assert_throughput_within, guest
 from pytest_tcpnet import hostload as contention
+from pytest_tcpnet.measure.run import DEFAULT_STEAL_RETAKES, STEAL_CALM_MOST_S
 from pytest_tcpnet.measure.slots import measurement_slot, slot_count, slot_wait_s
 from pytest_tcpnet.report.rows import result_row
 from pytest_tcpnet.report.table import notes_cell
@@ -56,7 +57,14 @@ def machine_slots(tmp_path, monkeypatch):
         yield
 
 
-def _start_spinners(count, seconds):
+#: How long a spinner may spin: longer than any measurement of a few seconds lasts, retakes included (CI run 69: a
+#: 2 s transfer beside steal took five takes and four calm waits, and outlasted the 30 s spinners then used, whose
+#: ticks read nothing). Each take a few seconds (10 s allowed), each wait for calm up to STEAL_CALM_MOST_S; the
+#: spinners are killed when the test ends, this only bounds one a crashed test leaves behind.
+SPINNER_MOST_S = (DEFAULT_STEAL_RETAKES + 1) * 10 + DEFAULT_STEAL_RETAKES * STEAL_CALM_MOST_S
+
+
+def _start_spinners(count, seconds=SPINNER_MOST_S):
     """Start `count` SPIN_FOR processes outside this process tree (a shell that exits at once re-parents them, like a
     neighbour's jobs) for at most `seconds` each; return their pids."""
     pids = []
@@ -183,7 +191,7 @@ def test_a_cpu_hog_beside_a_host_transfer_is_named(machine_slots, tcpnet):
     transfer (the flow's span lies inside it; 0.8 of it asked, 1.000-1.009 read in 5 runs under -n 2) rather than a
     fixed share."""
     pair = tcpnet.pair(Link(rate="20mbit"))  # htb alone: this host has no netem
-    hogs = _start_spinners(os.cpu_count() or 2, 30)
+    hogs = _start_spinners(os.cpu_count() or 2)
     try:
         before, started = _ticks_of(hogs), time.monotonic()
         result = pair.transfer(duration=2)
@@ -197,13 +205,15 @@ def test_a_cpu_hog_beside_a_host_transfer_is_named(machine_slots, tcpnet):
 
 
 def _ticks_of(pids):
-    """utime + stime of the pids, in clock ticks, from /proc (a pid gone counts 0)."""
+    """utime + stime of the pids, in clock ticks, from /proc; a spinner gone fails the test (its ticks went with it)."""
     total = 0
     for pid in pids:
-        with contextlib.suppress(OSError):
+        try:
             with open(f"/proc/{pid}/stat", encoding="ascii") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
+        except FileNotFoundError:
+            pytest.fail(f"spinner {pid} ended before the reading: its CPU time cannot be counted")
+        total += int(fields[11]) + int(fields[12])
     return total
 
 
@@ -224,11 +234,11 @@ def test_a_verdict_that_says_nothing_of_the_host(tcpnet):
 
 @pytest.fixture
 def hog(machine_slots):
-    """Processes outside this session spinning for at most 60 s (killed at the end), two per CPU: beside a flow's own
+    """Processes outside this session spinning (killed at the end), two per CPU: beside a flow's own
     endpoints they keep well over the 0.5 CPUs judged busy. One per CPU was not always enough on a 2-vCPU VM host:
     one spinner read 0.59 once, and two read under 0.5 beside the hypervisor's 0.84-0.90 CPUs of steal (CI run 51);
     the scheduler gives each runnable process its share, so twice as many get about twice that."""
-    pids = _start_spinners(2 * (os.cpu_count() or 2), 60)
+    pids = _start_spinners(2 * (os.cpu_count() or 2))
     try:
         yield pids
     finally:
