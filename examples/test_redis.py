@@ -66,18 +66,28 @@ def test_a_plain_get_costs_one_round_trip(tcpnet, tmp_path):
 @needs
 def test_pipelining_16_gets_about_16_times_the_requests(tcpnet, tmp_path):
     """-P 16 against -P 1 on the same 20 ms path: each round trip now carries 16 GETs. 100 GETs take 100 round trips
-    one by one and ceil(100/16) = 7 pipelined, so the bound is 100/7 = 14.3x; asserted: between 0.75x of it (the
-    server parses and answers 16 commands a round, and a busy host slows a guest's endpoints) and the bound itself.
+    one by one and ceil(100/16) = 7 pipelined: 14.3x the rate when a round costs the same either way. Judged: each
+    run's rounds take at least the RTT (physics: at most 50 and 714 GETs/s), and pipelining gives at least 0.75x of
+    14.3x (the server parses and answers 16 commands a round, and a busy host slows a guest's endpoints).
     Measured under User-Mode Linux 6.1 and 6.12, 3 runs each, two guests side by side: 46.8-47.6 GETs/s plain
-    (1/RTT = 50), 612-655 pipelined, 13.0-14.0x (91-98% of the bound).
+    (1/RTT = 50), 612-655 pipelined, 13.0-14.0x (91-98% of 14.3x); again after run 70, quiet: plain rounds
+    20.8-21.2 ms, pipelined 21.4-21.6 ms, 13.8-14.0x; beside two spinners: 21.1-24.4 and 22.8-26.1 ms, 13.2-13.3x.
+    The ratio is not capped at 14.3x: beside a CPU
+    hog (CI run 70, 6.12) the plain run's 100 rounds took 23.8 ms each and the pipelined run's 7 took 21.5 ms, so
+    663 against 42 GETs/s read 15.7x; a stall costs the run of 100 rounds more than the run of 7.
     """
     pair = tcpnet.pair(link=Link(rtt=f"{RTT_S * 1e3:g}ms"))
     _start_redis(pair, tmp_path)
     plain = _benchmark(pair, 1)
     pipelined = _benchmark(pair, PIPELINE)
-    bound = GETS / math.ceil(GETS / PIPELINE)
+    rounds = math.ceil(GETS / PIPELINE)
+    bound = GETS / rounds
     ratio = pipelined / plain
-    assert 0.75 * bound <= ratio <= bound * 1.02, (
-        f"-P {PIPELINE}: {pipelined:.0f} GETs/s, -P 1: {plain:.0f} GETs/s: {ratio:.1f}x; the round trips allow "
-        f"{bound:.1f}x ({GETS} GETs in {math.ceil(GETS / PIPELINE)} round trips instead of {GETS})"
+    plain_round_s, pipelined_round_s = 1 / plain, GETS / pipelined / rounds
+    text = (
+        f"-P {PIPELINE}: {pipelined:.0f} GETs/s, {rounds} rounds of {pipelined_round_s * 1e3:.1f} ms; -P 1: "
+        f"{plain:.0f} GETs/s, {GETS} rounds of {plain_round_s * 1e3:.1f} ms; {ratio:.1f}x, where rounds that cost "
+        f"alike give {bound:.1f}x; the RTT is {RTT_S * 1e3:g} ms"
     )
+    assert min(plain_round_s, pipelined_round_s) >= RTT_S / 1.02, f"a round faster than the RTT: {text}"
+    assert ratio >= 0.75 * bound, f"pipelining gained less than 0.75x of {bound:.1f}x: {text}"
