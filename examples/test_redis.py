@@ -72,9 +72,9 @@ def test_pipelining_16_gets_about_16_times_the_requests(tcpnet, tmp_path):
     Measured under User-Mode Linux 6.1 and 6.12, 3 runs each, two guests side by side: 46.8-47.6 GETs/s plain
     (1/RTT = 50), 612-655 pipelined, 13.0-14.0x (91-98% of 14.3x); again after run 70, quiet: plain rounds
     20.8-21.2 ms, pipelined 21.4-21.6 ms, 13.8-14.0x; beside two spinners: 21.1-24.4 and 22.8-26.1 ms, 13.2-13.3x.
-    The ratio is not capped at 14.3x: beside a CPU
-    hog (CI run 70, 6.12) the plain run's 100 rounds took 23.8 ms each and the pipelined run's 7 took 21.5 ms, so
-    663 against 42 GETs/s read 15.7x; a stall costs the run of 100 rounds more than the run of 7.
+    The ratio is not capped at 14.3x: beside a CPU hog (CI run 70, 6.12) the plain run's 100 rounds took 23.8 ms
+    each and the pipelined run's 7 took 21.5 ms, so 663 against 42 GETs/s read 15.7x; a stall costs the run of 100
+    rounds more than the run of 7.
     """
     pair = tcpnet.pair(link=Link(rtt=f"{RTT_S * 1e3:g}ms"))
     _start_redis(pair, tmp_path)

@@ -6,6 +6,7 @@ imports nothing heavy.
 
 import argparse
 import os
+import time
 
 import pytest
 
@@ -29,6 +30,7 @@ _flows_key = pytest.StashKey[list]()
 _kept_key = pytest.StashKey[str]()
 _attempt_key = pytest.StashKey[int]()
 _earlier_rows_key = pytest.StashKey[list]()
+_stolen_key = pytest.StashKey[list]()
 COLLECTED_KEY = pytest.StashKey[set]()
 """The session's collected test ids, before a shard plugin's split (CollectionWatch)."""
 
@@ -101,6 +103,17 @@ def add_report_options(group):
         default=0,
         help="run a failed test that measured something up to N more times (default 0); every attempt is kept "
         "(table, JUnit, results file) and a test that passed only on a retry is listed as flaky at the end",
+    )
+    group.addoption(
+        "--tcpnet-steal-reruns",
+        dest="tcpnet_steal_reruns",
+        metavar="N",
+        type=_retries,
+        default=2,
+        help="run a failed test again, once the steal calms, when a flow it measured ran while the hypervisor stole "
+        "0.1 CPUs or more (a VM host: its shaped links stalled, your own program's flows too), up to N times "
+        "(default 2; 0: never); each void attempt is kept (table, JUnit, results file) and listed at the end. Never "
+        "for load from other processes",
     )
     group.addoption(
         "--tcpnet-steal-retakes",
@@ -218,6 +231,17 @@ def busy_host_words(results):
     )
 
 
+def _failure_line(report):
+    """A failed report's message in one line: its exception's first line where pytest has it, else the last line of
+    its text (an error's location)."""
+    crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
+    lines = (crash.message if crash is not None else "").strip().splitlines()
+    if not lines:
+        lines = report.longreprtext.strip().splitlines() or ["(no message)"]
+        lines = lines[-1:]
+    return lines[0][:500]
+
+
 def lab_seed(config, nodeid):
     """The seed of a test's lab under --tcpnet-seed (from SEED and the test's id), or None: none asked, or a kernel
     whose netem takes no seed (before 6.6; describe_seed says so in the header)."""
@@ -291,6 +315,7 @@ class ReportPlugin:
         self.flows = []
         self.kept = []
         self.flaky = []
+        self.rerun_beside_steal = []
         self.writer = None
         # Test ids collected before a split (pytest-split) kept some of them: CollectionWatch's, and xdist workers'.
         self.collected = config.stash.setdefault(COLLECTED_KEY, set())
@@ -349,8 +374,8 @@ class ReportPlugin:
         outcomes = item.stash.get(_outcomes_key, {})
         failed = "failed" in outcomes.values()
         rows = flow_rows(lab.results, test=item.nodeid, outcome=test_outcome(outcomes))
-        attempt = item.stash.get(_attempt_key, 1)
-        if self.config.getoption("tcpnet_retry", 0):
+        attempt = item.stash.get(_attempt_key, None)
+        if attempt is not None:  # run by pytest_runtest_protocol's loop: say which attempt each row is
             for row in rows:
                 row["attempt"] = attempt
         item.stash[_flows_key] = rows
@@ -385,6 +410,10 @@ class ReportPlugin:
             self._verify_impairments(item, report, lab)
         if report.when == "call" and report.passed and lab is not None and self.baseline is not None:
             self._compare_with_baseline(item, report, lab)
+        if report.when == "call" and report.failed and lab is not None:
+            from .results import stolen_from
+
+            item.stash[_stolen_key] = stolen_from(lab.results)  # (after every check above that may fail it)
         if report.when == "teardown":  # extra report attributes travel to the xdist controller with the report
             rows = item.stash.get(_earlier_rows_key, []) + item.stash.get(_flows_key, [])
             if rows:
@@ -476,39 +505,79 @@ class ReportPlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item, nextitem):
-        """--tcpnet-retry: run a failed test that measured something again, keeping every attempt on record."""
+        """Run a failed test that measured something again, keeping every attempt on record: at once under
+        --tcpnet-retry, and, once the steal calms, when a flow it measured ran beside hypervisor steal (the attempt is
+        void: --tcpnet-steal-reruns). Load from other processes never voids an attempt."""
         retries = self.config.getoption("tcpnet_retry", 0)
-        if not retries or "tcpnet" not in getattr(item, "fixturenames", ()):
+        reruns = self.config.getoption("tcpnet_steal_reruns", 0)
+        if not (retries or reruns) or "tcpnet" not in getattr(item, "fixturenames", ()):
             return None
         from _pytest.runner import runtestprotocol
 
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        failures = []
-        for attempt in range(1, retries + 2):
+        failures, voids, attempt = [], [], 0
+        while True:
+            attempt += 1
             item.stash[_attempt_key] = attempt
             item.stash[_outcomes_key] = {}
             item.stash[_flows_key] = []
+            item.stash[_stolen_key] = []
             properties = len(item.user_properties)
+            started = time.monotonic()
             reports = runtestprotocol(item, nextitem=nextitem, log=False)
             failed = next((r for r in reports if r.failed), None)
-            if failed is None or not item.stash.get(_flows_key, None) or attempt > retries:
+            if failed is None or not item.stash.get(_flows_key, None):
                 break
             # This attempt failed after measuring: keep its figures under its number, then run the test afresh.
-            failures.append(f"attempt {attempt}: {failed.longreprtext.strip().splitlines()[-1][:500]}")
+            message = f"attempt {attempt}: {_failure_line(failed)}"
+            stolen = item.stash[_stolen_key]
+            void = bool(stolen) and len(voids) < reruns
+            if void:
+                waited = self._wait_for_calm(time.monotonic() - started)
+                voids.append(
+                    f"{message} [void: {len(stolen)} flow(s) measured while the hypervisor stole up to "
+                    f"{max(stolen):.2f} CPUs; the next attempt waited {waited:.1f} s for the steal to calm]"
+                )
+                for row in item.stash[_flows_key]:
+                    row["void_attempt"] = True
+            elif len(failures) < retries:
+                failures.append(message)
+            else:
+                break
             item.user_properties[properties:] = [
                 (name.replace("tcpnet.", f"tcpnet.attempt{attempt}.", 1), value)
                 for name, value in item.user_properties[properties:]
             ]
+            if void:
+                item.user_properties.append((f"tcpnet.attempt{attempt}.void_steal_cpus", f"{max(stolen):.3g}"))
             item.stash[_earlier_rows_key] = item.stash.get(_earlier_rows_key, []) + item.stash[_flows_key]
             item._initrequest()  # fresh fixtures: a new lab for the next attempt
         for report in reports:
             report.tcpnet_attempt = attempt
             report.tcpnet_failed_attempts = failures
-            if report.when == "teardown" and failures:  # JUnit reads a test case's properties from its teardown
+            report.tcpnet_void_attempts = voids
+            if report.when == "teardown" and attempt > 1:  # JUnit reads a test case's properties from its teardown
                 report.user_properties = list(report.user_properties) + [("tcpnet.attempts", str(attempt))]
+            if report.when == "call" and report.failed and voids:
+                report.sections.append(("tcpnet void attempts (hypervisor steal)", "\n".join(voids)))
             item.ihook.pytest_runtest_logreport(report=report)
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
+
+    def _wait_for_calm(self, attempt_s):
+        """Wait until the hypervisor's steal reads calm over a window as long as the void attempt (1-5 s, at most
+        measure.run's STEAL_CALM_MOST_S), with idle CPUs kept polling as a measurement keeps them; the seconds
+        waited."""
+        from . import hostload
+        from .measure.run import STEAL_CALM_MOST_S
+
+        with hostload.idle_cpus_polling(self.config.getoption("tcpnet_idle_poll", "on") == "on") as polled:
+            return hostload.wait_for_steal_below(
+                hostload.STEAL_VOID_CPUS,
+                window_s=min(max(1.0, attempt_s), 5.0),
+                most_s=STEAL_CALM_MOST_S,
+                spin=not polled,  # steal is counted only while a vCPU wants to run (hostload.wait_for_steal_below)
+            )
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error):
@@ -546,6 +615,10 @@ class ReportPlugin:
             and getattr(report, "tcpnet_failed_attempts", None)
         ):
             self.flaky.append((report.nodeid, report.tcpnet_failed_attempts))
+        if not self.is_worker and report.when == "call" and getattr(report, "tcpnet_void_attempts", None):
+            self.rerun_beside_steal.append(
+                (report.nodeid, report.outcome, report.tcpnet_attempt, report.tcpnet_void_attempts)
+            )
         if self.is_worker or report.when != "teardown":
             return
         if getattr(report, "tcpnet_artifacts", None):
@@ -574,6 +647,17 @@ class ReportPlugin:
             for path in sorted(self.kept):
                 terminalreporter.write_line(f"  {path}")
         self._summarize_retakes(terminalreporter)
+        if self.rerun_beside_steal:
+            terminalreporter.write_sep(
+                "=",
+                f"tcpnet: {len(self.rerun_beside_steal)} test(s) run again: failed attempts void beside hypervisor "
+                "steal (--tcpnet-steal-reruns)",
+                yellow=True,
+            )
+            for nodeid, outcome, attempt, voids in self.rerun_beside_steal:
+                terminalreporter.write_line(f"{nodeid}: {outcome} on attempt {attempt}")
+                for void in voids:
+                    terminalreporter.write_line(f"  {void}")
         if self.flaky:
             terminalreporter.write_sep(
                 "=", f"tcpnet: {len(self.flaky)} flaky test(s): passed only on a retry", yellow=True

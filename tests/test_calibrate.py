@@ -76,11 +76,21 @@ def test_an_unshaped_flow_is_judged_against_what_the_host_carries(tcpnet):
     assert prediction.bound == "host" and prediction.bounds["host"] == tcpnet.host_limit.bps, prediction.why
     assert prediction.why.startswith("host-limited: one unshaped flow carried"), prediction.why
     text = "\n".join([prediction.why, *(r.describe() for r in results)])
-    calibrated_busy = (tcpnet.host_limit.contention_cpus or 0.0) >= CONTENTION_WARNING_CORES
-    busy = [r for r in results if (r.host_contention_cpus or 0.0) >= CONTENTION_WARNING_CORES]
+    calibrated_busy = tcpnet.host_limit.beside_busy_host
+    busy = [r for r in results if r.beside_busy_host]
     if calibrated_busy or busy:
         assert not calibrated_busy or "CPUs busy outside the session" in prediction.why, text
         assert all("host: other processes kept" in r.describe() for r in busy), text
         return
     median = sorted(result.throughput_bps for result in results)[1]
     assert 0.5 < median / prediction.bps < 2, text
+
+
+def test_the_model_and_the_readings_agree_on_a_busy_host():
+    """The model restates hostload's threshold (it reads no machine): one figure, two places, kept equal here."""
+    from pytest_tcpnet.model.predict import BUSY_HOST_CPUS
+
+    assert BUSY_HOST_CPUS == CONTENTION_WARNING_CORES
+    calibrated = model.HostLimit(bps=1e9, runs_bps=(1e9,), run_s=0.5, kernel="k", contention_cpus=0.5)
+    assert calibrated.beside_busy_host and "0.5 CPUs busy outside the session" in calibrated.describe()
+    assert not model.HostLimit(bps=1e9, runs_bps=(1e9,), run_s=0.5, kernel="k", contention_cpus=0.49).beside_busy_host

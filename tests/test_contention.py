@@ -211,7 +211,7 @@ def _ticks_of(pids):
         try:
             with open(f"/proc/{pid}/stat", encoding="ascii") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # the directory gone, or the process reaped while read
             pytest.fail(f"spinner {pid} ended before the reading: its CPU time cannot be counted")
         total += int(fields[11]) + int(fields[12])
     return total

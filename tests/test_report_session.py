@@ -93,8 +93,17 @@ def _testcases(junit):
 
 
 def test_xdist_session_reports_every_flow_keeps_failed_artifacts_and_writes_results(project):
+    # Its failure is on purpose: run again beside the machine's own steal (--tcpnet-steal-reruns) it would add rows.
     result = project.runpytest(
-        "-p", "xdist", "-n", "2", "-p", "no:cacheprovider", "--junitxml=junit.xml", "--tcpnet-results=results.jsonl"
+        "-p",
+        "xdist",
+        "-n",
+        "2",
+        "-p",
+        "no:cacheprovider",
+        "--junitxml=junit.xml",
+        "--tcpnet-results=results.jsonl",
+        "--tcpnet-steal-reruns=0",
     )
     result.assert_outcomes(passed=4, failed=1)
     out = result.stdout.str()
@@ -242,7 +251,9 @@ def test_udp(tcpnet):
 def test_every_result_kind_reaches_the_table_junit_results_and_artifacts(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(Path(pytest_tcpnet.__file__).parents[1]))
     pytester.makepyfile(test_kinds=KINDS)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--junitxml=junit.xml", "--tcpnet-results=results.jsonl")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--junitxml=junit.xml", "--tcpnet-results=results.jsonl", "--tcpnet-steal-reruns=0"
+    )
     result.assert_outcomes(passed=1, failed=2)
     rows = read_rows([pytester.path / "results.jsonl"])
     kinds = {(r["test"].split("::")[1], r["kind"]) for r in rows}
@@ -304,7 +315,13 @@ def test_a_retried_test_keeps_every_attempt_and_a_flaky_one_is_named(pytester, m
     pytester.makepyfile(test_flaky=FLAKY)
     xdist = ["-p", "xdist", "-n", workers] if workers else []
     result = pytester.runpytest(
-        *xdist, "-p", "no:cacheprovider", "--tcpnet-retry=2", "--junitxml=junit.xml", "--tcpnet-results=r.jsonl"
+        *xdist,
+        "-p",
+        "no:cacheprovider",
+        "--tcpnet-retry=2",
+        "--tcpnet-steal-reruns=0",  # the attempts counted here are the retries' alone (tests/test_steal_retakes.py)
+        "--junitxml=junit.xml",
+        "--tcpnet-results=r.jsonl",
     )
     result.assert_outcomes(passed=1, failed=2)
     out = result.stdout.str()

@@ -7,7 +7,6 @@ from pyroute2 import IPRoute
 
 from pytest_tcpnet import Flow, Host, Lab, LabError, Link, model, netlink
 from pytest_tcpnet.assertions.verdicts import judge_trials
-from pytest_tcpnet.hostload import CONTENTION_WARNING_CORES
 from pytest_tcpnet.results import jain_index
 
 pytestmark = pytest.mark.tcpnet_needs("privilege")
@@ -161,7 +160,7 @@ def test_an_access_link_limits_its_own_flow_behind_a_wider_bottleneck(tcpnet):
     result = bell.concurrent([Flow(duration=3.0), Flow(duration=3.0)])
     limited, free = result.rates_between(0.5, 3.0)
     expected = model.link_goodput(10e6)
-    if any((flow.host_contention_cpus or 0.0) >= CONTENTION_WARNING_CORES for flow in result.flows):
+    if result.beside_busy_host:
         assert limited <= 1.02 * expected and "host: other processes kept" in result.describe(), result.describe()
     else:
         assert abs(limited - expected) <= 0.10 * expected, result.describe()

@@ -131,6 +131,7 @@ class PathCounters:
             },
             host_contention_cpus=hostload.others_cpus(self.host_before, self.host_after),
             host_steal_cpus=hostload.steal_cpus(self.host_before, self.host_after),
+            host_steal_surely_cpus=hostload.surely_stolen_cpus(self.host_before, self.host_after),
             sibling_cpus=hostload.siblings_cpus(self.host_before, self.host_after),
             shaped_ways=pair.shaped_ways,
             shaper_burst_s=netlink.shaper_burst_s(),

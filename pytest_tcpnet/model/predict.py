@@ -56,6 +56,11 @@ def loss_bound(cc, rtt_s, loss, mss_bytes=PAYLOAD_PER_FRAME):
     return mathis_throughput(mss_bytes, rtt_s, loss)
 
 
+#: Other processes' load (CPUs) from which a calibration ran beside a busy host: hostload.CONTENTION_WARNING_CORES,
+#: restated because the model reads no machine (tests/test_calibrate.py checks they agree).
+BUSY_HOST_CPUS = 0.5
+
+
 @dataclass(frozen=True)
 class HostLimit:
     """What one unshaped flow carried on this host (kernel, backend) when the session calibrated it: the bound of a
@@ -74,16 +79,17 @@ class HostLimit:
     def __post_init__(self):
         check_number("bps", self.bps, 0, low_open=True, must="a finite number > 0")
 
+    @property
+    def beside_busy_host(self):
+        """Whether processes outside the session kept half a CPU or more busy while it was calibrated."""
+        return self.contention_cpus is not None and self.contention_cpus >= BUSY_HOST_CPUS
+
     def describe(self):
         """'one unshaped flow carried 3.1 Gbit/s on this host (best of 3 runs of 0.5 s: ...; kernel 6.1.0)'."""
         if self.source:
             return f"this {self.where} carries {format_rate(self.bps)} on an unshaped path ({self.source})"
         runs = ", ".join(format_rate(bps) for bps in self.runs_bps)
-        busy = (
-            f"; {self.contention_cpus:.1f} CPUs busy outside the session"
-            if self.contention_cpus is not None and self.contention_cpus >= 0.5
-            else ""
-        )
+        busy = f"; {self.contention_cpus:.1f} CPUs busy outside the session" if self.beside_busy_host else ""
         return (
             f"one unshaped flow carried {format_rate(self.bps)} on this {self.where} when the session calibrated it "
             f"(median of {len(self.runs_bps)} runs of {format_time(self.run_s)}: {runs}; kernel {self.kernel}{busy})"

@@ -24,8 +24,8 @@ SUMMARY_COLUMNS = (
 def summary_table(rows):
     """The session summary: one line per measured flow, as a text table (a notes column where any row has one)."""
     columns = list(SUMMARY_COLUMNS)
-    if any((r.get("attempt") or 1) > 1 for r in rows):  # --tcpnet-retry ran something again: say which run a row is
-        columns.insert(2, ("attempt", lambda r: str(r.get("attempt") or 1)))
+    if any((r.get("attempt") or 1) > 1 for r in rows):  # a test ran again (retry, steal): say which run a row is
+        columns.insert(2, ("attempt", lambda r: f"{r.get('attempt') or 1}{' void' if r.get('void_attempt') else ''}"))
     if any(notes_cell(r) for r in rows):
         columns.append(("notes", lambda r: notes_cell(r) or ""))
     return format_table([h for h, _ in columns], [[cell(r) for _, cell in columns] for r in rows])

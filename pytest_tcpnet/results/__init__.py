@@ -15,6 +15,7 @@ from .kinds import (
     WorkloadRun,
     host_contentions,
     jain_index,
+    stolen_from,
     transfer_of,
     with_take,
 )
@@ -37,4 +38,5 @@ __all__ = [
     "with_shares",
     "transfer_of",
     "host_contentions",
+    "stolen_from",
 ]

@@ -138,6 +138,11 @@ class ConcurrentResult:
             rates.append(moved * 8 / (end_s - start_s))
         return rates
 
+    @property
+    def beside_busy_host(self):
+        """Whether any of the flows ran beside a busy host (TransferResult.beside_busy_host)."""
+        return any(flow.beside_busy_host for flow in self.flows)
+
     def describe(self):
         """Each flow's goodput and cc, the sum and the fairness index."""
         lines = [f"{len(self.flows)} flows: total {format_rate(self.total_bps)}, Jain index {self.jain_index:.3f}"]
@@ -349,6 +354,16 @@ def host_contentions(results):
         cpus
         for result in results
         if (transfer := transfer_of(result)) is not None and (cpus := transfer.host_contention_cpus) is not None
+    ]
+
+
+def stolen_from(results):
+    """The steal (CPUs, counted low) beside which each of `results` that measured a flow ran, where it voids a
+    verdict (TransferResult.beside_steal); empty: none did."""
+    return [
+        transfer.host_steal_surely_cpus
+        for result in results
+        if (transfer := transfer_of(result)) is not None and transfer.beside_steal
     ]
 
 

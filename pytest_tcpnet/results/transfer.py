@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass, field
 
 from .. import guest
-from ..hostload import CONTENTION_WARNING_CORES, STEAL_WARNING_CPUS
+from ..hostload import CONTENTION_WARNING_CORES, STEAL_VOID_CPUS, STEAL_WARNING_CPUS
 from ..model import Host, HostLimit, Link, format_rate, format_size, format_time
 from ..model.shares import Share
 from ..model.validation import check_number
@@ -54,10 +54,15 @@ def router_drops(qdiscs):
     return sum(q["drops"] for stats in qdiscs.values() for q in stats if q["parent"] == _TC_H_ROOT)
 
 
+def is_busy_host(contention_cpus):
+    """Whether a reading of other processes' load (CPUs; None: not read) names a busy host: half a CPU or more."""
+    return contention_cpus is not None and contention_cpus >= CONTENTION_WARNING_CORES
+
+
 def busy_host_lines(contentions, what):
     """The describe() line naming a busy host: the most CPUs other processes kept busy while `what` ran, from half
-    a CPU on; else none."""
-    busy = [cpus for cpus in contentions if cpus is not None and cpus >= CONTENTION_WARNING_CORES]
+    a CPU on (is_busy_host); else none."""
+    busy = [cpus for cpus in contentions if is_busy_host(cpus)]
     if not busy:
         return []
     return [
@@ -163,6 +168,9 @@ class TransferResult(AppliedChecks, ModelInputs):
     #: session's other xdist workers kept busy (not "others": their measurements wait for a slot, their other work
     #: does not; None in a guest, whose runner's snapshot, hostload.cpu_snapshot, has no worker tree).
     host_steal_cpus: "float | None" = None
+    #: The same steal counted low (hostload.surely_stolen_cpus: one clock tick less), which voids a measurement from
+    #: hostload.STEAL_VOID_CPUS on (beside_steal).
+    host_steal_surely_cpus: "float | None" = None
     sibling_cpus: "float | None" = None
     #: Whether the machine's idle CPUs were kept polling, not halted, while it was measured (hostload.
     #: idle_cpus_polling: a halted vCPU's wake-up is steal; False: not allowed, a rootless session, or
@@ -194,6 +202,21 @@ class TransferResult(AppliedChecks, ModelInputs):
         # The one place a workload's record (a dict from its process) becomes a typed end.
         object.__setattr__(self, "sender", ConnectionEnd.from_record(self.sender))
         object.__setattr__(self, "receiver", ConnectionEnd.from_record(self.receiver))
+
+    # -- the machine it ran on -------------------------------------------------------------------
+
+    @property
+    def beside_busy_host(self):
+        """Whether processes outside the session kept hostload.CONTENTION_WARNING_CORES or more busy while it was
+        measured: its rates and timings may be the busy host's (describe() says so: busy_host_lines)."""
+        return is_busy_host(self.host_contention_cpus)
+
+    @property
+    def beside_steal(self):
+        """Whether the hypervisor stole hostload.STEAL_VOID_CPUS or more (counted low) while it was measured: its links
+        ran slower than asked, so a failed verdict on it is void (the plugin runs the test again:
+        --tcpnet-steal-reruns)."""
+        return self.host_steal_surely_cpus is not None and self.host_steal_surely_cpus >= STEAL_VOID_CPUS
 
     # -- bytes each way ---------------------------------------------------------------------------
 
