@@ -4,10 +4,10 @@ import base64
 import importlib
 import importlib.util
 import json
-import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
+from junitcases import junit_cases
 
 import pytest_tcpnet
 from pytest_tcpnet.report import read_rows
@@ -85,13 +85,6 @@ def project(pytester, monkeypatch):
     return pytester
 
 
-def _testcases(junit):
-    return {
-        case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
-        for case in ElementTree.parse(junit).getroot().iter("testcase")
-    }
-
-
 def test_xdist_session_reports_every_flow_keeps_failed_artifacts_and_writes_results(project):
     # Its failure is on purpose: run again beside the machine's own steal (--tcpnet-steal-reruns) it would add rows.
     result = project.runpytest(
@@ -127,7 +120,7 @@ def test_xdist_session_reports_every_flow_keeps_failed_artifacts_and_writes_resu
     result.stdout.fnmatch_lines(["*- tcpnet artifacts -*", f"artifacts (--tcpnet-keep=failed): {kept}", "  flows.json"])
     assert json.loads((kept / "flows.json").read_text())[0]["advertised_window"] > 0
     # JUnit: key figures of every flow as properties of its test case.
-    cases = _testcases(project.path / "junit.xml")
+    cases = junit_cases(project.path / "junit.xml")
     for name, flows in FLOWS.items():
         for flow in range(flows):
             assert float(cases[name][f"tcpnet.flow{flow}.measured_bps"]) > 1e6, cases[name]
@@ -275,7 +268,7 @@ def test_every_result_kind_reaches_the_table_junit_results_and_artifacts(pyteste
     out = result.stdout.str()
     assert "p50 FCT" in out and "p95 added RTT" in out and "UDP 2 Mbit/s offered" in out, out
     # JUnit: the kind and its figures.
-    cases = _testcases(pytester.path / "junit.xml")
+    cases = junit_cases(pytester.path / "junit.xml")
     assert cases["test_requests"]["tcpnet.flow0.kind"] == "requests"
     assert float(cases["test_requests"]["tcpnet.flow0.measured_s"]) > 0
     assert {cases["test_latency"][f"tcpnet.flow{i}.kind"] for i in (0, 1)} == {"transfer", "latency"}
@@ -338,7 +331,7 @@ def test_a_retried_test_keeps_every_attempt_and_a_flaky_one_is_named(pytester, m
         ("test_flaky", 2, "passed"),
     ], attempts
     assert "attempt" in out.split("tcpnet: 5 measured flow(s)")[1].splitlines()[1]  # the table's column
-    cases = _testcases(pytester.path / "junit.xml")
+    cases = junit_cases(pytester.path / "junit.xml")
     assert cases["test_flaky"]["tcpnet.attempts"] == "2" and "tcpnet.attempt1.flow0.measured_bps" in cases["test_flaky"]
     assert "tcpnet.attempts" not in cases["test_fails_before_measuring"]
 

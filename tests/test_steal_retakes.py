@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from junitcases import junit_cases
 
 import pytest_tcpnet
 from pytest_tcpnet import Capture, Cbr, Flow, Lab, Link, Schedule, guest, hostload
@@ -223,11 +224,12 @@ def test_the_session_lists_the_measurements_it_took_again(pytester, monkeypatch)
     assert len(rows["test_stolen_once"]["void_takes"]) == 1 and rows["test_quiet"]["void_takes"] == [], rows
 
 
-def test_steal_retakes_refuses_a_negative_count(pytester):
+@pytest.mark.parametrize("option", ["--tcpnet-steal-retakes", "--tcpnet-steal-reruns"])
+def test_steal_retakes_and_reruns_refuse_a_negative_count(pytester, option):
     pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
-    result = pytester.runpytest("-p", "no:cacheprovider", "--tcpnet-steal-retakes=-1")
+    result = pytester.runpytest("-p", "no:cacheprovider", f"{option}=-1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--tcpnet-steal-retakes*must be a whole number of retries >= 0, got '-1'*"])
+    result.stderr.fnmatch_lines([f"*{option}*must be a whole number of retries >= 0, got '-1'*"])
 
 
 def test_a_lab_refuses_a_bad_retake_count():
@@ -298,16 +300,6 @@ def test_fails_before_measuring(tcpnet, request, monkeypatch):
 """
 
 
-def _testcases(junit):
-    """{test name: {property: value}} from a JUnit file."""
-    from xml.etree import ElementTree
-
-    return {
-        case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
-        for case in ElementTree.parse(junit).getroot().iter("testcase")
-    }
-
-
 @pytest.mark.tcpnet_needs("htb")
 @pytest.mark.parametrize("workers", [None, "2"])
 def test_a_failed_test_whose_user_flows_ran_beside_steal_is_run_again_on_record(pytester, monkeypatch, workers):
@@ -364,7 +356,7 @@ def test_a_failed_test_whose_user_flows_ran_beside_steal_is_run_again_on_record(
     ], attempts
     table = out.split("measured flow(s)")[1]
     assert re.search(r"^test_user_steal.py::test_fails_once_beside_steal +failed +1 void ", table, re.M), table
-    cases = _testcases(pytester.path / "junit.xml")
+    cases = junit_cases(pytester.path / "junit.xml")
     once = cases["test_fails_once_beside_steal"]
     assert once["tcpnet.attempts"] == "2" and float(once["tcpnet.attempt1.void_steal_cpus"]) > 1, once
     assert "tcpnet.attempt1.flow0.measured_bps" in once and "tcpnet.flow0.measured_bps" in once, once
@@ -380,10 +372,3 @@ def test_steal_reruns_off_runs_each_test_once(pytester, monkeypatch):
     result = pytester.runpytest("-p", "no:cacheprovider", "--tcpnet-steal-reruns=0", "-k", "once or every_time")
     result.assert_outcomes(failed=2)
     assert "run again" not in result.stdout.str() and "void attempts" not in result.stdout.str()
-
-
-def test_steal_reruns_refuses_a_negative_count(pytester):
-    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
-    result = pytester.runpytest("-p", "no:cacheprovider", "--tcpnet-steal-reruns=-1")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--tcpnet-steal-reruns*must be a whole number of retries >= 0, got '-1'*"])
