@@ -102,6 +102,7 @@ def _figures(result):
         "cwnd": result.series("snd_cwnd"),
         "rtt": result.series("rtt"),
         "bytes_acked": result.series("bytes_acked"),
+        "host_steal_cpus": result.host_steal_cpus,
     }
 
 
@@ -178,6 +179,9 @@ def test_the_same_seed_measures_the_same_flows_every_time_quiet_or_beside_a_cpu_
     (proj / "test_deterministic_claims.py").write_text(DETERMINISTIC_TESTS)
     first = _session(proj)
     assert first["transfer"]["retransmits"] > 0 and first["transfer"]["nbytes"] == 3_000_000, first["transfer"]
+    # A time-travel guest's clock stands still while its host is stalled: steal is not read, so nothing is retaken
+    # or run again (docs/reports.md).
+    assert first["transfer"]["host_steal_cpus"] is None, first["transfer"]["host_steal_cpus"]
     assert len(first["dumbbell"]) == 3 and all(len(flow["cwnd"]) > 100 for flow in first["dumbbell"])
     for run in range(1, 10):
         # What the guest finds in the project moves its clock before the flows (failed lookups cost it 1 us each);
