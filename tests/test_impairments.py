@@ -519,15 +519,23 @@ def test_a_flow_its_receiver_held_is_not_judged_and_a_lossy_one_only_between_its
 
 
 @pytest.mark.tcpnet_needs("netem")
-def test_netem_ignores_a_jitter_correlation_and_the_link_warns_so(tcpnet):
+def test_netem_ignores_a_jitter_correlation_and_the_link_warns_so(tcpnet, record_property):
     """netem takes its correlated draw modulo the jitter's span, so a correlation neither narrows the spread nor
     ties successive delays (docs/design.md, pitfall 13): 2 s of 4 Mbit/s UDP (~830 datagrams) through 20 ms ± 5 ms,
     uncorrelated and at 75%. Under UML 6.1 and 6.12 (12 runs, 3 each) the 10-90th percentile span read 7.73-8.43 ms
     either way (uniform: 8 ms; its standard error here ~0.15 ms) and lag-1 autocorrelation -0.05..+0.05; the
-    averaging netem applies to a loss would narrow the span to ~3 ms at 75%."""
+    averaging netem applies to a loss would narrow the span to ~3 ms at 75%.
+
+    A delay above the jitter's ceiling (25 ms, and 1 ms for the stack) is no draw of netem's: the guest or the sink
+    stalled and delivered it late, and the late datagrams of one stall form a ramp that ties successive delays by
+    itself. CI run 76 (UML 6.1, a quiet host during a hypervisor steal episode that voided 25 takes of that session)
+    read lag-1 0.64 at 75% with the span as asked (the ramp sat above the 90th percentile). The lag is judged on the
+    drawn delays, and those above the ceiling must stay few (at most 10%)."""
     from pytest_tcpnet import Cbr
     from pytest_tcpnet.model.stats import percentile
     from pytest_tcpnet.workload import Bulk
+
+    ceiling_s = 20e-3 + 5e-3 + 1e-3
 
     def delays(correlation):
         if correlation:
@@ -544,8 +552,14 @@ def test_netem_ignores_a_jitter_correlation_and_the_link_warns_so(tcpnet):
     for correlation in (0, 0.75):
         d = delays(correlation)
         span = percentile(d, 90) - percentile(d, 10)
-        mean = sum(d) / len(d)
-        lag1 = sum((a - mean) * (b - mean) for a, b in zip(d, d[1:])) / sum((a - mean) ** 2 for a in d)
+        drawn = [delay for delay in d if delay <= ceiling_s]
+        late = len(d) - len(drawn)
+        mean = sum(drawn) / len(drawn)
+        lag1 = sum((a - mean) * (b - mean) for a, b in zip(drawn, drawn[1:])) / sum((a - mean) ** 2 for a in drawn)
+        record_property(
+            f"jitter_correlation_{correlation:g}", f"span {span * 1e3:.2f} ms, lag-1 {lag1:.3f}, late {late}"
+        )
         # Uniform over 15-25 ms: 8 ms between the 10th and 90th percentiles; 0.6 ms is 4 standard errors at n=830.
         assert span == pytest.approx(8e-3, abs=0.6e-3), (correlation, span)
-        assert abs(lag1) < 0.15, (correlation, lag1)  # 1/sqrt(800) = 0.035 per standard error
+        assert late <= 0.1 * len(d), f"{late} of {len(d)} delays above {ceiling_s * 1e3:g} ms (max {max(d) * 1e3:.1f})"
+        assert abs(lag1) < 0.15, (correlation, lag1, f"{late} late datagrams left out")  # 1/sqrt(800) = 0.035 each
